@@ -1,0 +1,19 @@
+"""ipusim: a discrete-event simulator of Graphcore IPU systems.
+
+Describe the work (stages with costs), how it runs (batching, replication,
+pipelining, sync pattern) and the system (IPU preset, host links), and get a
+timeline of every event with the figures derived from it. Knows nothing of
+PopTorch; ``poptorch_shim`` builds the work from real torch models.
+"""
+from ipusim.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
+from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
+from ipusim.run_config import RunConfig
+from ipusim.simulation import Simulation, Timeline, simulate
+from ipusim.sync_groups import SyncPattern
+from ipusim.work import Cost, Execution, Stage, Work
+
+__all__ = [
+    "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",
+    "Cost", "CostModel", "Execution", "IPUSpec", "RunConfig", "Simulation", "Stage",
+    "SyncPattern", "SystemSpec", "Timeline", "Work", "simulate", "system_spec",
+]

@@ -1,0 +1,127 @@
+"""The cost model: FLOPs and bytes in, simulated picoseconds out.
+
+This is the only place that turns work into time. Every constant is a named,
+documented field of :class:`CostModel`; :data:`CALIBRATED_MK2` is the profile
+fitted to the data-loading tutorial's measured table (see the README).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipusim.hardware import IPUSpec, SystemSpec
+from ipusim.work import Cost, Stage
+
+PS_PER_S = 10**12
+
+
+def to_ps(seconds: float) -> int:
+    """Seconds to integer picoseconds (simulated time is kept in integers)."""
+    return int(round(seconds * PS_PER_S))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Parameters of a roofline compute model and of the links' transfer costs."""
+
+    precision: str = field(default="fp32", metadata={"help": "arithmetic precision: fp32 or fp16"})
+    flops_efficiency: float = field(
+        default=0.25, metadata={"help": "fraction of peak FLOP/s that large operators reach"})
+    memory_efficiency: float = field(
+        default=0.5, metadata={"help": "fraction of peak SRAM bandwidth that operators reach"})
+    op_overhead_cycles: int = field(
+        default=2000, metadata={"help": "fixed cycles per operator: its compute sets, syncs "
+                                        "and on-chip exchange"})
+    ipu_sync_cycles: int = field(
+        default=300, metadata={"help": "cycles of a sync between IPUs (GS2)"})
+    host_sync_ps: int = field(
+        default=to_ps(5e-6), metadata={"help": "a sync with the host before a stream copy (GS1)"})
+    host_link_efficiency: float = field(
+        default=0.3, metadata={"help": "fraction of the host link's raw bandwidth stream copies reach"})
+    host_transfer_latency_ps: int = field(
+        default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy"})
+    call_overhead_ps: int = field(
+        default=to_ps(200e-6), metadata={"help": "host round trip of one call to the model: "
+                                                 "launch, wait, fetch results"})
+    ipu_link_efficiency: float = field(
+        default=0.8, metadata={"help": "fraction of IPU-Link bandwidth that copies reach"})
+    ipu_link_hop_ps: int = field(
+        default=to_ps(1e-6), metadata={"help": "latency of one hop of a collective over IPU-Links"})
+    update_flops_per_weight_byte: float = field(
+        default=1.0, metadata={"help": "weight-update FLOPs per byte of weights (SGD+momentum: "
+                                       "about 4 FLOPs per FP32 weight)"})
+    update_bytes_per_weight_byte: float = field(
+        default=4.0, metadata={"help": "weight-update memory traffic per byte of weights"})
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "fp16"):
+            raise ValueError(f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
+        for name in ("flops_efficiency", "memory_efficiency", "host_link_efficiency",
+                     "ipu_link_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"CostModel.{name} must be in (0, 1], got {value!r}")
+        for name in ("op_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
+                     "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"CostModel.{name} must not be negative, got {getattr(self, name)!r}")
+
+    # Compute -------------------------------------------------------------
+    def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
+        """Time of ``cost`` on one IPU: fixed operator overhead plus a roofline."""
+        flop_s = cost.flops / (ipu.peak_flops(self.precision) * self.flops_efficiency)
+        mem_s = cost.bytes / (ipu.memory_bandwidth * self.memory_efficiency)
+        overhead_s = cost.ops * self.op_overhead_cycles / ipu.clock_hz
+        return cost.time_ps + to_ps(overhead_s + max(flop_s, mem_s))
+
+    def update_cost(self, stage: Stage) -> Cost:
+        """The weight update of ``stage``: given, or derived from its weight bytes."""
+        if stage.update is not None:
+            return stage.update
+        if stage.weight_bytes == 0:
+            return Cost()
+        return Cost(flops=self.update_flops_per_weight_byte * stage.weight_bytes,
+                    bytes=self.update_bytes_per_weight_byte * stage.weight_bytes, ops=1)
+
+    # Links -----------------------------------------------------------------
+    def ipu_sync_ps(self, ipu: IPUSpec) -> int:
+        """A sync between IPUs on GS2."""
+        return to_ps(self.ipu_sync_cycles / ipu.clock_hz)
+
+    def host_transfer_ps(self, nbytes: float, system: SystemSpec) -> int:
+        """One stream copy of ``nbytes`` over a host link (excluding the sync)."""
+        if nbytes <= 0:
+            return 0
+        rate = system.host_link_bandwidth * self.host_link_efficiency
+        return self.host_transfer_latency_ps + to_ps(nbytes / rate)
+
+    def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
+        """An inter-IPU copy of ``nbytes`` over one IPU-Link."""
+        if nbytes <= 0:
+            return 0
+        return self.ipu_link_hop_ps + to_ps(nbytes / (ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
+
+    def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec) -> int:
+        """A ring all-reduce of ``nbytes`` across ``replicas`` IPUs over all their IPU-Links.
+
+        Each IPU sends and receives 2(n-1)/n of the buffer; a bidirectional ring
+        over all links moves it at the IPU's whole IPU-Link bandwidth.
+        """
+        if replicas <= 1 or nbytes <= 0:
+            return 0
+        volume = 2 * (replicas - 1) / replicas * nbytes
+        rate = ipu.ipu_links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency
+        return 2 * (replicas - 1) * self.ipu_link_hop_ps + to_ps(volume / rate)
+
+    def streaming_ps(self, nbytes: float, system: SystemSpec) -> int:
+        """Moving ``nbytes`` between an IPU and streaming memory."""
+        if nbytes <= 0:
+            return 0
+        return self.host_transfer_latency_ps + to_ps(nbytes / system.streaming_memory_bandwidth)
+
+
+DEFAULT = CostModel()
+
+# Fitted to the data-loading tutorial's table (seed 002); see the README.
+CALIBRATED_MK2 = DEFAULT
+
+PROFILES: dict[str, CostModel] = {"default": DEFAULT, "calibrated-mk2": CALIBRATED_MK2}

@@ -1,0 +1,153 @@
+"""Hardware presets: the IPUs and the system they sit in.
+
+Every figure is a field of a frozen dataclass, so a user can override any of
+them with :func:`dataclasses.replace` or through :func:`system`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+GB = 1e9
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class IPUSpec:
+    """One IPU processor: tiles, SRAM, clock, peak compute and IPU-Links."""
+
+    name: str = field(metadata={"help": "marketing name of the processor"})
+    tiles: int = field(metadata={"help": "number of tiles (core + SRAM pairs)"})
+    sram_per_tile_bytes: int = field(metadata={"help": "In-Processor-Memory per tile"})
+    clock_hz: float = field(metadata={"help": "tile clock frequency"})
+    fp16_flops: float = field(metadata={"help": "peak FP16 (mixed precision) FLOP/s"})
+    fp32_flops: float = field(metadata={"help": "peak FP32 FLOP/s"})
+    memory_bandwidth: float = field(metadata={"help": "aggregate on-chip SRAM bandwidth, bytes/s"})
+    ipu_links: int = field(metadata={"help": "number of IPU-Links to other IPUs"})
+    ipu_link_bandwidth: float = field(metadata={"help": "bandwidth of one IPU-Link, bytes/s"})
+
+    @property
+    def sram_bytes(self) -> int:
+        """Total In-Processor-Memory of the IPU."""
+        return self.tiles * self.sram_per_tile_bytes
+
+    def peak_flops(self, precision: str = "fp32") -> float:
+        """Peak FLOP/s for ``"fp32"`` or ``"fp16"`` arithmetic."""
+        if precision not in ("fp32", "fp16"):
+            raise ValueError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
+        return self.fp32_flops if precision == "fp32" else self.fp16_flops
+
+
+MK2_GC200 = IPUSpec(
+    # Graphcore GC200 datasheet and the IPU-M2000 product brief: 1,472 tiles,
+    # 900 MB In-Processor-Memory (624 KiB a tile), 1.33 GHz, 250 TFLOP/s FP16,
+    # 62.5 TFLOP/s FP32, 47.5 TB/s memory bandwidth, 10 IPU-Links at 320 GB/s.
+    name="Mk2 GC200",
+    tiles=1472,
+    sram_per_tile_bytes=624 * 1024,
+    clock_hz=1.33e9,
+    fp16_flops=250 * TFLOPS,
+    fp32_flops=62.5 * TFLOPS,
+    memory_bandwidth=47.5e12,
+    ipu_links=10,
+    ipu_link_bandwidth=32 * GB,
+)
+
+MK1_GC2 = IPUSpec(
+    # Graphcore C2 card brief and Jia et al., "Dissecting the Graphcore IPU
+    # Architecture via Microbenchmarking" (2019): 1,216 tiles x 256 KiB, 1.6 GHz,
+    # 31.1 TFLOP/s FP32, 124.5 TFLOP/s mixed precision, 45 TB/s memory
+    # bandwidth, 10 IPU-Links (80 Gbps each way).
+    name="Mk1 GC2",
+    tiles=1216,
+    sram_per_tile_bytes=256 * 1024,
+    clock_hz=1.6e9,
+    fp16_flops=124.5 * TFLOPS,
+    fp32_flops=31.1 * TFLOPS,
+    memory_bandwidth=45e12,
+    ipu_links=10,
+    ipu_link_bandwidth=10 * GB,
+)
+
+BOW = IPUSpec(
+    # Graphcore Bow IPU / Bow-2000 brief: the GC200 die with wafer-on-wafer power
+    # delivery, 1,472 tiles, 900 MB, 1.85 GHz, 350 TFLOP/s FP16 (87.5 FP32),
+    # 65.4 TB/s memory bandwidth, 10 IPU-Links at 320 GB/s.
+    name="Bow",
+    tiles=1472,
+    sram_per_tile_bytes=624 * 1024,
+    clock_hz=1.85e9,
+    fp16_flops=350 * TFLOPS,
+    fp32_flops=87.5 * TFLOPS,
+    memory_bandwidth=65.4e12,
+    ipu_links=10,
+    ipu_link_bandwidth=32 * GB,
+)
+
+PRESETS: dict[str, IPUSpec] = {
+    "mk2": MK2_GC200,
+    "gc200": MK2_GC200,
+    "mk1": MK1_GC2,
+    "gc2": MK1_GC2,
+    "bow": BOW,
+}
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A machine of ``num_ipus`` identical IPUs, their host links and streaming memory."""
+
+    ipu: IPUSpec = field(default=MK2_GC200, metadata={"help": "the processor"})
+    num_ipus: int = field(default=1, metadata={"help": "IPUs in the system"})
+    ipus_per_host_link: int = field(
+        default=4, metadata={"help": "IPUs sharing one host link (4 per IPU-M2000)"})
+    host_link_bandwidth: float = field(
+        default=12.5 * GB,
+        metadata={"help": "raw bandwidth of one host link each way, bytes/s "
+                          "(IPU-M2000: 100 GbE RoCE to the host)"})
+    streaming_memory_bandwidth: float = field(
+        default=20 * GB,
+        metadata={"help": "bandwidth between an IPU and streaming memory (DDR "
+                          "behind the IPU-M2000 gateway), bytes/s"})
+    streaming_memory_bytes: int = field(
+        default=128 * 2**30, metadata={"help": "streaming memory per IPU-M2000"})
+
+    def __post_init__(self) -> None:
+        for name in ("num_ipus", "ipus_per_host_link"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
+        for name in ("host_link_bandwidth", "streaming_memory_bandwidth"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SystemSpec.{name} must be positive, got {getattr(self, name)!r}")
+
+    @property
+    def num_host_links(self) -> int:
+        """Host links in the system: one per ``ipus_per_host_link`` IPUs."""
+        return -(-self.num_ipus // self.ipus_per_host_link)
+
+    def host_link_of(self, ipu: int) -> int:
+        """Index of the host link that serves IPU ``ipu``."""
+        return ipu // self.ipus_per_host_link
+
+
+def system_spec(preset: str = "mk2", num_ipus: int = 1, **overrides) -> SystemSpec:
+    """Build a :class:`SystemSpec` from a preset name and overrides.
+
+    Overrides may name a field of :class:`SystemSpec` or of :class:`IPUSpec`,
+    e.g. ``system_spec("mk2", 8, clock_hz=1.2e9, host_link_bandwidth=8e9)``.
+    """
+    try:
+        ipu = PRESETS[preset.lower()]
+    except KeyError:
+        raise ValueError(
+            f"Unknown IPU preset {preset!r}; expected one of {sorted(PRESETS)}") from None
+    ipu_fields = {f.name for f in fields(IPUSpec)}
+    system_fields = {f.name for f in fields(SystemSpec)} - {"ipu", "num_ipus"}
+    unknown = set(overrides) - ipu_fields - system_fields
+    if unknown:
+        raise ValueError(
+            f"Unknown system override(s) {sorted(unknown)}; IPU fields are "
+            f"{sorted(ipu_fields)} and system fields are {sorted(system_fields)}")
+    ipu = replace(ipu, **{k: v for k, v in overrides.items() if k in ipu_fields})
+    return SystemSpec(ipu=ipu, num_ipus=num_ipus,
+                      **{k: v for k, v in overrides.items() if k in system_fields})

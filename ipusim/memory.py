@@ -1,0 +1,101 @@
+"""SRAM use per IPU: weights, optimizer state, accumulators, stash, code.
+
+What each IPU must hold for the stages placed on it, and a check that it
+fits the IPU's In-Processor-Memory. Tensors moved to streaming memory by
+:class:`Offload` leave SRAM (and cost transfer time in the schedule).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ipusim.hardware import SystemSpec
+from ipusim.run_config import RunConfig
+from ipusim.work import Execution, Work
+
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """The fixed costs of a compiled program on each IPU."""
+
+    code_bytes_per_tile: int = field(
+        default=24 * 1024, metadata={"help": "program code and runtime state on every tile"})
+    code_bytes_per_op: int = field(
+        default=32 * 1024, metadata={"help": "vertex code and descriptors per operator"})
+    exchange_fraction: float = field(
+        default=0.05, metadata={"help": "exchange buffers, as a fraction of the data held"})
+
+
+class OutOfMemoryError(ValueError):
+    """A model that does not fit an IPU's SRAM."""
+
+
+def stash_depth(stage: int, num_stages: int, run: RunConfig) -> int:
+    """Micro-batches whose activations a stage keeps for its backward.
+
+    In a training pipeline the forward of stage k and its backward are
+    2(F - 1 - k) pipeline stages apart, so 2(F - 1 - k) + 1 micro-batches
+    are in flight; elsewhere only the current one.
+    """
+    if not run.training:
+        return 0
+    if run.execution is Execution.PIPELINED:
+        return 2 * (num_stages - 1 - stage) + 1
+    return 1
+
+
+def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
+                   model: MemoryModel = MemoryModel()) -> pd.DataFrame:
+    """Bytes each IPU of one replica needs, by category, against its capacity."""
+    work = work.merged()
+    offload = run.offload
+    stages = work.stages
+    rows = {ipu: dict.fromkeys(("weights", "optimizer", "accumulators", "stash", "code"), 0.0)
+            for ipu in range(work.ipus_per_replica)}
+    for k, stage in enumerate(stages):
+        row = rows[stage.ipu]
+        weights_on_chip = not offload.weights and run.execution is not Execution.PHASED
+        if weights_on_chip:
+            row["weights"] += stage.weight_bytes
+        if run.training and not offload.optimizer and run.execution is not Execution.PHASED:
+            row["optimizer"] += stage.optimizer_bytes
+        if run.training and run.gradient_accumulation > 1 and not offload.accumulators:
+            row["accumulators"] += stage.weight_bytes
+        depth = stash_depth(k, len(stages), run)
+        if offload.activations:
+            depth = min(depth, 1)
+        if run.recompute and run.execution is Execution.PIPELINED and depth > 1:
+            inputs = work.input_bytes if k == 0 else stages[k - 1].activation_bytes
+            row["stash"] += stage.stash_bytes + inputs * (depth - 1)
+        else:
+            row["stash"] += stage.stash_bytes * max(depth, 1)
+        row["code"] += model.code_bytes_per_op * (stage.forward.ops + stage.backward.ops)
+    if run.execution is Execution.PHASED:  # one phase's state on chip at a time
+        for stage in stages:
+            row = rows[stage.ipu]
+            row["weights"] = max(row["weights"], stage.weight_bytes + stage.optimizer_bytes)
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table["code"] += model.code_bytes_per_tile * spec.ipu.tiles
+    data = table[["weights", "optimizer", "accumulators", "stash"]].sum(axis=1)
+    table["exchange"] = data * model.exchange_fraction
+    table["total"] = table.sum(axis=1)
+    table["capacity"] = float(spec.ipu.sram_bytes)
+    table.index.name = "ipu"
+    return table
+
+
+def check_fits(table: pd.DataFrame) -> None:
+    """Raise :class:`OutOfMemoryError` naming the first IPU that does not fit."""
+    for ipu, row in table.iterrows():
+        if row["total"] > row["capacity"]:
+            parts = ", ".join(f"{name} {row[name] / MB:.1f} MB" for name in
+                              ("weights", "optimizer", "accumulators", "stash", "code", "exchange"))
+            raise OutOfMemoryError(
+                f"Out of memory on IPU {ipu}: the model needs {row['total'] / MB:.1f} MB "
+                f"({parts}) but the IPU has {row['capacity'] / MB:.1f} MB of SRAM. Try "
+                "spreading the blocks over more IPUs, recomputation "
+                "(RecomputationType.Pipelined), offloading weights or optimizer state to "
+                "streaming memory (TensorLocations), or a smaller micro-batch")

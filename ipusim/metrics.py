@@ -1,0 +1,111 @@
+"""Figures computed from the event table, never kept in parallel counters.
+
+Every function takes the events DataFrame of :mod:`ipusim.recorder`.
+Per-IPU tables use unit-suffixed column names, e.g. ``busy(us)``.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ipusim.cost_model import PS_PER_S
+from ipusim.recorder import COMPUTE_KINDS
+
+HOST_IO_KINDS = ("host_to_device", "device_to_host")
+PS_PER_US = 10**6
+
+
+def span_ps(events: pd.DataFrame) -> int:
+    """Simulated time from the first event's start to the last event's end."""
+    if events.empty:
+        return 0
+    return int(events["end_ps"].max() - events["start_ps"].min())
+
+
+def _time_by_ipu(events: pd.DataFrame, kinds: tuple[str, ...], ipus: range) -> pd.Series:
+    chosen = events[events["kind"].isin(kinds)]
+    durations = (chosen["end_ps"] - chosen["start_ps"]).groupby(chosen["ipu"]).sum()
+    return durations.reindex(ipus, fill_value=0)
+
+
+def per_ipu(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
+    """Busy, host-I/O and sync-wait time of each IPU, and their shares of the span."""
+    ipus = range(num_ipus)
+    span = max(span_ps(events), 1)
+    table = pd.DataFrame({
+        "compute(us)": _time_by_ipu(events, COMPUTE_KINDS, ipus) / PS_PER_US,
+        "host_io(us)": _time_by_ipu(events, HOST_IO_KINDS, ipus) / PS_PER_US,
+        "ipu_copy(us)": _time_by_ipu(events, ("ipu_copy", "all_reduce"), ipus) / PS_PER_US,
+        "sync_wait(us)": _time_by_ipu(events, ("sync_wait",), ipus) / PS_PER_US,
+        "streaming(us)": _time_by_ipu(events, ("stream_in", "stream_out"), ipus) / PS_PER_US,
+    })
+    table.index.name = "ipu"
+    table["utilisation"] = table["compute(us)"] * PS_PER_US / span
+    table["host_io_share"] = table["host_io(us)"] * PS_PER_US / span
+    table["sync_wait_share"] = table["sync_wait(us)"] * PS_PER_US / span
+    return table
+
+
+def utilisation(events: pd.DataFrame, num_ipus: int) -> pd.Series:
+    """Fraction of the span each IPU spends computing."""
+    return per_ipu(events, num_ipus)["utilisation"]
+
+
+def host_io_share(events: pd.DataFrame, num_ipus: int) -> float:
+    """Mean over IPUs of the fraction of time spent in host stream copies."""
+    return float(per_ipu(events, num_ipus)["host_io_share"].mean())
+
+
+def sync_wait_share(events: pd.DataFrame, num_ipus: int) -> float:
+    """Mean over IPUs of the fraction of time spent waiting in syncs."""
+    return float(per_ipu(events, num_ipus)["sync_wait_share"].mean())
+
+
+def throughput(events: pd.DataFrame, items: int) -> float:
+    """Items per simulated second."""
+    span = span_ps(events)
+    return items * PS_PER_S / span if span else 0.0
+
+
+def pipeline_slots(events: pd.DataFrame, num_stages: int, training: bool,
+                   micro_batches_per_run: int) -> pd.DataFrame:
+    """Occupied (pipeline stage, cycle) slots of every pipeline run.
+
+    Columns: replica, step, run, cycle, pipeline_stage. A run is one fill and
+    flush of the pipeline: a device iteration in training, a call in inference.
+    """
+    compute = events[(events["cycle"] >= 0) & events["kind"].isin(("forward", "backward"))]
+    last = num_stages - 1
+    backward = compute["kind"] == "backward"
+    pipeline_stage = compute["stage"].where(~backward, 2 * last - compute["stage"])
+    slots = pd.DataFrame({
+        "replica": compute["replica"],
+        "step": compute["step"],
+        "run": compute["micro_batch"] // micro_batches_per_run if training else 0,
+        "cycle": compute["cycle"],
+        "pipeline_stage": pipeline_stage,
+    })
+    return slots.drop_duplicates().reset_index(drop=True)
+
+
+def bubble_fraction(events: pd.DataFrame, num_stages: int, training: bool,
+                    micro_batches_per_run: int) -> float:
+    """PopART's pipeline bubble: the share of (stage, cycle) slots left idle.
+
+    For N micro-batches through P pipeline stages it is (P - 1) / (N + P - 1).
+    """
+    slots = pipeline_slots(events, num_stages, training, micro_batches_per_run)
+    if slots.empty:
+        return 0.0
+    stages = 2 * num_stages - 1 if training else num_stages
+    cycles = slots.groupby(["replica", "step", "run"])["cycle"].nunique().sum()
+    return 1.0 - len(slots) / (stages * cycles)
+
+
+def latency_ps(events: pd.DataFrame) -> float:
+    """Mean time one micro-batch takes through the system, host copies included."""
+    tied = events[events["micro_batch"] >= 0]
+    if tied.empty:
+        return 0.0
+    keys = ["replica", "step", "micro_batch"]
+    spans = tied.groupby(keys)["end_ps"].max() - tied.groupby(keys)["start_ps"].min()
+    return float(spans.mean())

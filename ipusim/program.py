@@ -1,0 +1,65 @@
+"""The instructions of a per-IPU program, as the schedule emits them.
+
+Each IPU runs a flat list of these in order. They are named tuples: cheap to
+build in the hundreds of thousands and readable in a debugger. Durations are
+already priced by the cost model, so the system only has to keep time.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+from ipusim.sync_groups import Group
+
+
+class Busy(NamedTuple):
+    """The IPU computes (or streams to its memory) for ``duration`` ps."""
+
+    kind: str
+    stage: int
+    micro_batch: int
+    step: int
+    cycle: int
+    duration: int
+    flops: float = 0.0
+    nbytes: float = 0.0
+
+
+class HostIO(NamedTuple):
+    """A host exchange: sync on GS1, stream copies over the host link, sync again.
+
+    Every member of ``group`` runs the same HostIO; members with nothing to
+    move still wait for the others (that is the cost of a wide GS1).
+    """
+
+    group: Group
+    sync: int
+    h2d: int
+    h2d_bytes: int
+    d2h: int
+    d2h_bytes: int
+    stage: int
+    micro_batch: int
+    step: int
+    cycle: int
+
+
+class Exchange(NamedTuple):
+    """An IPU-to-IPU exchange on GS2: sync, then ``phase`` ps of copies.
+
+    ``copy`` is this IPU's own outgoing copy; the phase lasts as long as the
+    longest copy in the group.
+    """
+
+    group: Group
+    sync: int
+    phase: int
+    copy: int
+    nbytes: int
+    stage: int
+    micro_batch: int
+    step: int
+    cycle: int
+    kind: str = "ipu_copy"
+
+
+Instruction = Union[Busy, HostIO, Exchange]

@@ -1,0 +1,86 @@
+"""How a piece of work is run: batching, replication, execution and sync pattern.
+
+These are PopTorch's batching knobs in ipusim's own words. The checks here
+are the ones PopTorch and PopART make, with the same numbers in the message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipusim.sync_groups import SyncPattern
+from ipusim.work import Execution, Work
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Which tensors live in streaming memory instead of SRAM (PopTorch's TensorLocations)."""
+
+    weights: bool = False
+    optimizer: bool = False
+    accumulators: bool = False
+    activations: bool = False
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The batching and execution options of one engine (one compiled model)."""
+
+    training: bool = field(default=True, metadata={"help": "forward+backward+update, or forward only"})
+    replicas: int = field(default=1, metadata={"help": "data-parallel copies of the model"})
+    device_iterations: int = field(default=1, metadata={"help": "iterations run on the device per call"})
+    gradient_accumulation: int = field(default=1, metadata={"help": "micro-batches per weight update"})
+    execution: Execution = field(default=Execution.SHARDED,
+                                 metadata={"help": "how the stages share the IPUs in time"})
+    sync_pattern: SyncPattern = field(default=SyncPattern.FULL, metadata={"help": "host I/O sync groups"})
+    synthetic_data: bool = field(default=False, metadata={"help": "no host<->device stream copies"})
+    recompute: bool = field(default=False, metadata={"help": "pipeline recomputation of the forward"})
+    offload: Offload = field(default=Offload(), metadata={"help": "tensors in streaming memory"})
+    output_period: int = field(
+        default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
+
+    def __post_init__(self) -> None:
+        for name in ("replicas", "device_iterations", "gradient_accumulation"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.output_period, int) or self.output_period < 0:
+            raise ValueError(f"output_period must be a non-negative integer, got {self.output_period!r}")
+        if not self.training and self.gradient_accumulation != 1:
+            raise ValueError(
+                "You must set gradient_accumulation to 1 for inference: gradient accumulation "
+                f"only applies to training, got gradient_accumulation={self.gradient_accumulation}")
+
+    @property
+    def micro_batches_per_iteration(self) -> int:
+        """Micro-batches each replica runs per device iteration."""
+        return self.gradient_accumulation
+
+    def validate(self, work: Work, num_ipus: int) -> None:
+        """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs."""
+        for stage in work.stages:
+            if stage.ipu >= num_ipus:
+                raise ValueError(
+                    f"Stage {stage.name!r} is placed on IPU {stage.ipu} but the system has "
+                    f"num_ipus={num_ipus} (IPUs 0..{num_ipus - 1}); place it on an existing IPU "
+                    "or simulate a larger system")
+        ipus_needed = work.ipus_per_replica * self.replicas
+        if ipus_needed > num_ipus:
+            raise ValueError(
+                f"replicas={self.replicas} x {work.ipus_per_replica} IPU(s) per replica needs "
+                f"{ipus_needed} IPUs but the system has num_ipus={num_ipus}; lower the "
+                "replication factor or simulate a larger system")
+        if self.execution is not Execution.PIPELINED:
+            return
+        stages = len(work.merged().stages)
+        if self.training:
+            needed = 2 * stages - 1
+            if self.gradient_accumulation < needed:
+                raise ValueError(
+                    f"gradient_accumulation must be greater than or equal to the number of "
+                    f"pipeline stages ({needed}) when using pipelined training with "
+                    f"{stages} forward stages: gradient_accumulation={self.gradient_accumulation}")
+        elif self.device_iterations < stages:
+            raise ValueError(
+                f"device_iterations must be greater than or equal to the number of pipeline "
+                f"stages ({stages}) for pipelined inference, got device_iterations="
+                f"{self.device_iterations}")

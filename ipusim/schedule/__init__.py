@@ -1,0 +1,30 @@
+"""Schedules: from a work description to one program per IPU, call by call."""
+from __future__ import annotations
+
+from ipusim.cost_model import CostModel
+from ipusim.hardware import SystemSpec
+from ipusim.program import Instruction
+from ipusim.run_config import RunConfig
+from ipusim.schedule.builder import ProgramBuilder
+from ipusim.schedule.phased import emit_phased
+from ipusim.schedule.pipelined import emit_pipelined, pipeline_stages
+from ipusim.schedule.sharded import emit_sharded
+from ipusim.work import Execution, Work
+
+_EMITTERS = {
+    Execution.SHARDED: emit_sharded,
+    Execution.PIPELINED: emit_pipelined,
+    Execution.PHASED: emit_phased,
+}
+
+
+def build_step(work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel,
+               step: int) -> list[list[Instruction]]:
+    """The per-IPU programs of one call to the model (index ``step``)."""
+    builder = ProgramBuilder(work, run, spec, cost, step)
+    builder.host_call()
+    _EMITTERS[run.execution](builder)
+    return builder.programs
+
+
+__all__ = ["build_step", "pipeline_stages", "ProgramBuilder"]

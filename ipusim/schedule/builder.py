@@ -1,0 +1,199 @@
+"""The program builder: emits one replica's schedule into every replica's IPUs.
+
+The schedules (sharded, pipelined, phased) speak in logical IPUs of one
+replica; the builder maps them to physical IPUs (replica r, IPU i ->
+``r * ipus_per_replica + i``), prices every instruction with the cost model
+and adds the sync groups the sync pattern asks for.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ipusim.cost_model import CostModel
+from ipusim.hardware import SystemSpec
+from ipusim.program import Busy, Exchange, HostIO, Instruction
+from ipusim.run_config import RunConfig
+from ipusim.sync_groups import gs1_group, gs2_group
+from ipusim.work import Cost, Work
+
+
+class Copy(NamedTuple):
+    """Bytes one logical IPU sends another in an exchange."""
+
+    src: int
+    nbytes: int
+    stage: int
+    micro_batch: int
+
+
+class StagePrices(NamedTuple):
+    """A stage's costs and their durations on this system, per micro-batch."""
+
+    forward: Cost
+    backward: Cost
+    recompute: Cost
+    update: Cost
+    forward_ps: int
+    backward_ps: int
+    recompute_ps: int
+    update_ps: int
+
+
+class ProgramBuilder:
+    """Accumulates the per-IPU programs of one step."""
+
+    def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int):
+        self.work = work.merged()
+        self.run = run
+        self.spec = spec
+        self.cost = cost
+        self.step = step
+        self.stages = self.work.stages
+        self.ipus_per_replica = self.work.ipus_per_replica
+        self.num_ipus = run.replicas * self.ipus_per_replica
+        self.programs: list[list[Instruction]] = [[] for _ in range(self.num_ipus)]
+        self.prices = [self._price(stage) for stage in self.stages]
+        self._gs2 = gs2_group(self.num_ipus)
+        self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
+
+    def _price(self, stage) -> StagePrices:
+        ipu, cost = self.spec.ipu, self.cost
+        update = cost.update_cost(stage)
+        return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
+                           cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
+                           cost.compute_ps(stage.recompute_cost, ipu), cost.compute_ps(update, ipu))
+
+    def _physical(self, logical_ipu: int) -> range:
+        return range(logical_ipu, self.num_ipus, self.ipus_per_replica)
+
+    # Compute ---------------------------------------------------------------
+    def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
+        """One pass of ``kind`` (forward, backward, recompute) of a stage, in every replica."""
+        price = self.prices[stage]
+        work, duration = {
+            "forward": (price.forward, price.forward_ps),
+            "backward": (price.backward, price.backward_ps),
+            "recompute": (price.recompute, price.recompute_ps),
+        }[kind]
+        self.busy(self.stages[stage].ipu, kind, stage, micro_batch, cycle, duration, work)
+
+    def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, cycle: int,
+             duration: int, work: Cost = Cost(), nbytes: float | None = None) -> None:
+        """The IPU is busy for ``duration`` ps, in every replica."""
+        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops,
+                   work.bytes if nbytes is None else nbytes)
+        for ipu in self._physical(logical_ipu):
+            self.programs[ipu].append(ins)
+
+    def weight_update(self, stages: list[int] | None = None, cycle: int = -1) -> None:
+        """All-reduce the gradients across replicas, then update the stages' weights.
+
+        ``stages`` defaults to every stage; phased execution updates one phase at a time.
+        """
+        indices = range(len(self.stages)) if stages is None else stages
+        if self.run.replicas > 1:
+            grads = [0] * self.ipus_per_replica
+            for index in indices:
+                grads[self.stages[index].ipu] += self.stages[index].weight_bytes
+            times = [self.cost.all_reduce_ps(g, self.run.replicas, self.spec.ipu) for g in grads]
+            self._collective("all_reduce", max(times), times, grads, cycle)
+        for index in indices:
+            price, offloaded = self.prices[index], self._offloaded_state(index)
+            self._stream("stream_in", index, offloaded, cycle)
+            self.busy(self.stages[index].ipu, "weight_update", index, -1, cycle,
+                      price.update_ps, price.update)
+            self._stream("stream_out", index, offloaded, cycle)
+
+    def load_offloaded_weights(self) -> None:
+        """Weights kept in streaming memory come on chip before an iteration's forward."""
+        if self.run.offload.weights:
+            for index, stage in enumerate(self.stages):
+                self._stream("stream_in", index, stage.weight_bytes, -1)
+
+    def _offloaded_state(self, index: int) -> int:
+        """Bytes of a stage's update state that live in streaming memory."""
+        stage, offload = self.stages[index], self.run.offload
+        accumulating = self.run.gradient_accumulation > 1
+        return ((stage.weight_bytes if offload.weights else 0)
+                + (stage.optimizer_bytes if offload.optimizer else 0)
+                + (stage.weight_bytes if offload.accumulators and accumulating else 0))
+
+    def _stream(self, kind: str, index: int, nbytes: int, cycle: int) -> None:
+        if nbytes:
+            self.busy(self.stages[index].ipu, kind, index, -1, cycle,
+                      self.cost.streaming_ps(nbytes, self.spec), nbytes=nbytes)
+
+    # Host ------------------------------------------------------------------
+    def host_call(self) -> None:
+        """The host's round trip that starts every call: all IPUs wait for it."""
+        overhead = self.cost.call_overhead_ps
+        self._collective("host_call", overhead, [overhead] * self.ipus_per_replica,
+                         [0] * self.ipus_per_replica, -1, sync=0)
+
+    def host_input(self, micro_batch: int, cycle: int = -1) -> None:
+        """Stream one micro-batch's inputs to the first stage's IPU."""
+        self._host_io(self.stages[0].ipu, 0, micro_batch, cycle, h2d_bytes=self.work.input_bytes)
+
+    def host_output(self, micro_batch: int, cycle: int = -1) -> None:
+        """Stream one micro-batch's outputs back, if the output mode returns them."""
+        if self.anchored(micro_batch):
+            last = len(self.stages) - 1
+            self._host_io(self.stages[last].ipu, last, micro_batch, cycle,
+                          d2h_bytes=self.work.output_bytes)
+
+    def anchored(self, micro_batch: int) -> bool:
+        """Whether the outputs of ``micro_batch`` go back to the host."""
+        period = self.run.output_period
+        if period == 0:
+            return micro_batch == self.micro_batches_per_step - 1
+        return (micro_batch + 1) % period == 0
+
+    @property
+    def micro_batches_per_step(self) -> int:
+        """Micro-batches each replica runs in one call."""
+        return self.run.device_iterations * self.run.gradient_accumulation
+
+    def _host_io(self, logical_ipu: int, stage: int, micro_batch: int, cycle: int,
+                 h2d_bytes: int = 0, d2h_bytes: int = 0) -> None:
+        if self.run.synthetic_data or (h2d_bytes == 0 and d2h_bytes == 0):
+            return
+        pattern, n = self.run.sync_pattern, self.num_ipus
+        active = set(self._physical(logical_ipu))
+        groups = {gs1_group(pattern, ipu, n) for ipu in active}
+        h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
+        d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
+        for group in sorted(groups):
+            for ipu in group:
+                mine = ipu in active
+                self.programs[ipu].append(HostIO(
+                    group, self.cost.host_sync_ps,
+                    h2d if mine else 0, h2d_bytes if mine else 0,
+                    d2h if mine else 0, d2h_bytes if mine else 0,
+                    stage, micro_batch, self.step, cycle))
+
+    # IPU to IPU ------------------------------------------------------------
+    def exchange(self, copies: list[Copy], cycle: int = -1) -> None:
+        """An exchange on GS2: every IPU syncs, then the copies run in parallel."""
+        nbytes = [0] * self.ipus_per_replica
+        first: list[Copy | None] = [None] * self.ipus_per_replica
+        for copy in copies:
+            nbytes[copy.src] += copy.nbytes
+            first[copy.src] = first[copy.src] or copy
+        times = [self.cost.ipu_copy_ps(b, self.spec.ipu) for b in nbytes]
+        phase = max(times, default=0)
+        for logical in range(self.ipus_per_replica):
+            label = first[logical]
+            stage, mb = (label.stage, label.micro_batch) if label else (-1, -1)
+            ins = Exchange(self._gs2, self._ipu_sync, phase, times[logical], nbytes[logical],
+                           stage, mb, self.step, cycle)
+            for ipu in self._physical(logical):
+                self.programs[ipu].append(ins)
+
+    def _collective(self, kind: str, phase: int, times: list[int], nbytes: list[int],
+                    cycle: int, sync: int | None = None) -> None:
+        sync = self._ipu_sync if sync is None else sync
+        for logical in range(self.ipus_per_replica):
+            ins = Exchange(self._gs2, sync, phase, times[logical], nbytes[logical],
+                           -1, -1, self.step, cycle, kind)
+            for ipu in self._physical(logical):
+                self.programs[ipu].append(ins)

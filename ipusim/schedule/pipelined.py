@@ -1,0 +1,74 @@
+"""Pipelined execution, as PopART schedules it.
+
+With F forward stages a training pipeline has P = 2F - 1 stages: forward
+stages 0 .. F-1, then backward stages F-1 .. 0, the last forward stage fused
+with the first backward one. Inference has P = F. With N micro-batches a
+pipeline run takes N + P - 1 cycles (P - 1 ramp-up, N - P + 1 main, P - 1
+ramp-down); in cycle c pipeline stage j works on micro-batch c - j. Every
+cycle runs host-to-device fragments, the stages' compute (stages sharing an
+IPU run one after the other), device-to-host, then the inter-IPU copies on
+GS2. Training flushes the pipeline before the weight update.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ipusim.schedule.builder import Copy, ProgramBuilder
+
+
+class PipelineStage(NamedTuple):
+    """One of the P pipeline stages: which model stage, and in which direction(s)."""
+
+    stage: int
+    forward: bool
+    backward: bool
+
+
+def pipeline_stages(num_stages: int, training: bool) -> list[PipelineStage]:
+    """The P pipeline stages of a model of ``num_stages`` forward stages."""
+    last = num_stages - 1
+    if not training:
+        return [PipelineStage(k, True, False) for k in range(num_stages)]
+    forward = [PipelineStage(k, True, False) for k in range(last)]
+    fused = [PipelineStage(last, True, True)]
+    backward = [PipelineStage(k, False, True) for k in range(last - 1, -1, -1)]
+    return forward + fused + backward
+
+
+def emit_pipelined(b: ProgramBuilder) -> None:
+    """Emit one call's worth of pipelined execution into ``b``."""
+    run, stages = b.run, b.stages
+    pipeline = pipeline_stages(len(stages), run.training)
+    if run.training:
+        runs, per_run = run.device_iterations, run.gradient_accumulation
+    else:
+        runs, per_run = 1, run.device_iterations
+    last = len(stages) - 1
+    for r in range(runs):
+        b.load_offloaded_weights()
+        base = r * per_run
+        for cycle in range(per_run + len(pipeline) - 1):
+            if cycle < per_run:
+                b.host_input(base + cycle, cycle)
+            copies = []
+            for j, ps in enumerate(pipeline):
+                m = cycle - j
+                if not 0 <= m < per_run:
+                    continue
+                k, ipu = ps.stage, stages[ps.stage].ipu
+                if ps.forward:
+                    b.compute("forward", k, base + m, cycle)
+                    if k < last and stages[k + 1].ipu != ipu:
+                        copies.append(Copy(ipu, stages[k].activation_bytes, k, base + m))
+                if ps.backward:
+                    if run.recompute and not ps.forward:
+                        b.compute("recompute", k, base + m, cycle)
+                    b.compute("backward", k, base + m, cycle)
+                    if k > 0 and stages[k - 1].ipu != ipu:
+                        copies.append(Copy(ipu, stages[k - 1].activation_bytes, k, base + m))
+            out = cycle - last
+            if 0 <= out < per_run:
+                b.host_output(base + out, cycle)
+            b.exchange(copies, cycle)
+        if run.training:
+            b.weight_update()

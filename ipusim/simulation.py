@@ -1,0 +1,125 @@
+"""The facade: a work description run on a system, call after call."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import pandas as pd
+
+from ipusim import metrics
+from ipusim.cost_model import DEFAULT, CostModel
+from ipusim.hardware import SystemSpec
+from ipusim.recorder import Recorder
+from ipusim.run_config import RunConfig
+from ipusim.schedule import build_step
+from ipusim.system import System
+from ipusim.work import Execution, Work
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The events of a simulation and the figures derived from them."""
+
+    events: pd.DataFrame
+    work: Work
+    run: RunConfig
+    system: SystemSpec
+    steps: int
+    instance: int = 0
+
+    @property
+    def num_ipus(self) -> int:
+        """IPUs the engine uses (replicas x IPUs per replica)."""
+        return self.run.replicas * self.work.ipus_per_replica
+
+    @property
+    def items(self) -> int:
+        """Samples processed over all calls and replicas."""
+        run = self.run
+        return (self.steps * run.replicas * run.device_iterations * run.gradient_accumulation
+                * self.work.micro_batch_size)
+
+    @property
+    def duration_ps(self) -> int:
+        return metrics.span_ps(self.events)
+
+    def throughput(self) -> float:
+        """Items per simulated second."""
+        return metrics.throughput(self.events, self.items)
+
+    def per_ipu(self) -> pd.DataFrame:
+        return metrics.per_ipu(self.events, self.num_ipus)
+
+    def utilisation(self) -> pd.Series:
+        return metrics.utilisation(self.events, self.num_ipus)
+
+    def host_io_share(self) -> float:
+        return metrics.host_io_share(self.events, self.num_ipus)
+
+    def sync_wait_share(self) -> float:
+        return metrics.sync_wait_share(self.events, self.num_ipus)
+
+    def bubble_fraction(self) -> float:
+        """Pipeline bubble (0 when the execution is not pipelined)."""
+        if self.run.execution is not Execution.PIPELINED:
+            return 0.0
+        return metrics.bubble_fraction(self.events, len(self.work.merged().stages),
+                                       self.run.training, self.run.gradient_accumulation)
+
+    def latency_ps(self) -> float:
+        return metrics.latency_ps(self.events)
+
+    def summary(self) -> dict[str, float]:
+        """The headline figures, in the units a person reads them."""
+        return {
+            "items": self.items,
+            "duration(ms)": self.duration_ps / 1e9,
+            "throughput(items/s)": self.throughput(),
+            "latency(us)": self.latency_ps() / 1e6,
+            "utilisation": float(self.utilisation().mean()),
+            "bubble_fraction": self.bubble_fraction(),
+            "host_io_share": self.host_io_share(),
+            "sync_wait_share": self.sync_wait_share(),
+        }
+
+
+class Simulation:
+    """An engine (one compiled model) on a simulated system; each call is a step."""
+
+    def __init__(self, work: Work, run: RunConfig = RunConfig(),
+                 system: SystemSpec = SystemSpec(), cost_model: CostModel = DEFAULT,
+                 instance: int = 0):
+        run.validate(work, system.num_ipus)
+        self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
+        self.instance = instance
+        self.recorder = Recorder()
+        self.system = System(system, self.recorder)
+        self.steps = 0
+
+    def step(self) -> int:
+        """Simulate one call to the model; returns its simulated duration in ps."""
+        start = self.system.now_ps
+        self.system.run(build_step(self.work, self.run, self.spec, self.cost_model, self.steps))
+        self.steps += 1
+        self.__dict__.pop("timeline", None)
+        return self.system.now_ps - start
+
+    def run_steps(self, steps: int) -> "Timeline":
+        """Simulate ``steps`` calls and return the timeline so far."""
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        for _ in range(steps):
+            self.step()
+        return self.timeline
+
+    @cached_property
+    def timeline(self) -> Timeline:
+        """The events so far, as a :class:`Timeline`."""
+        events = self.recorder.to_frame(self.work.ipus_per_replica, self.instance)
+        return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance)
+
+
+def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),
+             cost_model: CostModel = DEFAULT, steps: int = 1) -> Timeline:
+    """Simulate ``steps`` calls of ``work`` run as ``run`` on ``system``."""
+    return Simulation(work, run, system, cost_model).run_steps(steps)

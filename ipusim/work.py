@@ -1,0 +1,133 @@
+"""The work description: what a model costs, independent of how it is run.
+
+ipusim never sees a torch model. It sees stages with costs per micro-batch
+(FLOPs, bytes of memory traffic, operator count), the bytes that cross
+between stages and to the host, and where each stage lives. A user can write
+one by hand ("timing-only") or let ``poptorch_shim`` measure it from a real
+model.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost of one piece of compute on one micro-batch."""
+
+    flops: float = field(default=0.0, metadata={"help": "floating-point operations"})
+    bytes: float = field(default=0.0, metadata={"help": "bytes read and written in SRAM"})
+    ops: int = field(default=0, metadata={"help": "operators (compute sets), each a BSP superstep"})
+    time_ps: int = field(default=0, metadata={"help": "fixed extra time in picoseconds"})
+
+    def __post_init__(self) -> None:
+        for name in ("flops", "bytes", "ops", "time_ps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Cost.{name} must not be negative, got {getattr(self, name)!r}")
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.flops + other.flops, self.bytes + other.bytes,
+                    self.ops + other.ops, self.time_ps + other.time_ps)
+
+    def scaled(self, factor: float) -> "Cost":
+        """The same work done ``factor`` times (ops and fixed time unchanged)."""
+        return Cost(self.flops * factor, self.bytes * factor, self.ops, self.time_ps)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A contiguous part of the model placed on one IPU of a replica."""
+
+    name: str
+    ipu: int = field(default=0, metadata={"help": "IPU of the replica the stage runs on"})
+    forward: Cost = field(default=Cost(), metadata={"help": "forward pass, one micro-batch"})
+    backward: Cost = field(default=Cost(), metadata={"help": "backward pass, one micro-batch"})
+    recompute: Cost | None = field(
+        default=None, metadata={"help": "forward recomputed before backward; None: the forward"})
+    update: Cost | None = field(
+        default=None, metadata={"help": "weight update; None: derived from weight_bytes"})
+    activation_bytes: int = field(
+        default=0, metadata={"help": "bytes of the stage's output for one micro-batch"})
+    stash_bytes: int = field(
+        default=0, metadata={"help": "activations kept for the backward, one micro-batch"})
+    weight_bytes: int = field(default=0, metadata={"help": "parameters held by the stage"})
+    optimizer_bytes: int = field(default=0, metadata={"help": "optimizer state of the stage"})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ipu, int) or self.ipu < 0:
+            raise ValueError(f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
+        for name in ("activation_bytes", "stash_bytes", "weight_bytes", "optimizer_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"Stage {self.name!r}: {name} must not be negative, got {getattr(self, name)!r}")
+
+    @property
+    def recompute_cost(self) -> Cost:
+        """What recomputing the forward costs (the forward itself unless given)."""
+        return self.forward if self.recompute is None else self.recompute
+
+
+class Execution(enum.Enum):
+    """How the stages of one replica share its IPUs in time."""
+
+    SHARDED = "sharded"        # one stage at a time, micro-batch after micro-batch
+    PIPELINED = "pipelined"    # PopART's pipeline: all stages busy on different micro-batches
+    PHASED = "phased"          # serial phased: each phase streams its weights in, runs, streams out
+
+
+@dataclass(frozen=True)
+class Work:
+    """A model's stages and the data it moves per sample."""
+
+    stages: tuple[Stage, ...]
+    micro_batch_size: int = field(default=1, metadata={"help": "samples in one micro-batch"})
+    input_bytes_per_sample: int = field(default=0, metadata={"help": "host-to-device bytes per sample"})
+    output_bytes_per_sample: int = field(default=0, metadata={"help": "device-to-host bytes per sample"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        if not self.stages:
+            raise ValueError("Work needs at least one stage, got none")
+        if not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
+        for name in ("input_bytes_per_sample", "output_bytes_per_sample"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
+
+    @property
+    def ipus_per_replica(self) -> int:
+        """IPUs one replica occupies: one more than the highest stage IPU."""
+        return max(stage.ipu for stage in self.stages) + 1
+
+    @property
+    def input_bytes(self) -> int:
+        """Host-to-device bytes of one micro-batch."""
+        return self.input_bytes_per_sample * self.micro_batch_size
+
+    @property
+    def output_bytes(self) -> int:
+        """Device-to-host bytes of one micro-batch."""
+        return self.output_bytes_per_sample * self.micro_batch_size
+
+    def merged(self) -> "Work":
+        """Merge consecutive stages on the same IPU into one, as PopART does."""
+        out: list[Stage] = []
+        for stage in self.stages:
+            if out and out[-1].ipu == stage.ipu:
+                prev = out.pop()
+                stage = Stage(
+                    name=f"{prev.name}+{stage.name}", ipu=stage.ipu,
+                    forward=prev.forward + stage.forward,
+                    backward=prev.backward + stage.backward,
+                    recompute=(None if prev.recompute is None and stage.recompute is None
+                               else prev.recompute_cost + stage.recompute_cost),
+                    update=(None if prev.update is None and stage.update is None
+                            else (prev.update or Cost()) + (stage.update or Cost())),
+                    activation_bytes=stage.activation_bytes,
+                    stash_bytes=prev.stash_bytes + stage.stash_bytes,
+                    weight_bytes=prev.weight_bytes + stage.weight_bytes,
+                    optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes)
+            out.append(stage)
+        return Work(tuple(out), self.micro_batch_size, self.input_bytes_per_sample,
+                    self.output_bytes_per_sample)
