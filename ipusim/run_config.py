@@ -34,12 +34,15 @@ class RunConfig:
     sync_pattern: SyncPattern = field(default=SyncPattern.FULL, metadata={"help": "host I/O sync groups"})
     synthetic_data: bool = field(default=False, metadata={"help": "no host<->device stream copies"})
     recompute: bool = field(default=False, metadata={"help": "pipeline recomputation of the forward"})
+    instances: int = field(
+        default=1, metadata={"help": "host processes (poprun instances) whose replicas all-reduce "
+                                     "together"})
     offload: Offload = field(default=Offload(), metadata={"help": "tensors in streaming memory"})
     output_period: int = field(
         default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
 
     def __post_init__(self) -> None:
-        for name in ("replicas", "device_iterations", "gradient_accumulation"):
+        for name in ("replicas", "device_iterations", "gradient_accumulation", "instances"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -51,9 +54,9 @@ class RunConfig:
                 f"only applies to training, got gradient_accumulation={self.gradient_accumulation}")
 
     @property
-    def micro_batches_per_iteration(self) -> int:
-        """Micro-batches each replica runs per device iteration."""
-        return self.gradient_accumulation
+    def total_replicas(self) -> int:
+        """Replicas over all instances: the width of the gradient all-reduce."""
+        return self.replicas * self.instances
 
     def validate(self, work: Work, num_ipus: int) -> None:
         """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs."""

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import pandas as pd
+from tqdm import tqdm
 
 from ipusim import metrics
 from ipusim.cost_model import DEFAULT, CostModel
@@ -104,11 +105,20 @@ class Simulation:
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start
 
-    def run_steps(self, steps: int) -> "Timeline":
-        """Simulate ``steps`` calls and return the timeline so far."""
+    def wait_until(self, time_ps: int) -> None:
+        """Let the engine's IPUs idle until ``time_ps`` (e.g. for other instances)."""
+        self.system.wait_until(time_ps, range(self.run.replicas * self.work.ipus_per_replica),
+                               max(self.steps - 1, 0))
+        self.__dict__.pop("timeline", None)
+
+    def run_steps(self, steps: int, progress: bool = False) -> "Timeline":
+        """Simulate ``steps`` calls and return the timeline so far.
+
+        ``progress=True`` shows a tqdm progress bar (on stderr) over the steps.
+        """
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be a positive integer, got {steps!r}")
-        for _ in range(steps):
+        for _ in tqdm(range(steps), desc="simulating", unit="step", disable=not progress):
             self.step()
         return self.timeline
 

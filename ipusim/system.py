@@ -67,6 +67,16 @@ class System:
         self.env.run(until=simpy.AllOf(self.env, done))
         return self.env.now
 
+    def wait_until(self, time_ps: int, ipus: Sequence[int], step: int) -> None:
+        """Hold ``ipus`` idle until ``time_ps``: a sync with something outside the
+        system (another instance's clock), recorded as sync_wait."""
+        if time_ps <= self.env.now:
+            return
+        for ipu in ipus:
+            self.recorder.rows.append((self.env.now, time_ps, ipu, "sync_wait", -1, -1, step, -1,
+                                       0, 0.0))
+        self.env.run(until=time_ps)
+
     def _barrier(self, group: Group) -> Barrier:
         barrier = self._barriers.get(group)
         if barrier is None:

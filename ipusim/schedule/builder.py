@@ -91,11 +91,12 @@ class ProgramBuilder:
         ``stages`` defaults to every stage; phased execution updates one phase at a time.
         """
         indices = range(len(self.stages)) if stages is None else stages
-        if self.run.replicas > 1:
+        if self.run.total_replicas > 1:
             grads = [0] * self.ipus_per_replica
             for index in indices:
                 grads[self.stages[index].ipu] += self.stages[index].weight_bytes
-            times = [self.cost.all_reduce_ps(g, self.run.replicas, self.spec.ipu) for g in grads]
+            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
+                     for g in grads]
             self._collective("all_reduce", max(times), times, grads, cycle)
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)

@@ -1,0 +1,34 @@
+"""poptorch_shim: PopTorch's Python API over the ipusim simulator.
+
+Run an unmodified PopTorch script with ``python -m poptorch_shim SCRIPT.py``:
+``import poptorch`` then resolves to this package. The public API is
+re-exported here from thin modules; the machinery lives in underscore
+modules.
+"""
+from poptorch_shim.enums import (DataLoaderMode, OutputMode, RecomputationType, ReductionType,
+                                 SyncPattern)
+from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
+from poptorch_shim.options import Options, TensorLocationSettings
+
+__version__ = "3.3.0+ipusim"
+
+
+def _alias_modules(alias: str, package: str) -> None:
+    """Register ``alias.X`` for every loaded ``package.X`` so both names share modules."""
+    import sys
+    for name, module in list(sys.modules.items()):
+        if name.startswith(package + ".") and not name.split(".")[-1].startswith("_"):
+            sys.modules.setdefault(alias + name[len(package):], module)
+
+
+def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
+    """Whether the simulated machine has at least ``num_ipus`` IPUs."""
+    from poptorch_shim._device import available_ipus
+    return num_ipus <= available_ipus()
+
+
+__all__ = [
+    "DataLoaderMode", "Options", "OutputMode", "PoplarExecutor", "RecomputationType",
+    "ReductionType", "SyncPattern", "TensorLocationSettings", "inferenceModel",
+    "ipuHardwareIsAvailable", "trainingModel",
+]

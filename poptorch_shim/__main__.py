@@ -1,0 +1,6 @@
+"""``python -m poptorch_shim SCRIPT.py [ARGS]``."""
+import sys
+
+from poptorch_shim.runner import main
+
+sys.exit(main())

@@ -1,0 +1,12 @@
+"""``import poptorch`` under the ipusim runner: the name is poptorch_shim.
+
+This folder is put on ``sys.path`` (and ``PYTHONPATH``, for spawned worker
+processes) only by :mod:`poptorch_shim.runner`; it makes ``poptorch`` and
+its submodules the very same module objects as ``poptorch_shim``'s.
+"""
+import sys
+
+from poptorch_shim import _alias_modules
+
+_alias_modules("poptorch", "poptorch_shim")
+sys.modules[__name__] = sys.modules["poptorch_shim"]

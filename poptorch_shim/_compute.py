@@ -1,0 +1,84 @@
+"""Real torch compute for one micro-batch, and what each stage of it costs.
+
+A *runner* executes the forward (and in training the backward) of one
+micro-batch and can profile the stages it runs. :class:`WholeModel` runs the
+model as a single stage on IPU 0; the staged runner for Blocks lives in
+:mod:`poptorch_shim._staged`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from ipusim import Cost
+from poptorch_shim._cost_probe import measure, tensor_bytes
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """What one stage costs per micro-batch and holds, measured on real tensors."""
+
+    name: str
+    ipu: int
+    forward: Cost
+    backward: Cost
+    activation_bytes: int
+    stash_bytes: int
+    weight_bytes: int
+
+
+def find_loss(output: Any) -> torch.Tensor:
+    """The loss of a training model's output: the output itself if it is a
+    tensor, else its last single-element tensor that requires grad."""
+    if isinstance(output, torch.Tensor):
+        candidates = [output]
+    else:
+        candidates = [leaf for leaf in tree_flatten(output)[0]
+                      if isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad]
+    if not candidates or not candidates[-1].requires_grad or candidates[-1].numel() != 1:
+        raise RuntimeError(
+            "A training model must return its loss: a single-element tensor that requires "
+            "grad, either alone or as the last such tensor of a tuple of outputs, e.g. "
+            "`return output, self.loss(output, target)`")
+    return candidates[-1]
+
+
+def parameter_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the module's parameters (what the IPU holds as weights)."""
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+class WholeModel:
+    """Runs the model as one stage on one IPU."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def run(self, args: tuple, kwargs: dict, training: bool, loss_scale: float) -> Any:
+        """Forward one micro-batch; in training also backward, gradients scaled by ``loss_scale``."""
+        if not training:
+            with torch.no_grad():
+                return self.model(*args, **kwargs)
+        output = self.model(*args, **kwargs)
+        (find_loss(output) * loss_scale).backward()
+        return output
+
+    def profile(self, args: tuple, kwargs: dict,
+                training: bool) -> tuple[list[StageProfile], Any]:
+        """Measure one micro-batch (on whatever model this runner holds): the
+        stages' costs, and the output."""
+        with torch.set_grad_enabled(training), measure() as forward:
+            output = self.model(*args, **kwargs)
+        backward_cost = Cost()
+        if training:
+            with measure() as backward:
+                find_loss(output).backward()
+            backward_cost = backward.cost
+        stage = StageProfile("model", 0, forward.cost, backward_cost,
+                             activation_bytes=tensor_bytes(output),
+                             stash_bytes=forward.saved_bytes,
+                             weight_bytes=parameter_bytes(self.model))
+        return [stage], output

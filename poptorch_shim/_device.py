@@ -1,0 +1,150 @@
+"""The simulated IPU device behind a model: options and measured stages to ipusim.
+
+This module translates PopTorch's options into ipusim's run configuration
+and system, keeps the :class:`ipusim.Simulation` that advances with every
+call, and reads PopTorch's timing figures (cycle count, performance
+counters, latency) off the simulated event table.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pandas as pd
+
+import ipusim
+from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
+from ipusim.memory import check_fits, memory_per_ipu
+from poptorch_shim import enums
+from poptorch_shim._compute import StageProfile
+
+DEFAULT_NUM_IPUS = 16  # an IPU-POD16: four IPU-M2000s
+_OUTPUT_PERIOD = {enums.OutputMode.All: 1, enums.OutputMode.Final: 0, enums.OutputMode.Sum: 0}
+
+
+def available_ipus() -> int:
+    """IPUs of the simulated machine: ``IPUSIM_NUM_IPUS`` or an IPU-POD16."""
+    value = os.environ.get("IPUSIM_NUM_IPUS", str(DEFAULT_NUM_IPUS))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"IPUSIM_NUM_IPUS must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def execution_of(strategy) -> Execution:
+    """The ipusim execution kind of a PopTorch execution strategy (None: sharded)."""
+    if strategy is None:
+        return Execution.SHARDED
+    return Execution(strategy.execution_kind)
+
+
+def run_config(options, training: bool, num_stages: int) -> RunConfig:
+    """PopTorch options as an ipusim :class:`RunConfig`."""
+    mode = options.resolved_output_mode(training)
+    period = options.output_return_period if mode == enums.OutputMode.EveryN else _OUTPUT_PERIOD[mode]
+
+    def offloaded(kind: str) -> bool:
+        settings = options.TensorLocations.location(kind)
+        return settings is not None and settings.on_chip is False
+
+    execution = execution_of(options.execution_strategy)
+    return RunConfig(
+        training=training,
+        replicas=options.replication_factor,
+        instances=options.Distributed.num_processes,
+        device_iterations=options.device_iterations,
+        gradient_accumulation=options.Training.gradient_accumulation,
+        execution=execution,
+        sync_pattern=ipusim.SyncPattern(options.sync_pattern.name),
+        synthetic_data=options.synthetic_data,
+        recompute=(training and execution is Execution.PIPELINED and num_stages > 1
+                   and options.recomputation != enums.RecomputationType.NoRecompute),
+        offload=Offload(weights=offloaded("weight"), optimizer=offloaded("optimizer"),
+                        accumulators=offloaded("accumulator"), activations=offloaded("activation")),
+        output_period=period)
+
+
+def system_spec(options) -> ipusim.SystemSpec:
+    """The simulated system the options ask for (an IPU-POD16 of Mk2 IPUs by default)."""
+    num_ipus = options.sim_num_ipus or available_ipus()
+    return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
+
+
+def cost_model(options) -> ipusim.CostModel:
+    """The calibrated Mk2 cost model with the options' overrides."""
+    return replace(ipusim.CALIBRATED_MK2, **options.sim_cost_overrides)
+
+
+class SimulatedDevice:
+    """One compiled model on the simulated system: a step per call."""
+
+    def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
+                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
+        self.work = Work(
+            tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
+                        activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
+                        weight_bytes=s.weight_bytes,
+                        optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio) if training else 0)
+                  for s in stages),
+            micro_batch_size=micro_batch_size,
+            input_bytes_per_sample=input_bytes // micro_batch_size,
+            output_bytes_per_sample=output_bytes // micro_batch_size)
+        self.run = run_config(options, training, len(stages))
+        self.spec = system_spec(options)
+        self.memory = memory_per_ipu(self.work, self.run, self.spec)
+        check_fits(self.memory)
+        self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
+                                     instance=options.Distributed.process_id)
+        self.step_durations: list[int] = []
+
+    def step(self) -> int:
+        """Advance the simulation by one call; its duration in picoseconds."""
+        duration = self.simulation.step()
+        self.step_durations.append(duration)
+        return duration
+
+    @property
+    def timeline(self) -> ipusim.Timeline:
+        return self.simulation.timeline
+
+    def cycle_count(self) -> int:
+        """Cycles of the last call at the IPU clock."""
+        if not self.step_durations:
+            raise RuntimeError("The model has not been run yet: there is no cycle count")
+        return int(self.step_durations[-1] * self.spec.ipu.clock_hz / 10**12)
+
+    def perf_counters(self) -> dict[str, list[list[float]]]:
+        """PopTorch's performance counters for the last call, in simulated seconds.
+
+        ``input``/``input_complete``: when each micro-batch's input copy began
+        and ended; ``output``/``output_complete``: when its result was ready
+        and when it reached the host. One list per tensor (here one), one
+        entry per micro-batch.
+        """
+        events = self.timeline.events
+        last = events[(events["step"] == events["step"].max()) & (events["replica"] == 0)]
+        by_mb = last[last["micro_batch"] >= 0].groupby("micro_batch")
+        h2d = last[last["kind"] == "host_to_device"].groupby("micro_batch")
+        d2h = last[last["kind"] == "device_to_host"].groupby("micro_batch")
+        forward = last[last["kind"] == "forward"].groupby("micro_batch")
+        mbs = sorted(by_mb.groups)
+        first = by_mb["start_ps"].min()
+        ready = forward["end_ps"].max()
+        start = h2d["start_ps"].min().reindex(mbs).fillna(first)
+        loaded = h2d["end_ps"].max().reindex(mbs).fillna(first)
+        done = d2h["end_ps"].max().reindex(mbs).fillna(ready)
+        seconds = lambda series: [float(v) / 1e12 for v in series.reindex(mbs)]  # noqa: E731
+        return {"input": [seconds(start)], "input_complete": [seconds(loaded)],
+                "output": [seconds(ready)], "output_complete": [seconds(done)]}
+
+    def latency(self) -> tuple[float, float, float]:
+        """Round-trip latency (min, max, mean) in seconds: first input requested
+        to last output on the host, per micro-batch of the last call."""
+        counters = self.perf_counters()
+        durations = [end - start for start, end in
+                     zip(counters["input"][0], counters["output_complete"][0])]
+        if not durations:
+            return (0.0, 0.0, 0.0)
+        return (min(durations), max(durations), sum(durations) / len(durations))
+
+    def memory_table(self) -> pd.DataFrame:
+        return self.memory

@@ -1,0 +1,233 @@
+"""``trainingModel`` and ``inferenceModel``: a torch model run the PopTorch way.
+
+Each call takes one step's worth of data, runs real torch compute for every
+micro-batch of every replica (forward, and in training backward with the
+gradients reduced over micro-batches and replicas), applies one weight
+update per device iteration, advances the simulated IPU system by one step
+and returns the outputs the output mode asks for.
+"""
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any
+
+import torch
+
+from poptorch_shim import enums
+from poptorch_shim._batching import StepShape, assemble, detach_all, micro_batch_size, split
+from poptorch_shim._compute import WholeModel
+from poptorch_shim._cost_probe import tensor_bytes
+from poptorch_shim._device import SimulatedDevice
+from poptorch_shim._distributed import align_clock, reduce_gradients
+from poptorch_shim.options import Options
+
+NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
+
+# Executors alive in this process, so the runner can write their reports at the end.
+live_executors: "weakref.WeakSet[PoplarExecutor]" = weakref.WeakSet()
+
+
+def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
+    """Bytes of optimizer state per byte of weights."""
+    if optimizer is None:
+        return 0.0
+    from poptorch_shim.optim import optimizer_state_bytes
+    weights = sum(p.numel() * p.element_size() for group in optimizer.param_groups
+                  for p in group["params"])
+    return optimizer_state_bytes(optimizer) / weights if weights else 0.0
+
+
+class PoplarExecutor:
+    """The wrapper returned by :func:`trainingModel` and :func:`inferenceModel`."""
+
+    def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
+                 optimizer: torch.optim.Optimizer | None = None):
+        options = options if options is not None else Options()
+        if not training:
+            if options.Training.gradient_accumulation != 1:
+                raise ValueError(
+                    "Gradient accumulation should be left to its default value (1) for "
+                    f"inference, got Training.gradientAccumulation("
+                    f"{options.Training.gradient_accumulation})")
+            if optimizer is not None:
+                raise ValueError("An optimizer is only for training: inferenceModel takes none")
+        options._freeze()
+        self._user_model = model
+        self._options = options
+        self._training = training
+        self._optimizer = optimizer
+        if training and optimizer is None:
+            self._optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        self._runner = self._make_runner(model)
+        self._device: SimulatedDevice | None = None
+        self._attached = False
+        self._shape = StepShape(options.device_iterations, options.Training.gradient_accumulation,
+                                options.replication_factor)
+        live_executors.add(self)
+
+    def _make_runner(self, model: torch.nn.Module):
+        strategy = self._options.execution_strategy
+        if strategy is None:
+            return WholeModel(model)
+        from poptorch_shim._staged import StagedModel
+        return StagedModel(model, strategy)
+
+    # -- properties --------------------------------------------------------
+    @property
+    def model(self) -> torch.nn.Module:
+        """The wrapped torch model."""
+        return self._user_model
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    @property
+    def timeline(self):
+        """The simulated :class:`ipusim.Timeline` of every call so far."""
+        return self._require_device().timeline
+
+    @property
+    def device(self) -> SimulatedDevice:
+        """The simulated device (work, run configuration, system, memory)."""
+        return self._require_device()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_user_model"], name)
+
+    def isCompiled(self) -> bool:
+        return self._device is not None
+
+    def isAttachedToDevice(self) -> bool:
+        return self._attached
+
+    def _require_device(self) -> SimulatedDevice:
+        if self._device is None:
+            raise RuntimeError(NO_EXECUTABLE_ERR)
+        return self._device
+
+    # -- compile and run -----------------------------------------------------
+    def compile(self, *args, **kwargs) -> None:
+        """Measure the model on one micro-batch and build the simulated device.
+
+        Like PopTorch, compiling leaves the weights as they were: the
+        measurement runs on a copy of the model.
+        """
+        if self._device is not None:
+            return
+        first_args, first_kwargs = split((args, kwargs), self._shape)[0]
+        probe = copy.deepcopy(self._runner)
+        with _mode(probe.model, self._training):
+            stages, output = probe.profile(first_args, first_kwargs, self._training)
+        self._device = SimulatedDevice(
+            self._options, self._training, stages, micro_batch_size((args, kwargs), self._shape),
+            input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
+            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+        self._attached = True
+
+    def __call__(self, *args, **kwargs) -> Any:
+        if not self._attached and self._device is not None:
+            raise RuntimeError("Device is not attached: call attachToDevice() first")
+        self.compile(*args, **kwargs)
+        micro_batches = split((args, kwargs), self._shape)
+        outputs = self._run_step(micro_batches)
+        self._device.step()
+        align_clock(self._device.simulation)
+        mode = self._options.resolved_output_mode(self._training)
+        return assemble(outputs, self._shape, mode, self._options.output_return_period)
+
+    def _run_step(self, micro_batches: list) -> list:
+        """Real compute of every micro-batch of every replica, in stream order."""
+        shape, outputs = self._shape, []
+        per_update = shape.gradient_accumulation * shape.replicas
+        mean = self._options.Training.reduction_type == enums.ReductionType.Mean
+        scale = 1.0 / per_update if mean else 1.0
+        with _mode(self._user_model, self._training):
+            for start in range(0, len(micro_batches), per_update):
+                if self._training:
+                    self._optimizer.zero_grad()
+                for mb_args, mb_kwargs in micro_batches[start:start + per_update]:
+                    out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
+                    outputs.append(detach_all(out))
+                if self._training:
+                    reduce_gradients(self._user_model.parameters(), mean)
+                    self._optimizer.step()
+        return outputs
+
+    # -- weights, optimizer, device ----------------------------------------------
+    def copyWeightsToHost(self) -> None:
+        """Weights live in host memory here: nothing to copy, but the model must exist."""
+        self._require_device()
+
+    def copyWeightsToDevice(self) -> None:
+        """Weights live in host memory here: nothing to copy, but the model must exist."""
+        self._require_device()
+
+    def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Replace the optimizer of a training model (its state comes with it)."""
+        if not self._training:
+            raise ValueError("setOptimizer is only for training models")
+        self._optimizer = optimizer
+
+    def detachFromDevice(self) -> None:
+        self._require_device()
+        if not self._attached:
+            raise RuntimeError("Device is not attached")
+        self._attached = False
+
+    def attachToDevice(self) -> None:
+        self._require_device()
+        if self._attached:
+            raise RuntimeError("Device is already attached")
+        self._attached = True
+
+    def destroy(self) -> None:
+        """Release the simulated device; the model must be compiled again to run."""
+        self._device = None
+        self._attached = False
+
+    # -- timing readouts -------------------------------------------------------
+    def cycleCount(self) -> int:
+        """Cycles of the last call on the simulated IPUs (needs ``logCycleCount(True)``)."""
+        if not self._options.log_cycle_count:
+            raise RuntimeError(
+                "Cycle count logging is disabled. Please set option logCycleCount to True "
+                "to enable.")
+        return self._require_device().cycle_count()
+
+    def getPerfCounters(self) -> dict:
+        return self._require_device().perf_counters()
+
+    def getLatency(self) -> tuple[float, float, float]:
+        return self._require_device().latency()
+
+
+class _mode:
+    """Put a module in train or eval mode for a block, then restore it."""
+
+    def __init__(self, module: torch.nn.Module, training: bool):
+        self.module, self.training = module, training
+
+    def __enter__(self):
+        self.saved = [(m, m.training) for m in self.module.modules()]
+        self.module.train(self.training)
+
+    def __exit__(self, *exc):
+        for module, was_training in self.saved:
+            module.training = was_training
+
+
+def trainingModel(model: torch.nn.Module, options: Options | None = None,
+                  optimizer: torch.optim.Optimizer | None = None) -> PoplarExecutor:
+    """Wrap ``model`` for training on the simulated IPUs (SGD, lr 0.01, if no optimizer)."""
+    return PoplarExecutor(model, options, training=True, optimizer=optimizer)
+
+
+def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
+    """Wrap ``model`` for inference on the simulated IPUs."""
+    return PoplarExecutor(model, options, training=False)

@@ -1,0 +1,454 @@
+"""``poptorch.Options``: every setting that controls how a model is compiled and
+run, grouped as in PopTorch (``Training``, ``Distributed``, ``TensorLocations``,
+``Precision``, ``Jit``, ``_Popart``) plus ``Simulation``, an ipusim extension
+that picks the simulated IPU system.
+
+Settings are set with camelCase methods that return the group, so calls chain
+(``opts.deviceIterations(4).replicationFactor(2)``), and read as snake_case
+attributes (``opts.device_iterations``). Options freeze when first handed to a
+model or a DataLoader (``_freeze()``); after that every setter raises
+:class:`~poptorch_shim.errors.FrozenOptionsError`, and ``clone()`` gives an
+unfrozen copy. Subclasses may override any setter and store values with
+``self._set(key, value)`` (see :mod:`poptorch_shim._options_store`).
+
+``TensorLocations`` and ``TensorLocationSettings`` live here; the other groups
+are in :mod:`poptorch_shim._option_groups`.
+"""
+import copy
+import json
+import logging
+import os
+import warnings
+from typing import Any, Optional
+
+import torch
+
+from . import enums
+from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
+                             _PrecisionOptions, _SimulationOptions, _TrainingOptions,
+                             check_engine_options)
+from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
+
+logger = logging.getLogger(__name__)
+
+_TENSOR_KINDS = ("activation", "weight", "optimizer", "accumulator")
+
+
+class TensorLocationSettings(OptionsGroup):
+    """Where one kind of tensor is stored, for ``opts.TensorLocations``.
+
+    >>> poptorch.TensorLocationSettings().useOnChipStorage(False)
+
+    Unset values keep PopART's defaults: on chip (``on_chip`` is None),
+    off-chip only from 2 elements, replicated tensor sharding off and from
+    8192 elements, compute tiles for loading and storing.
+    """
+    _path = "TensorLocationSettings"
+    _specs = (OptionSpec("on_chip", None, (bool,), "useOnChipStorage", nullable=True),
+              OptionSpec("replicated_tensor_sharding", False, (bool,),
+                         "useReplicatedTensorSharding"),
+              count("min_elements_for_off_chip", "minElementsForOffChip", 2, 0),
+              count("min_elements_for_rts", "minElementsForReplicatedTensorSharding", 8192, 0),
+              OptionSpec("io_tiles_to_load", False, (bool,), "useIOTilesToLoad"),
+              OptionSpec("io_tiles_to_store", False, (bool,), "useIOTilesToStore"))
+    _popart_names = {"on_chip": "onChip",
+                     "replicated_tensor_sharding": "useReplicatedTensorSharding",
+                     "min_elements_for_off_chip": "minElementsForOffChip",
+                     "min_elements_for_rts": "minElementsForReplicatedTensorSharding",
+                     "io_tiles_to_load": "useIOTilesToLoad",
+                     "io_tiles_to_store": "useIOTilesToStore"}
+
+    @setter
+    def useOnChipStorage(self, use: Optional[bool] = True) -> "TensorLocationSettings":
+        """Keep the tensors on chip (True) or in streaming memory (False);
+        None leaves the choice to PopART."""
+        self._set("on_chip", use)
+        return self
+
+    @setter
+    def useReplicatedTensorSharding(self, use: bool = True) -> "TensorLocationSettings":
+        """Shard the tensors across replicas (weights and optimizer state)."""
+        self._set("replicated_tensor_sharding", use)
+        return self
+
+    @setter
+    def minElementsForOffChip(self, min_elements: int) -> "TensorLocationSettings":
+        """Keep tensors with fewer elements than this on chip."""
+        self._set("min_elements_for_off_chip", min_elements)
+        return self
+
+    @setter
+    def minElementsForReplicatedTensorSharding(self, min_elements: int) -> "TensorLocationSettings":
+        """Shard only tensors with at least this many elements."""
+        self._set("min_elements_for_rts", min_elements)
+        return self
+
+    @setter
+    def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":
+        """Load the tensors through IO tiles rather than compute tiles."""
+        self._set("io_tiles_to_load", use)
+        return self
+
+    @setter
+    def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":
+        """Store the tensors through IO tiles rather than compute tiles."""
+        self._set("io_tiles_to_store", use)
+        return self
+
+    def toDict(self) -> dict:
+        """The settings changed from PopART's defaults, under PopART's names."""
+        return {self._popart_names[k]: v for k, v in self._changed().items()}
+
+
+class _TensorLocationOptions(OptionsGroup):
+    """Where activations, weights, optimizer state and accumulators live
+    (``opts.TensorLocations``)."""
+    _path = "Options.TensorLocations"
+    _specs = (count("num_io_tiles", "numIOTiles", default=0, minimum=0),) + tuple(
+        OptionSpec(f"location_{kind}", None, (TensorLocationSettings,),
+                   f"set{kind.capitalize()}Location", nullable=True) for kind in _TENSOR_KINDS)
+
+    @setter
+    def numIOTiles(self, num_tiles: int) -> "_TensorLocationOptions":
+        """Reserve this many tiles per IPU for I/O instead of compute."""
+        require_arg(self._path, "numIOTiles", "num_tiles", num_tiles, int)
+        if num_tiles % 2 or not 32 <= num_tiles <= 192:
+            raise ValueError(f"{self._path}.numIOTiles: numIOTiles must be an even number "
+                             f"between 32 and 192, got {num_tiles}.")
+        self._set("num_io_tiles", num_tiles)
+        return self
+
+    def _set_location(self, kind: str, location: TensorLocationSettings):
+        method = f"set{kind.capitalize()}Location"
+        require_arg(self._path, method, "location", location, TensorLocationSettings)
+        # Keep a private copy so later changes to the caller's object do not leak in.
+        self._set(f"location_{kind}", copy.deepcopy(location))
+        return self
+
+    @setter
+    def setActivationLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":
+        return self._set_location("activation", location)
+
+    @setter
+    def setWeightLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":
+        return self._set_location("weight", location)
+
+    @setter
+    def setOptimizerLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":
+        return self._set_location("optimizer", location)
+
+    @setter
+    def setAccumulatorLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":
+        return self._set_location("accumulator", location)
+
+    def location(self, kind: str) -> Optional[TensorLocationSettings]:
+        """The settings given for ``kind`` (activation, weight, optimizer or
+        accumulator), or None if never set."""
+        if kind not in _TENSOR_KINDS:
+            raise ValueError(f"{self._path}.location: kind must be one of "
+                             f"{list(_TENSOR_KINDS)}, got {kind!r}.")
+        return self._store.get(f"location_{kind}")
+
+
+class Options(OptionsGroup):
+    """Every option controlling how a model is compiled and run.
+
+    >>> opts = poptorch.Options().deviceIterations(10)
+    >>> opts.Training.gradientAccumulation(4)
+
+    Read back as ``opts.device_iterations``, ``opts.replication_factor``,
+    ``opts.input_group_size``, ``opts.output_mode``, ``opts.output_return_period``,
+    ``opts.execution_strategy``, ``opts.sync_pattern``, ``opts.random_seed``,
+    ``opts.model_name``, ``opts.use_model``, ``opts.ipu_id`` and the derived
+    properties below.
+    """
+    _path = "Options"
+    _specs = (count("device_iterations", "deviceIterations"),
+              count("replication_factor", "replicationFactor"),
+              count("input_group_size", "inputReplicaGrouping"),
+              OptionSpec("input_group_type", enums.CommGroupType.NoGrouping,
+                         (enums.CommGroupType,), "inputReplicaGrouping"),
+              OptionSpec("output_mode", enums.OutputMode.Default, (enums.OutputMode,),
+                         "outputMode"),
+              count("output_return_period", "outputMode"),
+              OptionSpec("execution_strategy", None, (object,), "setExecutionStrategy",
+                         nullable=True),
+              OptionSpec("sync_pattern", enums.SyncPattern.Full, (enums.SyncPattern,),
+                         "syncPattern"),
+              OptionSpec("random_seed", None, (int,), "randomSeed", nullable=True),
+              OptionSpec("model_name", None, (str,), "modelName", nullable=True),
+              OptionSpec("use_model", False, (bool,), "useIpuModel"),
+              OptionSpec("ipu_id", None, (int,), "useIpuId", minimum=0, nullable=True))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._popart = _PopartOptions()
+        self._training = _TrainingOptions(self._popart)
+        self._precision = _PrecisionOptions(self._popart)
+        self._distributed = _DistributedOptions()
+        self._tensor_locations = _TensorLocationOptions()
+        self._jit = _JitOptions()
+        self._simulation = _SimulationOptions()
+
+    # -- groups ------------------------------------------------------------------
+    @property
+    def Training(self) -> _TrainingOptions:
+        return self._training
+
+    @property
+    def Distributed(self) -> _DistributedOptions:
+        return self._distributed
+
+    @property
+    def TensorLocations(self) -> _TensorLocationOptions:
+        return self._tensor_locations
+
+    @property
+    def Precision(self) -> _PrecisionOptions:
+        return self._precision
+
+    @property
+    def Jit(self) -> _JitOptions:
+        return self._jit
+
+    @property
+    def Simulation(self) -> _SimulationOptions:
+        """The simulated system (ipusim extension)."""
+        return self._simulation
+
+    @property
+    def _Popart(self) -> _PopartOptions:
+        return self._popart
+
+    @property
+    def Popart(self) -> _PopartOptions:
+        """Deprecated alias of ``_Popart``."""
+        warnings.warn("Options.Popart is deprecated; use Options._Popart instead.",
+                      DeprecationWarning, stacklevel=2)
+        return self._popart
+
+    # -- setters -------------------------------------------------------------------
+    @setter
+    def deviceIterations(self, device_iterations: int) -> "Options":
+        """Run this many micro-batch iterations on the device per call."""
+        self._set("device_iterations", device_iterations)
+        return self
+
+    @setter
+    def replicationFactor(self, replication_factor: int) -> "Options":
+        """Replicate the model over this many IPUs (or groups of IPUs)."""
+        self._set("replication_factor", replication_factor)
+        return self
+
+    @setter
+    def inputReplicaGrouping(self, input_group_size: int, input_group_type) -> "Options":
+        """Give each group of ``input_group_size`` replicas the same input
+        (grouped ``Consecutive`` or ``Orthogonal``); ``NoGrouping`` gives every
+        replica its own and ignores the size."""
+        check_value(self._path, self._store.spec("input_group_type"), input_group_type)
+        if input_group_type is enums.CommGroupType.All:
+            raise ValueError(f"{self._path}.inputReplicaGrouping: CommGroupType.All is not "
+                             "valid for input grouping; use Consecutive, Orthogonal or "
+                             "NoGrouping.")
+        check_value(self._path, self._store.spec("input_group_size"), input_group_size)
+        if input_group_type is enums.CommGroupType.NoGrouping:
+            input_group_size = 1
+        self._set("input_group_size", input_group_size)
+        self._set("input_group_type", input_group_type)
+        return self
+
+    @setter
+    def outputMode(self, output_mode, output_return_period: Optional[int] = None) -> "Options":
+        """Which results to return: ``All``, ``Sum``, ``Final``, ``EveryN`` (every
+        ``output_return_period``-th micro-batch) or ``Default``."""
+        check_value(self._path, self._store.spec("output_mode"), output_mode)
+        if output_mode is enums.OutputMode.EveryN:
+            if output_return_period is None:
+                raise ValueError(f"{self._path}.outputMode: OutputMode.EveryN needs "
+                                 "output_return_period set to a positive integer N, e.g. "
+                                 "outputMode(poptorch.OutputMode.EveryN, 10).")
+            check_value(self._path, self._store.spec("output_return_period"),
+                        output_return_period)
+        elif output_return_period is not None:
+            logger.info("output_return_period=%r ignored with output mode %s",
+                        output_return_period, output_mode.name)
+            output_return_period = None
+        self._set("output_return_period", output_return_period or 1)
+        self._set("output_mode", output_mode)
+        return self
+
+    def defaultOutputMode(self) -> bool:
+        """Whether the output mode is still ``OutputMode.Default``."""
+        return self._store.get("output_mode") is enums.OutputMode.Default
+
+    def resolved_output_mode(self, training: bool) -> enums.OutputMode:
+        """The output mode a model uses: ``Default`` becomes ``Final`` for
+        training and ``All`` for inference."""
+        mode = self._store.get("output_mode")
+        if mode is not enums.OutputMode.Default:
+            return mode
+        return enums.OutputMode.Final if training else enums.OutputMode.All
+
+    @setter
+    def enableSyntheticData(self, enabled: bool) -> "Options":
+        """Generate data on the IPU instead of copying it from the host."""
+        require_arg(self._path, "enableSyntheticData", "enabled", enabled, bool)
+        self._popart.set("syntheticDataMode", 2 if enabled else 0)
+        return self
+
+    @setter
+    def setExecutionStrategy(self, strategy: Any) -> "Options":
+        """Partition the model with this strategy (Pipelined, Sharded, phased)."""
+        self._set("execution_strategy", strategy)
+        return self
+
+    @setter
+    def syncPattern(self, sync_pattern) -> "Options":
+        """How IPUs synchronise (``poptorch.SyncPattern``)."""
+        self._set("sync_pattern", sync_pattern)
+        return self
+
+    @setter
+    def randomSeed(self, random_seed: int) -> "Options":
+        """Seed the IPU's random generator; also seeds torch, as PopTorch does."""
+        self._set("random_seed", random_seed)
+        torch.manual_seed(random_seed)
+        return self
+
+    @setter
+    def logCycleCount(self, log_cycle_count: bool) -> "Options":
+        """Count the cycles of each run, read with ``model.cycleCount()``."""
+        require_arg(self._path, "logCycleCount", "log_cycle_count", log_cycle_count, bool)
+        self._popart.set("instrumentWithHardwareCycleCounter", log_cycle_count)
+        return self
+
+    @setter
+    def enableProfiling(self, profile_dir: Optional[str] = None) -> "Options":
+        """Write a profile report under ``profile_dir`` (default: current
+        directory), in a sub-directory named for the model."""
+        if profile_dir is not None:
+            require_arg(self._path, "enableProfiling", "profile_dir", profile_dir, str)
+        self._popart._merge("engineOptions", {"debug.allowOutOfMemory": "true",
+                                              "autoReport.directory": profile_dir or ".",
+                                              "autoReport.all": "true"})
+        return self
+
+    @setter
+    def modelName(self, name: str) -> "Options":
+        """Name of the model: names its profile sub-directory."""
+        self._set("model_name", name)
+        return self
+
+    @setter
+    def useIpuModel(self, use_model: bool) -> "Options":
+        """Use Poplar's IPU Model instead of hardware (both are simulated here)."""
+        self._set("use_model", use_model)
+        return self
+
+    @setter
+    def useIpuId(self, ipu_id: int) -> "Options":
+        """Use the IPU device with this id, as listed by ``gc-info``."""
+        self._set("ipu_id", ipu_id)
+        return self
+
+    # -- derived read accessors -------------------------------------------------------
+    @property
+    def synthetic_data(self) -> bool:
+        return self._popart._raw.get("syntheticDataMode", 0) != 0
+
+    @property
+    def log_cycle_count(self) -> bool:
+        return bool(self._popart._raw.get("instrumentWithHardwareCycleCounter", False))
+
+    @property
+    def engine_options(self) -> dict:
+        """Poplar engine options: those set here, overridden by the JSON in
+        ``POPLAR_ENGINE_OPTIONS`` as Poplar does."""
+        merged = dict(self._popart._raw.get("engineOptions", {}))
+        text = os.environ.get("POPLAR_ENGINE_OPTIONS", "")
+        if text:
+            try:
+                from_env = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"POPLAR_ENGINE_OPTIONS must hold a JSON object, got "
+                                 f"{text!r} ({error}).") from None
+            check_engine_options("POPLAR_ENGINE_OPTIONS", from_env)
+            merged.update(from_env)
+        return merged
+
+    @property
+    def profile_dir(self) -> Optional[str]:
+        """Where profile reports go, or None when profiling is off."""
+        engine = self.engine_options
+        if engine.get("autoReport.all", "").lower() != "true":
+            return None
+        return engine.get("autoReport.directory", ".")
+
+    @property
+    def recomputation(self) -> enums.RecomputationType:
+        """The ``autoRecomputation`` mode set with ``_Popart.set``."""
+        return enums.RecomputationType(self._popart._raw.get("autoRecomputation", 0))
+
+    @property
+    def sim_preset(self) -> str:
+        return self._simulation._store.get("preset")
+
+    @property
+    def sim_num_ipus(self) -> Optional[int]:
+        return self._simulation._store.get("num_ipus")
+
+    @property
+    def sim_overrides(self) -> dict:
+        return self._simulation._store.get("overrides")
+
+    @property
+    def sim_cost_overrides(self) -> dict:
+        return self._simulation._store.get("cost_overrides")
+
+    @property
+    def sim_loader_rate(self) -> Optional[float]:
+        return self._simulation._store.get("loader_rate")
+
+    # -- use, copy, print ---------------------------------------------------------------
+    def _freeze(self) -> None:
+        """Check the options agree with each other, then refuse every later
+        change; called when the options are first used."""
+        replicas, group = self._store.get("replication_factor"), self._store.get("input_group_size")
+        if replicas % group:
+            raise ValueError(
+                f"{self._path}.inputReplicaGrouping: input_group_size ({group}) must divide "
+                f"replication_factor ({replicas}) so that the replicas form whole groups; "
+                f"choose a group size that divides {replicas}.")
+        super()._freeze()
+
+    def _groups(self) -> dict:
+        return {"Training": self._training, "Distributed": self._distributed,
+                "TensorLocations": self._tensor_locations, "Precision": self._precision,
+                "Jit": self._jit, "Simulation": self._simulation, "_Popart": self._popart}
+
+    def toDict(self) -> dict:
+        """Every setting in one flat dict (a copy): the values of this group,
+        ``Training``, ``Distributed`` and ``TensorLocations`` under their
+        snake_case names, locations as PopART dicts, the PopART options under
+        their own names and the simulation settings prefixed ``sim_``. The
+        execution strategy, an object, is left out."""
+        out = self._store.values()
+        del out["execution_strategy"]
+        out.update(self._training._store.values())
+        out.update(self._distributed._store.values())
+        for key, value in self._tensor_locations._store.values().items():
+            out[key] = value.toDict() if isinstance(value, TensorLocationSettings) else value
+        out.update(self._popart.options)
+        out.update({f"sim_{key}": value
+                    for key, value in self._simulation._store.values().items()})
+        return out
+
+    def clone(self) -> "Options":
+        """An unfrozen deep copy."""
+        return copy.deepcopy(self)
+
+    def __repr__(self) -> str:
+        """The settings changed from their defaults, group by group."""
+        parts = self._repr_parts() + [f"{name}={group!r}" for name, group
+                                      in self._groups().items() if group._changed()]
+        return f"{type(self).__name__}({', '.join(parts)})"

@@ -1,0 +1,56 @@
+"""Run an unmodified PopTorch script on the simulator.
+
+``python -m poptorch_shim SCRIPT.py [ARGS]`` makes ``import poptorch`` (and
+``import popdist``) resolve to this package, runs the script as
+``__main__`` and, when it ends, writes the profiling reports its models
+asked for.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+ALIASES = Path(__file__).resolve().parent / "_aliases"
+
+
+def install_aliases() -> None:
+    """Make ``poptorch`` importable here and in any process started from here."""
+    path = str(ALIASES)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    current = os.environ.get("PYTHONPATH", "")
+    if path not in current.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
+
+
+def run_script(path: str, argv: list[str]) -> None:
+    """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``."""
+    script = Path(path)
+    if not script.is_file():
+        raise FileNotFoundError(f"No such script: {path}")
+    install_aliases()
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script)] + list(argv)
+    sys.path.insert(0, str(script.resolve().parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        from poptorch_shim.profiling import write_pending_reports
+        write_pending_reports()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m poptorch_shim``."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m poptorch_shim SCRIPT.py [ARGS ...]\n\n"
+              "Run a PopTorch script on the ipusim simulator: `import poptorch` resolves to\n"
+              "poptorch_shim, every micro-batch is computed with torch on the CPU and the\n"
+              "IPU system is simulated. Set IPUSIM_REPORT_DIR to write autoReport\n"
+              "directories for every model there; IPUSIM_NUM_IPUS sizes the machine (16).")
+        return 0 if args else 2
+    run_script(args[0], args[1:])
+    return 0
