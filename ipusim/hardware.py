@@ -23,7 +23,14 @@ class IPUSpec:
     fp32_flops: float = field(metadata={"help": "peak FP32 FLOP/s"})
     memory_bandwidth: float = field(metadata={"help": "aggregate on-chip SRAM bandwidth, bytes/s"})
     ipu_links: int = field(metadata={"help": "number of IPU-Links to other IPUs"})
-    ipu_link_bandwidth: float = field(metadata={"help": "bandwidth of one IPU-Link, bytes/s"})
+    ipu_link_bandwidth: float = field(
+        metadata={"help": "bandwidth of one IPU-Link in each direction, bytes/s"})
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "name" and not value > 0:
+                raise ValueError(f"IPUSpec.{f.name} must be positive, got {value!r}")
 
     @property
     def sram_bytes(self) -> int:
@@ -114,7 +121,7 @@ class SystemSpec:
     def __post_init__(self) -> None:
         for name in ("num_ipus", "ipus_per_host_link"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
         for name in ("host_link_bandwidth", "streaming_memory_bandwidth"):
             if getattr(self, name) <= 0:

@@ -5,8 +5,11 @@ Run an unmodified PopTorch script with ``python -m poptorch_shim SCRIPT.py``:
 re-exported here from thin modules; the machinery lives in underscore
 modules.
 """
-from poptorch_shim.enums import (DataLoaderMode, OutputMode, RecomputationType, ReductionType,
-                                 SyncPattern)
+from poptorch_shim import optim
+from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim.data_loader import DataLoader
+from poptorch_shim.enums import (CommGroupType, DataLoaderMode, MeanReductionStrategy, OutputMode,
+                                 RecomputationType, ReductionType, SharingStrategy, SyncPattern)
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
 
@@ -28,7 +31,8 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 
 __all__ = [
-    "DataLoaderMode", "Options", "OutputMode", "PoplarExecutor", "RecomputationType",
-    "ReductionType", "SyncPattern", "TensorLocationSettings", "inferenceModel",
-    "ipuHardwareIsAvailable", "trainingModel",
+    "AsynchronousDataAccessor", "CommGroupType", "DataLoader", "DataLoaderMode",
+    "MeanReductionStrategy", "Options", "OutputMode", "PoplarExecutor", "RecomputationType",
+    "ReductionType", "SharingStrategy", "SyncPattern", "TensorLocationSettings",
+    "inferenceModel", "ipuHardwareIsAvailable", "optim", "trainingModel",
 ]

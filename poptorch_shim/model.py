@@ -52,6 +52,7 @@ class PoplarExecutor:
                     f"{options.Training.gradient_accumulation})")
             if optimizer is not None:
                 raise ValueError("An optimizer is only for training: inferenceModel takes none")
+        _check_output_period(options, training)
         options._freeze()
         self._user_model = model
         self._options = options
@@ -187,7 +188,11 @@ class PoplarExecutor:
         self._attached = True
 
     def destroy(self) -> None:
-        """Release the simulated device; the model must be compiled again to run."""
+        """Write the profiling report if one was asked for, then release the
+        simulated device; the model must be compiled again to run."""
+        if self._device is not None:
+            from poptorch_shim.profiling import write_report
+            write_report(self)
         self._device = None
         self._attached = False
 
@@ -205,6 +210,19 @@ class PoplarExecutor:
 
     def getLatency(self) -> tuple[float, float, float]:
         return self._require_device().latency()
+
+
+def _check_output_period(options: Options, training: bool) -> None:
+    """EveryN's period must divide the micro-batches each replica runs per call."""
+    if options.resolved_output_mode(training) != enums.OutputMode.EveryN:
+        return
+    per_call = options.device_iterations * options.Training.gradient_accumulation
+    period = options.output_return_period
+    if per_call % period:
+        raise ValueError(
+            f"outputMode(OutputMode.EveryN, {period}): the output return period must divide "
+            f"the micro-batches each replica runs per call, deviceIterations x "
+            f"gradientAccumulation = {per_call}; choose a period that divides {per_call}")
 
 
 class _mode:

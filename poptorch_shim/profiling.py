@@ -1,0 +1,56 @@
+"""PopTorch's profiling switches, written out as ipusim autoReport directories.
+
+``Options.enableProfiling(dir)`` or the engine options ``autoReport.all`` /
+``autoReport.directory`` ask for a report; so does ``IPUSIM_REPORT_DIR``
+(set by ``ipusim run --report DIR``). Each model writes
+``dir/<modelName | training | inference>/`` when it is destroyed and, for
+every model still alive, when the runner finishes the script.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+
+
+def report_directory(executor) -> Path | None:
+    """Where ``executor``'s autoReport goes, or None if nobody asked for one."""
+    options = executor.options
+    root = options.profile_dir or os.environ.get(REPORT_DIR_ENV)
+    if not root:
+        return None
+    name = options.model_name or ("training" if executor.training else "inference")
+    return Path(root) / name
+
+
+def write_report(executor) -> Path | None:
+    """Write the autoReport directory of a compiled executor that asked for one."""
+    directory = report_directory(executor)
+    if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
+        return None
+    from ipusim.report import outputs_from_engine_options, write_autoreport
+    options = executor.options
+    outputs = outputs_from_engine_options(options.engine_options) if options.engine_options else None
+    return write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
+                            outputs=outputs, loader_items_per_s=options.sim_loader_rate)
+
+
+def write_pending_reports() -> list[Path]:
+    """Write the reports of every live executor; the runner calls this at the end."""
+    from poptorch_shim.model import live_executors
+    written = [write_report(executor) for executor in list(live_executors)]
+    return [path for path in written if path is not None]
+
+
+def _plain(values: dict) -> dict:
+    """Options as JSON-friendly values (enums by name, objects by repr)."""
+    out = {}
+    for key, value in values.items():
+        if hasattr(value, "name") and hasattr(value, "value"):
+            out[key] = value.name
+        elif isinstance(value, (str, int, float, bool, type(None), list, dict)):
+            out[key] = value
+        else:
+            out[key] = repr(value)
+    return out

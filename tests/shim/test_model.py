@@ -1,0 +1,203 @@
+"""trainingModel / inferenceModel: PopTorch's batching semantics on real torch compute."""
+import copy
+
+import pytest
+import torch
+
+import poptorch_shim as poptorch
+from poptorch_shim import OutputMode, ReductionType
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 8)
+        self.fc2 = torch.nn.Linear(8, 3)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, target=None):
+        out = self.fc2(torch.relu(self.fc1(x.reshape(x.shape[0], -1))))
+        if target is None:
+            return out
+        return out, self.loss(out, target)
+
+
+def data(n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 2, 3, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def options(di=1, replicas=1, ga=1):
+    opts = poptorch.Options().deviceIterations(di).replicationFactor(replicas)
+    opts.Training.gradientAccumulation(ga)
+    return opts
+
+
+@pytest.mark.parametrize("di,replicas,ga,mbs", [(1, 1, 1, 4), (3, 1, 1, 2), (1, 4, 1, 2),
+                                                 (1, 1, 4, 2), (2, 2, 3, 1), (2, 4, 2, 3)])
+def test_weights_equal_plain_torch_on_the_concatenated_batch(di, replicas, ga, mbs):
+    torch.manual_seed(1)
+    model = Net()
+    reference = copy.deepcopy(model)
+    x, y = data(di * replicas * ga * mbs)
+    shim = poptorch.trainingModel(model, options(di, replicas, ga),
+                                  torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    shim(x, y)
+
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    per_update = replicas * ga * mbs
+    for start in range(0, len(x), per_update):
+        optimizer.zero_grad()
+        _, loss = reference(x[start:start + per_update], y[start:start + per_update])
+        loss.backward()
+        optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+
+
+def test_sum_reduction_scales_the_update_by_the_micro_batch_count():
+    torch.manual_seed(2)
+    model = Net()
+    reference = copy.deepcopy(model)
+    x, y = data(8)
+    opts = options(1, 2, 2)
+    opts.Training.accumulationAndReplicationReductionType(ReductionType.Sum)
+    poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))(x, y)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    _, loss = reference(x, y)
+    (loss * 4).backward()
+    optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode,period,expected_rows", [
+    (OutputMode.All, None, 32), (OutputMode.EveryN, 2, 16), (OutputMode.Final, None, 8),
+    (OutputMode.Sum, None, 8)])
+def test_inference_output_modes_return_poptorchs_shapes_and_values(mode, period, expected_rows):
+    torch.manual_seed(3)
+    model = Net()
+    x, _ = data(32)  # deviceIterations 4 x replicas 2 x micro-batch 4
+    opts = options(4, 2)
+    opts.outputMode(mode, period) if period else opts.outputMode(mode)
+    out = poptorch.inferenceModel(model, opts)(x)
+    assert out.shape == (expected_rows, 3)
+    plain = model(x).detach().reshape(4, 2, 4, 3)  # [iteration, replica, micro-batch, ...]
+    expected = {OutputMode.All: plain, OutputMode.EveryN: plain[1::2],
+                OutputMode.Final: plain[-1:], OutputMode.Sum: plain.sum(0, keepdim=True)}[mode]
+    torch.testing.assert_close(out, expected.reshape(-1, 3), atol=1e-5, rtol=1e-5)
+
+
+def test_training_defaults_to_final_and_a_scalar_loss_per_replica():
+    torch.manual_seed(4)
+    model = Net()
+    x, y = data(2 * 3 * 4)
+    out, loss = poptorch.trainingModel(model, options(2, 3, 1))(x, y)
+    assert out.shape == (3 * 4, 3)  # the final iteration's micro-batch of each replica
+    assert loss.shape == (3,)
+    out, loss = poptorch.trainingModel(Net(), options(2, 1, 1))(*data(8))
+    assert loss.dim() == 0 and out.shape == (4, 3)
+
+
+def test_all_mode_stacks_the_loss_of_every_micro_batch():
+    opts = options(2, 2, 1).outputMode(OutputMode.All)
+    _, loss = poptorch.trainingModel(Net(), opts)(*data(8))
+    assert loss.shape == (4,)
+
+
+def test_batch_not_a_multiple_of_the_combined_factors_names_them():
+    shim = poptorch.trainingModel(Net(), options(2, 2, 3))
+    with pytest.raises(ValueError, match=r"\(10\).*deviceIterations \(2\).*replicationFactor "
+                                         r"\(2\).*gradientAccumulation \(3\) = 12"):
+        shim(*data(10))
+
+
+def test_every_n_period_must_divide_the_micro_batches_of_a_step():
+    opts = options(3).outputMode(OutputMode.EveryN, 2)
+    with pytest.raises(ValueError, match=r"EveryN.*2.*3"):
+        poptorch.inferenceModel(Net(), opts)
+
+
+def test_inference_with_gradient_accumulation_is_an_error():
+    with pytest.raises(ValueError, match="gradientAccumulation"):
+        poptorch.inferenceModel(Net(), options(1, 1, 2))
+
+
+def test_options_freeze_when_handed_to_a_model():
+    opts = options()
+    poptorch.inferenceModel(Net(), opts)
+    with pytest.raises(AttributeError, match="deviceIterations"):
+        opts.deviceIterations(4)
+
+
+def test_a_training_model_must_return_a_loss():
+    with pytest.raises(RuntimeError, match="must return its loss"):
+        poptorch.trainingModel(Net(), options())(data(4)[0])
+
+
+def test_compile_leaves_the_weights_untouched_and_builds_the_device():
+    model = Net()
+    before = copy.deepcopy(model.state_dict())
+    shim = poptorch.trainingModel(model, options(2))
+    assert not shim.isCompiled()
+    shim.compile(*data(4))
+    assert shim.isCompiled()
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name])
+
+
+def test_each_call_advances_the_simulated_clock_by_the_same_step():
+    shim = poptorch.trainingModel(Net(), options(4).logCycleCount(True))
+    x, y = data(16)
+    shim(x, y)
+    first = shim.cycleCount()
+    shim(x, y)
+    assert shim.cycleCount() == first > 0
+    steps = shim.timeline.events.groupby("step")["end_ps"].max()
+    assert list(steps.index) == [0, 1]
+
+
+def test_cycle_count_needs_log_cycle_count():
+    shim = poptorch.inferenceModel(Net(), options())
+    shim(data(4)[0])
+    with pytest.raises(RuntimeError, match="logCycleCount"):
+        shim.cycleCount()
+
+
+def test_perf_counters_and_latency_come_from_the_simulated_timeline():
+    shim = poptorch.inferenceModel(Net(), options(3))
+    shim(data(6)[0])
+    counters = shim.getPerfCounters()
+    assert set(counters) == {"input", "input_complete", "output", "output_complete"}
+    for start, loaded, ready, done in zip(*(counters[k][0] for k in
+                                            ("input", "input_complete", "output", "output_complete"))):
+        assert start <= loaded <= ready <= done
+    low, high, mean = shim.getLatency()
+    assert 0 < low <= mean <= high
+
+
+def test_destroyed_model_must_be_compiled_again():
+    shim = poptorch.inferenceModel(Net(), options())
+    shim(data(4)[0])
+    shim.destroy()
+    with pytest.raises(RuntimeError, match="compiled"):
+        shim.getLatency()
+    shim(data(4)[0])
+    assert shim.isCompiled()
+
+
+def test_synthetic_data_is_faster_than_real_data():
+    x, y = data(64)
+    times = []
+    for synthetic in (False, True):
+        opts = options(16).enableSyntheticData(synthetic)
+        shim = poptorch.trainingModel(Net(), opts)
+        shim(x, y)
+        times.append(shim.timeline.duration_ps)
+    assert times[1] < times[0]
+
+
+def test_ipu_hardware_is_available_up_to_the_simulated_machine(monkeypatch):
+    monkeypatch.setenv("IPUSIM_NUM_IPUS", "8")
+    assert poptorch.ipuHardwareIsAvailable(8)
+    assert not poptorch.ipuHardwareIsAvailable(9)
