@@ -19,7 +19,8 @@ from poptorch_shim._batching import StepShape, assemble, detach_all, micro_batch
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice
-from poptorch_shim._distributed import align_clock, reduce_gradients
+from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
+from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
@@ -32,7 +33,6 @@ def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
     """Bytes of optimizer state per byte of weights."""
     if optimizer is None:
         return 0.0
-    from poptorch_shim.optim import optimizer_state_bytes
     weights = sum(p.numel() * p.element_size() for group in optimizer.param_groups
                   for p in group["params"])
     return optimizer_state_bytes(optimizer) / weights if weights else 0.0
@@ -54,12 +54,16 @@ class PoplarExecutor:
                 raise ValueError("An optimizer is only for training: inferenceModel takes none")
         _check_output_period(options, training)
         options._freeze()
+        # Training across poprun instances: all-reduce gradients, align clocks.
+        self._across_instances = training and join_instances(options.Distributed)
         self._user_model = model
         self._options = options
         self._training = training
         self._optimizer = optimizer
         if training and optimizer is None:
             self._optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        if training:
+            check_ipu_optimizer(self._optimizer)
         self._runner = self._make_runner(model)
         self._device: SimulatedDevice | None = None
         self._attached = False
@@ -138,7 +142,8 @@ class PoplarExecutor:
         micro_batches = split((args, kwargs), self._shape)
         outputs = self._run_step(micro_batches)
         self._device.step()
-        align_clock(self._device.simulation)
+        if self._across_instances:
+            align_clock(self._device.simulation)
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
 
@@ -156,7 +161,8 @@ class PoplarExecutor:
                     out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
                     outputs.append(detach_all(out))
                 if self._training:
-                    reduce_gradients(self._user_model.parameters(), mean)
+                    if self._across_instances:
+                        reduce_gradients(self._user_model.parameters(), mean)
                     self._optimizer.step()
         return outputs
 
@@ -173,6 +179,7 @@ class PoplarExecutor:
         """Replace the optimizer of a training model (its state comes with it)."""
         if not self._training:
             raise ValueError("setOptimizer is only for training models")
+        check_ipu_optimizer(optimizer)
         self._optimizer = optimizer
 
     def detachFromDevice(self) -> None:

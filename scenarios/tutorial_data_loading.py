@@ -101,6 +101,8 @@ def main():
     parser.add_argument("--samples", type=int, default=10000, help="dataset size (10,000)")
     parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per case")
     parser.add_argument("--workers", type=int, default=8, help="DataLoader workers (8)")
+    parser.add_argument("--device-iterations", type=int, default=50,
+                        help="device iterations (50, as in the tutorial's table)")
     args = parser.parse_args()
 
     features = torch.randn([args.samples, 1, 128, 128])
@@ -112,7 +114,8 @@ def main():
         for synthetic in (True, False):
             print(f"\n=> replicas {replicas}, {'synthetic' if synthetic else 'real'} data")
             results[(replicas, synthetic)] = validate_model_performance(
-                dataset, batch_size=16, replicas=replicas, device_iterations=50,
+                dataset, batch_size=16, replicas=replicas,
+                device_iterations=args.device_iterations,
                 num_workers=args.workers, synthetic_data=synthetic, max_steps=args.max_steps)
 
     print("\nCalibration against the tutorial's table (items/s):")
