@@ -1,0 +1,15 @@
+"""``import popdist`` under the ipusim runner and in poprun's instances: the
+name is ``poptorch_shim.popdist``.
+
+This folder is put on ``sys.path`` (and ``PYTHONPATH``, for child processes)
+only by :mod:`poptorch_shim.runner` and :mod:`poptorch_shim.poprun`. The
+submodule alias is imported first, while this package's own path still
+resolves it, so that ``popdist.poptorch`` is never loaded a second time from
+``poptorch_shim/popdist/`` under another name.
+"""
+import sys
+
+import poptorch_shim.popdist
+from . import poptorch  # noqa: F401  (registers popdist.poptorch)
+
+sys.modules[__name__] = sys.modules["poptorch_shim.popdist"]

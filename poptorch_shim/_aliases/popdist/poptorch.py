@@ -1,0 +1,7 @@
+"""``import popdist.poptorch`` under the ipusim runner and in poprun's
+instances: the name is ``poptorch_shim.popdist.poptorch``."""
+import sys
+
+import poptorch_shim.popdist.poptorch
+
+sys.modules[__name__] = sys.modules["poptorch_shim.popdist.poptorch"]
