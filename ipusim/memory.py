@@ -50,7 +50,7 @@ def stash_depth(stage: int, num_stages: int, run: RunConfig) -> int:
 def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
                    model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each IPU of one replica needs, by category, against its capacity."""
-    work = work.merged()
+    work = run.scheduled(work)
     offload = run.offload
     stages = work.stages
     rows = {ipu: dict.fromkeys(("weights", "optimizer", "accumulators", "stash", "code"), 0.0)

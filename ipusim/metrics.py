@@ -37,6 +37,7 @@ def per_ipu(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
         "ipu_copy(us)": _time_by_ipu(events, ("ipu_copy", "all_reduce"), ipus) / PS_PER_US,
         "sync_wait(us)": _time_by_ipu(events, ("sync_wait",), ipus) / PS_PER_US,
         "streaming(us)": _time_by_ipu(events, ("stream_in", "stream_out"), ipus) / PS_PER_US,
+        "host_call(us)": _time_by_ipu(events, ("host_call",), ipus) / PS_PER_US,
     })
     table.index.name = "ipu"
     table["utilisation"] = table["compute(us)"] * PS_PER_US / span

@@ -19,6 +19,7 @@ flops          floating-point operations
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
@@ -28,6 +29,8 @@ KINDS = COMPUTE_KINDS + (
 
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
+_DTYPES = {"bytes": np.float64, "flops": np.float64}  # the other columns are int64
+_KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
 
 
 class Recorder:
@@ -40,9 +43,25 @@ class Recorder:
         return len(self.rows)
 
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
-        """The events as a DataFrame sorted by start time, with replica and instance."""
-        frame = pd.DataFrame.from_records(self.rows, columns=COLUMNS)
-        frame["kind"] = pd.Categorical(frame["kind"], categories=KINDS)
+        """The events as a DataFrame sorted by start time, with replica and instance.
+
+        Built column by column and sorted as numpy arrays: far faster than
+        ``DataFrame.from_records`` on millions of tuples, and the dtypes hold
+        even when there are no rows.
+        """
+        rows = self.rows
+        columns = {}
+        for index, name in enumerate(COLUMNS):
+            values = [row[index] for row in rows]
+            if name == "kind":
+                columns[name] = np.fromiter(map(_KIND_CODES.__getitem__, values), np.int8,
+                                            len(values))
+            else:
+                columns[name] = np.array(values, dtype=_DTYPES.get(name, np.int64))
+        order = np.lexsort((columns["ipu"], columns["start_ps"]))  # stable: by start, then IPU
+        columns = {name: values[order] for name, values in columns.items()}
+        columns["kind"] = pd.Categorical.from_codes(columns["kind"], categories=KINDS)
+        frame = pd.DataFrame(columns)
         frame.insert(3, "replica", frame["ipu"] // ipus_per_replica)
         frame.insert(4, "instance", instance)
-        return frame.sort_values(["start_ps", "ipu"], kind="stable").reset_index(drop=True)
+        return frame

@@ -6,6 +6,7 @@ are the ones PopTorch and PopART make, with the same numbers in the message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Execution, Work
@@ -58,32 +59,50 @@ class RunConfig:
         """Replicas over all instances: the width of the gradient all-reduce."""
         return self.replicas * self.instances
 
-    def validate(self, work: Work, num_ipus: int) -> None:
-        """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs."""
+    def scheduled(self, work: Work) -> Work:
+        """The stages as the schedule runs them: consecutive stages on one IPU
+        merge (as PopART does), except in phased execution, where each stage
+        is a phase of its own."""
+        return work if self.execution is Execution.PHASED else work.merged()
+
+    def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None) -> None:
+        """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs.
+
+        ``names`` words the settings as the caller's users know them, e.g.
+        ``{"gradient_accumulation": "poptorch.Options().Training.gradientAccumulation"}``;
+        keys: gradient_accumulation, device_iterations, replicas, pipelined, num_ipus.
+        """
+        name = {"gradient_accumulation": "gradient_accumulation",
+                "device_iterations": "device_iterations", "replicas": "replicas",
+                "pipelined": "pipelined execution", "num_ipus": "num_ipus", **(names or {})}
         for stage in work.stages:
             if stage.ipu >= num_ipus:
                 raise ValueError(
                     f"Stage {stage.name!r} is placed on IPU {stage.ipu} but the system has "
-                    f"num_ipus={num_ipus} (IPUs 0..{num_ipus - 1}); place it on an existing IPU "
-                    "or simulate a larger system")
+                    f"{name['num_ipus']}={num_ipus} (IPUs 0..{num_ipus - 1}); place it on an "
+                    "existing IPU or simulate a larger system")
         ipus_needed = work.ipus_per_replica * self.replicas
         if ipus_needed > num_ipus:
             raise ValueError(
-                f"replicas={self.replicas} x {work.ipus_per_replica} IPU(s) per replica needs "
-                f"{ipus_needed} IPUs but the system has num_ipus={num_ipus}; lower the "
-                "replication factor or simulate a larger system")
+                f"{name['replicas']}={self.replicas} x {work.ipus_per_replica} IPU(s) per replica "
+                f"needs {ipus_needed} IPUs but the system has {name['num_ipus']}={num_ipus}; lower "
+                "the replication factor or simulate a larger system")
         if self.execution is not Execution.PIPELINED:
             return
-        stages = len(work.merged().stages)
+        stages = len(self.scheduled(work).stages)
         if self.training:
             needed = 2 * stages - 1
             if self.gradient_accumulation < needed:
                 raise ValueError(
-                    f"gradient_accumulation must be greater than or equal to the number of "
-                    f"pipeline stages ({needed}) when using pipelined training with "
-                    f"{stages} forward stages: gradient_accumulation={self.gradient_accumulation}")
+                    f"{name['gradient_accumulation']} must be greater than or equal to the number "
+                    f"of pipeline stages ({needed}) when using {name['pipelined']}. Please note "
+                    f"that a model with {stages} pipeline stages will have an additional "
+                    f"{stages - 1} stages when training. Got {name['gradient_accumulation']}="
+                    f"{self.gradient_accumulation}; raise it to at least {needed} or use fewer "
+                    "pipeline stages.")
         elif self.device_iterations < stages:
             raise ValueError(
-                f"device_iterations must be greater than or equal to the number of pipeline "
-                f"stages ({stages}) for pipelined inference, got device_iterations="
-                f"{self.device_iterations}")
+                f"{name['device_iterations']} must be greater than or equal to the number of "
+                f"pipeline stages ({stages}) for pipelined inference, got "
+                f"{name['device_iterations']}={self.device_iterations}: each micro-batch of a call "
+                f"fills one stage of {name['pipelined']}. Raise it to at least {stages}.")

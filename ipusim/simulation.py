@@ -64,8 +64,9 @@ class Timeline:
         """Pipeline bubble (0 when the execution is not pipelined)."""
         if self.run.execution is not Execution.PIPELINED:
             return 0.0
-        return metrics.bubble_fraction(self.events, len(self.work.merged().stages),
-                                       self.run.training, self.run.gradient_accumulation)
+        stages = len(self.run.scheduled(self.work).stages)
+        return float(metrics.bubble_fraction(self.events, stages, self.run.training,
+                                             self.run.gradient_accumulation))
 
     def latency_ps(self) -> float:
         return metrics.latency_ps(self.events)

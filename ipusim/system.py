@@ -7,6 +7,7 @@ are :class:`~ipusim.sync_groups.Barrier` objects shared by their members.
 """
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 
 import simpy
@@ -44,6 +45,7 @@ class System:
         self.recorder = recorder if recorder is not None else Recorder()
         self.host_links = [HostLink() for _ in range(spec.num_host_links)]
         self._barriers: dict[Group, Barrier] = {}
+        self._barrier_by_id: dict[int, Barrier] = {}
         self._inbox = [simpy.Store(self.env) for _ in range(spec.num_ipus)]
         for ipu in range(spec.num_ipus):
             self.env.process(self._ipu(ipu))
@@ -61,10 +63,19 @@ class System:
         if len(programs) > self.spec.num_ipus:
             raise ValueError(
                 f"{len(programs)} IPU programs for a system of num_ipus={self.spec.num_ipus}")
+        self._barrier_by_id.clear()  # ids of the last call's groups may be reused
         done = [self.env.event() for _ in programs]
         for ipu, (program, finished) in enumerate(zip(programs, done)):
             self._inbox[ipu].put((program, finished))
-        self.env.run(until=simpy.AllOf(self.env, done))
+        # The cyclic garbage collector would rescan the growing event record
+        # again and again (a fifth of the run); a run leaves no cycles behind.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.env.run(until=simpy.AllOf(self.env, done))
+        finally:
+            if collecting:
+                gc.enable()
         return self.env.now
 
     def wait_until(self, time_ps: int, ipus: Sequence[int], step: int) -> None:
@@ -78,65 +89,90 @@ class System:
         self.env.run(until=time_ps)
 
     def _barrier(self, group: Group) -> Barrier:
-        barrier = self._barriers.get(group)
+        # Hashing a 64-IPU group on every sync is slow; the group objects of
+        # the programs being run are alive, so their ids are unique keys.
+        barrier = self._barrier_by_id.get(id(group))
         if barrier is None:
-            barrier = self._barriers[group] = Barrier(self.env, len(group))
+            barrier = self._barriers.get(group)
+            if barrier is None:
+                barrier = self._barriers[group] = Barrier(self.env, len(group))
+            self._barrier_by_id[id(group)] = barrier
         return barrier
 
     def _ipu(self, ipu: int):
-        """The process of one IPU: take a program, run it, report, repeat."""
+        """The process of one IPU: take a program, run it, report, repeat.
+
+        This loop is the simulator's hot path. Busy time (compute, the copy
+        phase of an exchange, this IPU's own stream copies) only moves
+        ``busy_until`` on: nothing else can touch the IPU until its next sync,
+        so one timeout catches up with the clock just before that sync. The
+        syncs are yielded here (no nested generators) and rows are tuples.
+        """
         env = self.env
+        timeout = env.timeout
         record = self.recorder.rows.append
         link = self.host_links[self.spec.host_link_of(ipu)]
         while True:
             program, finished = yield self._inbox[ipu].get()
+            busy_until = env.now
             for ins in program:
                 kind = type(ins)
                 if kind is Busy:
-                    start = env.now
-                    yield env.timeout(ins.duration)
-                    record((start, env.now, ipu, ins.kind, ins.stage, ins.micro_batch, ins.step,
-                            ins.cycle, ins.nbytes, ins.flops))
-                elif kind is Exchange:
-                    yield from self._sync(ipu, ins.group, ins.sync, ins.step, ins.cycle)
-                    start = env.now
+                    start, busy_until = busy_until, busy_until + ins.duration
+                    record((start, busy_until, ipu, ins.kind, ins.stage, ins.micro_batch,
+                            ins.step, ins.cycle, ins.nbytes, ins.flops))
+                    continue
+                # An exchange and a host exchange both open with a sync of their group.
+                now = env.now
+                if busy_until > now:
+                    yield timeout(busy_until - now)
+                    now = busy_until
+                sync = self._sync(ins.group, ins.sync)
+                if sync is not None:
+                    arrived = now
+                    yield sync
+                    now = env.now
+                    if now > arrived:
+                        record((arrived, now, ipu, "sync_wait", -1, -1, ins.step, ins.cycle,
+                                0, 0.0))
+                if kind is Exchange:
                     if ins.copy:
-                        record((start, start + ins.copy, ipu, ins.kind, ins.stage, ins.micro_batch,
+                        record((now, now + ins.copy, ipu, ins.kind, ins.stage, ins.micro_batch,
                                 ins.step, ins.cycle, ins.nbytes, 0.0))
-                    if ins.phase:
-                        yield env.timeout(ins.phase)
-                else:
-                    yield from self._host_io(ipu, link, ins)
+                    busy_until = now + ins.phase
+                    continue
+                busy_until = self._stream_copies(ipu, link, ins, now)
+                if len(ins.group) > 1:  # the end-of-exchange sync
+                    if busy_until > now:
+                        yield timeout(busy_until - now)
+                        now = busy_until
+                    arrived = now
+                    yield self._barrier(ins.group).wait(0)
+                    busy_until = env.now
+                    if busy_until > arrived:
+                        record((arrived, busy_until, ipu, "sync_wait", -1, -1, ins.step,
+                                ins.cycle, 0, 0.0))
+            if busy_until > env.now:
+                yield timeout(busy_until - env.now)
             finished.succeed()
 
-    def _sync(self, ipu: int, group: Group, delay: int, step: int, cycle: int):
-        """Wait for the group and the sync itself; record the time as sync_wait."""
-        env = self.env
-        arrived = env.now
+    def _sync(self, group: Group, delay: int) -> simpy.Event | None:
+        """The event that ends a sync of ``group`` taking ``delay``; None if nothing to wait for."""
         if len(group) > 1:
-            yield self._barrier(group).wait(delay)
-        elif delay:
-            yield env.timeout(delay)
-        if env.now > arrived:
-            self.recorder.rows.append(
-                (arrived, env.now, ipu, "sync_wait", -1, -1, step, cycle, 0, 0.0))
+            return self._barrier(group).wait(delay)
+        return self.env.timeout(delay) if delay else None
 
-    def _host_io(self, ipu: int, link: HostLink, ins: HostIO):
-        """GS1 sync, this IPU's stream copies, then the end-of-exchange sync."""
-        env = self.env
+    def _stream_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int) -> int:
+        """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""
         record = self.recorder.rows.append
-        yield from self._sync(ipu, ins.group, ins.sync, ins.step, ins.cycle)
-        end = env.now
+        end = now
         if ins.h2d:
-            start, end = link.reserve_h2d(env.now, ins.h2d)
+            start, end = link.reserve_h2d(now, ins.h2d)
             record((start, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
                     ins.cycle, ins.h2d_bytes, 0.0))
         if ins.d2h:
-            start, end_out = link.reserve_d2h(env.now, ins.d2h)
+            start, end_out = link.reserve_d2h(now, ins.d2h)
             record((start, end_out, ipu, "device_to_host", ins.stage, ins.micro_batch, ins.step,
                     ins.cycle, ins.d2h_bytes, 0.0))
             end = max(end, end_out)
-        if end > env.now:
-            yield env.timeout(end - env.now)
-        if len(ins.group) > 1:
-            yield from self._sync(ipu, ins.group, 0, ins.step, ins.cycle)
+        return end

@@ -89,8 +89,9 @@ class Work:
         object.__setattr__(self, "stages", tuple(self.stages))
         if not self.stages:
             raise ValueError("Work needs at least one stage, got none")
-        if not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
+        size = self.micro_batch_size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"micro_batch_size must be a positive integer, got {size!r}")
         for name in ("input_bytes_per_sample", "output_bytes_per_sample"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")

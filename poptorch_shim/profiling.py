@@ -31,7 +31,9 @@ def write_report(executor) -> Path | None:
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
     options = executor.options
-    outputs = outputs_from_engine_options(options.engine_options) if options.engine_options else None
+    # Engine options that name no autoReport output (only a directory, or an
+    # IPUSIM_REPORT_DIR run) still get the whole report.
+    outputs = outputs_from_engine_options(options.engine_options) or None
     return write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
                             outputs=outputs, loader_items_per_s=options.sim_loader_rate)
 

@@ -43,7 +43,7 @@ class ProgramBuilder:
     """Accumulates the per-IPU programs of one step."""
 
     def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int):
-        self.work = work.merged()
+        self.work = run.scheduled(work)
         self.run = run
         self.spec = spec
         self.cost = cost
@@ -164,13 +164,12 @@ class ProgramBuilder:
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
         for group in sorted(groups):
+            # One instruction for the IPUs that stream, one shared by those that only wait.
+            moving = HostIO(group, self.cost.host_sync_ps, h2d, h2d_bytes, d2h, d2h_bytes,
+                            stage, micro_batch, self.step, cycle)
+            waiting = moving._replace(h2d=0, h2d_bytes=0, d2h=0, d2h_bytes=0)
             for ipu in group:
-                mine = ipu in active
-                self.programs[ipu].append(HostIO(
-                    group, self.cost.host_sync_ps,
-                    h2d if mine else 0, h2d_bytes if mine else 0,
-                    d2h if mine else 0, d2h_bytes if mine else 0,
-                    stage, micro_batch, self.step, cycle))
+                self.programs[ipu].append(moving if ipu in active else waiting)
 
     # IPU to IPU ------------------------------------------------------------
     def exchange(self, copies: list[Copy], cycle: int = -1) -> None:

@@ -1,0 +1,172 @@
+"""The ``ipusim`` command: run PopTorch scripts on the simulator, read their profiles.
+
+``ipusim run`` hands a script to the PopTorch shim's runner; ``report``,
+``summary`` and ``trace`` re-render a saved autoReport directory without
+simulating again.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+
+_DESCRIPTION = """\
+Simulate Graphcore IPU systems running real PopTorch programs, and read the
+profiles they write. Timings are simulated (SimPy model of IPUs, host links,
+IPU-Links and sync groups); the numerics are real torch computed on the CPU."""
+
+_EXAMPLES = """\
+examples:
+  ipusim run scenarios/tutorial_data_loading.py --report reports/
+        run a PopTorch script; every model writes reports/<training|inference|name>/
+  ipusim run train.py --report reports/ -- --replicas 4 --synthetic-data
+        arguments after -- go to the script
+  ipusim summary reports/training
+        print the text summary: target, memory per IPU, cycles per step, verdict
+  ipusim report reports/training --output /tmp/training.html
+        re-render the HTML report (pipeline timeline, utilisation, memory)
+  ipusim trace reports/training --output /tmp/training.json
+        write the Chrome trace again (open it in https://ui.perfetto.dev)
+
+A profile directory holds profile.json, events.csv.gz, trace.json, report.html
+and summary.txt (see ipusim.report.autoreport)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``ipusim`` and its sub-commands."""
+    parser = argparse.ArgumentParser(
+        prog="ipusim", description=_DESCRIPTION, epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run", help="run a PopTorch script on the simulated IPUs",
+        usage="ipusim run [-h] [--report DIR] SCRIPT [-- SCRIPT_ARGS ...]",
+        description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
+                    "PopTorch shim. Arguments after -- are passed to the script.",
+        epilog="example: ipusim run train.py --report reports/ -- --epochs 1",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("script", metavar="SCRIPT", help="the PopTorch script (.py) to run")
+    run.add_argument("--report", metavar="DIR",
+                     help="write an autoReport directory per model under DIR "
+                          f"(sets {REPORT_DIR_ENV})")
+    run.set_defaults(handler=_run)
+
+    for name, help_text, handler in (
+            ("report", "re-render the HTML report of a saved profile directory", _report),
+            ("summary", "print the text summary of a saved profile directory", _summary),
+            ("trace", "write the Chrome trace of a saved profile directory", _trace)):
+        sub = commands.add_parser(name, help=help_text, description=help_text[0].upper()
+                                  + help_text[1:] + ", without simulating again.")
+        sub.add_argument("profile_dir", metavar="PROFILE_DIR",
+                         help="a directory written by ipusim's autoReport "
+                              "(it holds profile.json and events.csv.gz)")
+        if name != "summary":
+            default = "report.html" if name == "report" else "trace.json"
+            sub.add_argument("--output", "-o", metavar="FILE",
+                             help=f"where to write it (default: PROFILE_DIR/{default})")
+        if name == "report":
+            sub.add_argument("--max-events-per-lane", type=int, default=20_000, metavar="N",
+                             help="draw whole steps up to N events per timeline lane "
+                                  "(default: 20000)")
+        sub.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ipusim`` console script and of ``python -m ipusim``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, script_args = argv[:split], argv[split + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if script_args and args.command != "run":
+        parser.error(f"only `ipusim run` passes arguments after -- (to the script), got "
+                     f"{' '.join(script_args)!r} for `ipusim {args.command}`")
+    args.script_args = script_args
+    if args.command == "run":  # the script's own errors keep their traceback
+        if not Path(args.script).is_file():
+            parser.exit(1, f"ipusim run: error: no such script: {args.script}\n")
+        return args.handler(args)
+    try:
+        return args.handler(args)
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(1, f"ipusim {args.command}: error: {error}\n")
+
+
+@contextmanager
+def _environment(name: str, value: str | None):
+    """Set an environment variable for the duration of the block (None: leave it alone)."""
+    saved = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if saved is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = saved
+
+
+def _run(args: argparse.Namespace) -> int:
+    from poptorch_shim.runner import run_script
+
+    report = str(Path(args.report).resolve()) if args.report else None
+    with _environment(REPORT_DIR_ENV, report):
+        status = run_script(args.script, args.script_args)
+    if report:
+        written = sorted(path.parent for path in Path(report).glob("*/profile.json"))
+        for directory in written:
+            print(f"ipusim: profile written to {directory}", file=sys.stderr)
+        if not written:
+            print(f"ipusim: no model wrote a profile under {report} (did the script run a "
+                  "poptorch model?)", file=sys.stderr)
+    return status if isinstance(status, int) else 0
+
+
+def _load(directory: str):
+    from ipusim.report import load_autoreport, load_profile
+
+    return load_autoreport(directory), load_profile(directory)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ipusim.report import write_html
+
+    if args.max_events_per_lane < 1:
+        raise ValueError(f"--max-events-per-lane must be a positive integer, got "
+                         f"{args.max_events_per_lane}")
+    timeline, profile = _load(args.profile_dir)
+    output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
+    write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
+               title=Path(args.profile_dir).resolve().name,
+               max_events_per_lane=args.max_events_per_lane)
+    print(output)
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from ipusim.report import text_summary
+
+    timeline, profile = _load(args.profile_dir)
+    print(text_summary(timeline, profile.get("loader_items_per_s"), profile.get("options")),
+          end="")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from ipusim.report import write_chrome_trace
+
+    timeline, _ = _load(args.profile_dir)
+    output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
+    write_chrome_trace(timeline, output)
+    print(output)
+    return 0

@@ -1,0 +1,200 @@
+"""autoReport-style profile directories: write one per engine, load it back.
+
+PopTorch writes a profile into ``autoReport.directory/<training|inference|
+modelName>/`` when the Poplar engine options ask for it; the caller picks that
+directory, this module fills it with files named for what they hold:
+
+=================  ===========================================================
+profile.json       system, run, work, options, memory per IPU and per stage,
+                   cycles per program step, the figures and the verdict
+events.csv.gz      the event table, to re-render the report without simulating
+trace.json         Chrome Trace Event format (Perfetto, chrome://tracing)
+report.html        the HTML report (plotly.js embedded)
+summary.txt        the text summary
+=================  ===========================================================
+
+They are ipusim's own formats, not PopVision's (no ``profile.pop``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from pathlib import Path
+
+import pandas as pd
+
+from ipusim.hardware import SystemSpec
+from ipusim.memory import memory_per_ipu
+from ipusim.recorder import KINDS
+from ipusim.report.chrome_trace import write_chrome_trace
+from ipusim.report.html import write_html
+from ipusim.report.summary import figures, memory_per_stage, step_cycles, text_summary, to_cycles
+from ipusim.report.verdict import bottleneck
+from ipusim.run_config import RunConfig
+from ipusim.simulation import Timeline
+from ipusim.work import Work
+
+FORMAT = "ipusim-profile"
+VERSION = 1
+PROFILE, EVENTS, TRACE, HTML, SUMMARY = (
+    "profile.json", "events.csv.gz", "trace.json", "report.html", "summary.txt")
+OUTPUT_FILES = frozenset({PROFILE, EVENTS, TRACE, HTML, SUMMARY})
+
+# What each Poplar autoReport output option makes us write. autoReport.all
+# turns on the first four; outputSerializedGraph and outputDebugInfo are
+# recognised but have no counterpart in a simulation.
+ENGINE_OUTPUTS: dict[str, frozenset[str]] = {
+    "autoReport.outputGraphProfile": frozenset({PROFILE, SUMMARY}),
+    "autoReport.outputExecutionProfile": frozenset({PROFILE, EVENTS, TRACE, HTML, SUMMARY}),
+    "autoReport.outputLoweredVars": frozenset(),
+    "autoReport.outputArchive": frozenset(),
+    "autoReport.outputSerializedGraph": frozenset(),
+    "autoReport.outputDebugInfo": frozenset(),
+}
+_IN_ALL = ("autoReport.outputGraphProfile", "autoReport.outputExecutionProfile",
+           "autoReport.outputLoweredVars", "autoReport.outputArchive")
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"Engine option {name} must be \"true\" or \"false\", got {value!r}; "
+                     f"write for example {{'{name}': 'true'}}")
+
+
+def outputs_from_engine_options(engine_options: dict) -> set[str]:
+    """The files to write for Poplar engine options such as ``{"autoReport.all": "true"}``.
+
+    ``autoReport.all`` turns on outputGraphProfile, outputExecutionProfile,
+    outputLoweredVars and outputArchive; an option set explicitly overrides
+    it (``"autoReport.outputExecutionProfile": "false"`` keeps only the
+    graph profile). The graph profile gives profile.json and summary.txt;
+    the execution profile gives all five files. Other options are ignored.
+    """
+    everything = _flag("autoReport.all", engine_options.get("autoReport.all", "false"))
+    enabled = dict.fromkeys(_IN_ALL, everything)
+    for name in ENGINE_OUTPUTS:
+        if name in engine_options:
+            enabled[name] = _flag(name, engine_options[name])
+    return set().union(*(ENGINE_OUTPUTS[name] for name, on in enabled.items() if on))
+
+
+def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict | None = None,
+                     outputs: set[str] | None = None,
+                     loader_items_per_s: float | None = None) -> Path:
+    """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
+
+    ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
+    ``options`` are the engine's options, recorded as given.
+    """
+    outputs = set(OUTPUT_FILES if outputs is None else outputs)
+    unknown = outputs - OUTPUT_FILES
+    if unknown:
+        raise ValueError(f"Unknown autoReport output(s) {sorted(unknown)}; outputs must be "
+                         f"a subset of {sorted(OUTPUT_FILES)}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    verdict = bottleneck(timeline, loader_items_per_s)
+    if PROFILE in outputs:
+        profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
+        profile["files"] = sorted(outputs)
+        (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
+    if EVENTS in outputs:
+        timeline.events.to_csv(directory / EVENTS, index=False, compression="gzip")
+    if TRACE in outputs:
+        write_chrome_trace(timeline, directory / TRACE)
+    if HTML in outputs:
+        write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
+                   title=directory.name, verdict=verdict)
+    if SUMMARY in outputs:
+        text = text_summary(timeline, loader_items_per_s, options, verdict)
+        (directory / SUMMARY).write_text(text, encoding="utf-8")
+    return directory
+
+
+def load_profile(directory: str | Path) -> dict:
+    """The profile.json of an autoReport directory."""
+    path = Path(directory) / PROFILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No {PROFILE} in {directory}: expected a directory written by "
+                                "ipusim's autoReport (autoReport.all or outputGraphProfile)")
+    profile = json.loads(path.read_text("utf-8"))
+    if profile.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an ipusim profile (format {profile.get('format')!r}, "
+                         f"expected {FORMAT!r})")
+    return profile
+
+
+def load_autoreport(directory: str | Path) -> Timeline:
+    """Rebuild the :class:`Timeline` of an autoReport directory, without simulating."""
+    profile = load_profile(directory)
+    path = Path(directory) / EVENTS
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No {EVENTS} in {directory}: the execution profile was not written; enable "
+            "autoReport.outputExecutionProfile (or autoReport.all) to re-render the report")
+    dtypes = profile["event_dtypes"]
+    events = pd.read_csv(path, dtype={c: t for c, t in dtypes.items() if c != "kind"})
+    events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
+    return Timeline(events[list(dtypes)], decode(Work, profile["work"]),
+                    decode(RunConfig, profile["run"]), decode(SystemSpec, profile["system"]),
+                    profile["steps"], profile["instance"])
+
+
+def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
+             verdict) -> dict:
+    per_ipu = memory_per_ipu(timeline.work, timeline.run, timeline.system)
+    steps = step_cycles(timeline)
+    return {
+        "format": FORMAT, "version": VERSION,
+        "system": encode(timeline.system), "run": encode(timeline.run),
+        "work": encode(timeline.work), "steps": timeline.steps, "instance": timeline.instance,
+        "options": options, "loader_items_per_s": loader_items_per_s,
+        "memory": {
+            "per_ipu": per_ipu.reset_index().to_dict("records"),
+            "per_stage": memory_per_stage(timeline).reset_index().to_dict("records"),
+            "fits": bool((per_ipu["total"] <= per_ipu["capacity"]).all()),
+        },
+        "execution": {
+            "clock_hz": timeline.system.ipu.clock_hz,
+            "total_cycles": to_cycles(timeline.duration_ps, timeline),
+            "steps": steps.to_dict("records"),
+        },
+        "figures": figures(timeline),
+        "verdict": verdict.to_dict(),
+        "event_dtypes": {c: str(t) for c, t in timeline.events.dtypes.items()},
+    }
+
+
+def encode(value: object) -> object:
+    """A frozen config (dataclasses, enums, tuples) as JSON-ready data."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [encode(item) for item in value]
+    return value
+
+
+def decode(kind: object, data: object) -> object:
+    """The inverse of :func:`encode`, guided by the type annotations of ``kind``."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        if data is None:
+            return None
+        return decode(next(arg for arg in typing.get_args(kind) if arg is not type(None)), data)
+    if origin is tuple:
+        return tuple(decode(typing.get_args(kind)[0], item) for item in data)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: decode(hints[f.name], data[f.name])
+                       for f in dataclasses.fields(kind) if f.name in data})
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(data)
+    return data

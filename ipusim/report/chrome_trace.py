@@ -1,0 +1,145 @@
+"""Export a timeline in the Chrome Trace Event format (Perfetto, chrome://tracing).
+
+Processes are the host and each IPU; an IPU's threads are the report's lanes
+(compute, host I/O, exchange, sync); the host's threads are the calls to the
+model and the host links, one thread per link and direction. Every event is a
+complete (``X``) event with times in µs; ``M`` events name and order the
+processes and threads; flow events (``s`` -> ``f``) follow activations from a
+stage's forward to the next stage's forward on another IPU, and gradients
+from a stage's backward to the previous stage's backward.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ipusim.report import lanes
+from ipusim.report.lanes import LANES
+from ipusim.simulation import Timeline
+
+PS_PER_US = 1e6
+HOST_PID = 1
+CALLS_TID = 1
+_LANE_TID = {lane: i + 1 for i, lane in enumerate(LANES)}
+_ARG_COLUMNS = ("replica", "instance", "stage", "micro_batch", "step", "cycle", "bytes", "flops")
+
+
+def ipu_pid(ipu: int) -> int:
+    """The trace process id of IPU ``ipu`` (the host is process 1)."""
+    return ipu + 2
+
+
+def _link_tid(link: int, direction: str) -> int:
+    return 10 + 2 * link + (direction == "device_to_host")
+
+
+def chrome_trace(timeline: Timeline) -> dict:
+    """The timeline as a Chrome trace: ``{"traceEvents": [...], "displayTimeUnit": "ns"}``."""
+    events = timeline.events
+    stage_names = [stage.name for stage in timeline.run.scheduled(timeline.work).stages]
+    trace = _metadata(timeline)
+    trace += _slices(events, stage_names)
+    trace += _host_slices(timeline)
+    trace += _flows(events)
+    return {"traceEvents": trace, "displayTimeUnit": "ns",
+            "otherData": {"generator": "ipusim", "ipu": timeline.system.ipu.name,
+                          "steps": timeline.steps, "instance": timeline.instance}}
+
+
+def write_chrome_trace(timeline: Timeline, path: str | Path) -> Path:
+    """Write :func:`chrome_trace` as JSON to ``path`` (parents created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # json.dumps, not json.dump: only the one-shot encoder runs in C.
+    path.write_text(json.dumps(chrome_trace(timeline), separators=(",", ":")), encoding="utf-8")
+    return path
+
+
+def _meta(what: str, pid: int, tid: int, **args) -> dict:
+    return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": args}
+
+
+def _metadata(timeline: Timeline) -> list[dict]:
+    out = [_meta("process_name", HOST_PID, 0, name="Host"),
+           _meta("process_sort_index", HOST_PID, 0, sort_index=0),
+           _meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
+           _meta("thread_sort_index", HOST_PID, CALLS_TID, sort_index=0)]
+    for link in range(timeline.system.num_host_links):
+        for direction, label in (("host_to_device", "host → device"),
+                                 ("device_to_host", "device → host")):
+            tid = _link_tid(link, direction)
+            out += [_meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
+                    _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
+    per_replica = timeline.work.ipus_per_replica
+    for ipu in range(timeline.num_ipus):
+        pid = ipu_pid(ipu)
+        out += [_meta("process_name", pid, 0, name=f"IPU {ipu} (replica {ipu // per_replica})"),
+                _meta("process_sort_index", pid, 0, sort_index=pid)]
+        for lane, tid in _LANE_TID.items():
+            out += [_meta("thread_name", pid, tid, name=lane),
+                    _meta("thread_sort_index", pid, tid, sort_index=tid)]
+    return out
+
+
+def _slices(events: pd.DataFrame, stage_names: list[str]) -> list[dict]:
+    kinds = events["kind"].astype(str).tolist()
+    labels = lanes.box_labels(events).tolist()
+    columns = [events[c].tolist() for c in _ARG_COLUMNS]
+    out = []
+    for kind, label, start, end, ipu, *values in zip(
+            kinds, labels, events["start_ps"].tolist(), events["end_ps"].tolist(),
+            events["ipu"].tolist(), *columns):
+        args = dict(zip(_ARG_COLUMNS, values))
+        if args["stage"] >= 0:
+            args["stage_name"] = stage_names[args["stage"]]
+        out.append({"ph": "X", "name": f"{lanes.NAMES[kind]} {label}".strip(), "cat": kind,
+                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lanes.LANE_OF[kind]],
+                    "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US, "args": args})
+    return out
+
+
+def _host_slices(timeline: Timeline) -> list[dict]:
+    """The calls to the model and each host link's transfers, on the host process."""
+    events = timeline.events
+    out = []
+    grouped = events.groupby("step")
+    for step, start, end in zip(grouped.groups, grouped["start_ps"].min(), grouped["end_ps"].max()):
+        out.append({"ph": "X", "name": f"step {step}", "cat": "step", "pid": HOST_PID,
+                    "tid": CALLS_TID, "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
+                    "args": {"step": int(step)}})
+    copies = events[events["kind"].isin(("host_to_device", "device_to_host"))]
+    per_link = timeline.system.ipus_per_host_link
+    for kind, start, end, ipu, nbytes, mb in zip(
+            copies["kind"].astype(str), copies["start_ps"].tolist(), copies["end_ps"].tolist(),
+            copies["ipu"].tolist(), copies["bytes"].tolist(), copies["micro_batch"].tolist()):
+        out.append({"ph": "X", "name": f"{lanes.NAMES[kind]} IPU {ipu}", "cat": kind,
+                    "pid": HOST_PID, "tid": _link_tid(ipu // per_link, kind),
+                    "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
+                    "args": {"ipu": ipu, "bytes": nbytes, "micro_batch": mb}})
+    return out
+
+
+def _flows(events: pd.DataFrame) -> list[dict]:
+    """Arrows between the passes of one micro-batch on consecutive stages on other IPUs."""
+    keys = ["instance", "replica", "step", "micro_batch", "stage"]
+    out = []
+    flow_id = 0
+    for kind, name, offset in (("forward", "activation", 1), ("backward", "gradient", -1)):
+        passes = events.loc[(events["kind"] == kind) & (events["micro_batch"] >= 0), keys + ["ipu"]]
+        # Flow ends sit mid-slice: at a slice's edge they could bind to its neighbour.
+        passes["middle_ps"] = events[["start_ps", "end_ps"]].loc[passes.index].mean(axis=1)
+        successor = passes.assign(stage=passes["stage"] - offset)
+        pairs = passes.merge(successor, on=keys, suffixes=("", "_to"))
+        pairs = pairs[pairs["ipu"] != pairs["ipu_to"]]
+        for src, dst, t0, t1, mb in zip(pairs["ipu"].tolist(), pairs["ipu_to"].tolist(),
+                                        pairs["middle_ps"].tolist(), pairs["middle_ps_to"].tolist(),
+                                        pairs["micro_batch"].tolist()):
+            flow_id += 1
+            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID["compute"]}
+            out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": t0 / PS_PER_US,
+                        "args": {"micro_batch": mb}})
+            out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": t1 / PS_PER_US,
+                        "args": {"micro_batch": mb}})
+    return out

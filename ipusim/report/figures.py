@@ -1,0 +1,285 @@
+"""Plotly figures of a timeline: the pipeline Gantt chart, utilisation, memory.
+
+The Gantt chart follows the batching guide's Fig 4.1: one row per IPU with a
+box for the forward and backward pass of each micro-batch, ramp-up, main and
+ramp-down phases shaded, and one micro-batch's latency marked. Bars are
+horizontal ``go.Bar`` traces (base = start, x = duration) on a numeric µs axis,
+one trace per kind of event so that large runs stay responsive.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ipusim.memory import memory_per_ipu
+from ipusim.recorder import COMPUTE_KINDS, KINDS
+from ipusim.report import lanes
+from ipusim.report.phases import PHASES, latency_path, pipeline_phases
+from ipusim.report.summary import MEMORY_PARTS
+from ipusim.simulation import Timeline
+from ipusim.work import Execution
+
+PS_PER_US = 1e6
+MB = 1e6
+MAX_EVENTS_PER_LANE = 20_000
+MAX_IPUS = 16
+_PHASE_FILL = {"ramp-up": "rgba(214, 39, 40, 0.09)", "main": "rgba(44, 160, 44, 0.08)",
+               "ramp-down": "rgba(31, 119, 180, 0.09)"}
+_PHASE_LEGEND = {"ramp-up": "rgba(214, 39, 40, 0.3)", "main": "rgba(44, 160, 44, 0.3)",
+                 "ramp-down": "rgba(31, 119, 180, 0.3)"}
+_PHASE_TEXT = {"ramp-up": "#a02020", "main": "#217a21", "ramp-down": "#1a5a8a"}
+MAX_BOXES_IN_VIEW = 400
+_MAX_PHASE_LABELS = 24
+_MEMORY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#7f7f7f", "#8c564b")
+
+
+class Window(NamedTuple):
+    """The events a figure draws and a note saying what was left out."""
+
+    events: pd.DataFrame
+    note: str
+
+
+def plotted_window(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PER_LANE,
+                   max_ipus: int = MAX_IPUS) -> Window:
+    """The first IPUs and whole steps whose events fit ``max_events_per_lane`` per lane.
+
+    When even the first step does not fit, the window is its first events.
+    """
+    events = timeline.events
+    notes = []
+    if timeline.num_ipus > max_ipus:
+        events = events[events["ipu"] < max_ipus]
+        notes.append(f"IPUs 0-{max_ipus - 1} of {timeline.num_ipus}")
+    lane = events["kind"].astype(str).map(lanes.LANE_OF)
+    cutoff = np.inf
+    for _, starts in events["start_ps"].groupby([events["ipu"], lane]):
+        if len(starts) > max_events_per_lane:
+            cutoff = min(cutoff, float(np.sort(starts.to_numpy())[max_events_per_lane]))
+    if np.isfinite(cutoff):
+        step_ends = events.groupby("step")["end_ps"].max()
+        whole = step_ends[step_ends <= cutoff]
+        if len(whole):
+            events = events[events["step"] <= whole.index.max()]
+            notes.append(f"the first {len(whole)} of {timeline.steps} steps")
+        else:
+            events = events[events["start_ps"] < cutoff]
+            notes.append(f"the first {(cutoff - events['start_ps'].min()) / PS_PER_US:,.1f} µs "
+                         f"of step {int(events['step'].min())}")
+    if not notes:
+        return Window(events, "")
+    return Window(events, f"showing {' and '.join(notes)} "
+                          f"(at most {max_events_per_lane:,} events per lane)")
+
+
+def initial_view(timeline: Timeline, events: pd.DataFrame,
+                 max_boxes: int = MAX_BOXES_IN_VIEW) -> tuple[float, float, str] | None:
+    """The time range (µs) the timeline opens on when it holds too many boxes to read.
+
+    The first pipeline runs or steps that hold at most ``max_boxes`` compute
+    boxes (at least the first run or step); None when everything fits.
+    """
+    starts = np.sort(events.loc[events["kind"].isin(COMPUTE_KINDS), "start_ps"].to_numpy())
+    if len(starts) <= max_boxes:
+        return None
+    phases = pipeline_phases(timeline)
+    if len(phases):
+        unit = "pipeline run(s)"
+        ends = phases.loc[phases["phase"] == "ramp-down", "end_ps"].to_numpy()
+    else:
+        unit = "step(s)"
+        ends = events.groupby("step")["end_ps"].max().to_numpy()
+    ends = np.sort(ends[ends <= events["end_ps"].max()])
+    fitting = int((np.searchsorted(starts, ends) <= max_boxes).sum())
+    if fitting:
+        end, note = ends[fitting - 1], f"the first {fitting} {unit}"
+    elif len(ends):
+        end, note = ends[0], f"the first {unit.removesuffix('(s)')}"
+    else:  # the window ends inside the first run or step
+        end, note = starts[max_boxes], f"the first {max_boxes} boxes"
+    first = float(events["start_ps"].min())
+    return first / PS_PER_US, float(end) / PS_PER_US, note
+
+
+def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
+    """Row of each (IPU, lane): the compute lane always, other lanes when used."""
+    used = set(events["kind"].astype(str).map(lanes.LANE_OF))
+    shown = [lane for lane in lanes.LANES if lane == "compute" or lane in used]
+    ipus = sorted(set(events["ipu"])) or [0]
+    positions, ticks, names = {}, [], []
+    row = 0
+    for ipu in ipus:
+        replica = ipu // timeline.work.ipus_per_replica
+        for lane in shown:
+            positions[(ipu, lane)] = row
+            ticks.append(row)
+            head = f"IPU {ipu}" + (f" (replica {replica})" if timeline.run.replicas > 1 else "")
+            names.append(f"<b>{head}</b>" if lane == "compute" else f"{lane}")
+            row += 1
+    return positions, ticks, names
+
+
+def _bar_trace(events: pd.DataFrame, kind: str, rows: np.ndarray, name: str, **style) -> go.Bar:
+    # float32 and int16 arrays travel base64-encoded: a third of the size of float64 text.
+    start = events["start_ps"].to_numpy() / PS_PER_US
+    duration = ((events["end_ps"] - events["start_ps"]).to_numpy() / PS_PER_US).astype(np.float32)
+    custom = events[["ipu", "replica", "stage", "micro_batch", "step", "cycle", "bytes",
+                     "flops"]].to_numpy(dtype=np.float32)
+    compute = kind in COMPUTE_KINDS
+    return go.Bar(
+        name=name, orientation="h", y=rows.astype(np.int16 if len(rows) and rows.max() < 2**15
+                                                    else np.int32),
+        base=np.round(start, 3), x=duration, width=0.8 if compute else 0.6, customdata=custom,
+        text=lanes.box_labels(events) if compute else None,
+        textposition="inside" if compute else "none", insidetextanchor="middle",
+        textangle=0, textfont={"color": "white", "size": 11}, cliponaxis=True,
+        hovertemplate=(f"<b>{lanes.NAMES[kind]}</b> %{{text}}<br>IPU %{{customdata[0]}} "
+                       "(replica %{customdata[1]}), stage %{customdata[2]}<br>"
+                       "micro-batch %{customdata[3]}, step %{customdata[4]}, cycle "
+                       "%{customdata[5]}<br>%{base:,.3f} µs + %{x:,.3f} µs<br>"
+                       "%{customdata[6]:,.0f} bytes, %{customdata[7]:,.3s}FLOP<extra></extra>"),
+        **style)
+
+
+def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PER_LANE,
+                    max_ipus: int = MAX_IPUS) -> go.Figure:
+    """The pipeline timeline: rows = IPUs (with their I/O, exchange and sync lanes)."""
+    window = plotted_window(timeline, max_events_per_lane, max_ipus)
+    events = window.events
+    positions, ticks, names = _lane_positions(timeline, events)
+    lane = events["kind"].astype(str).map(lanes.LANE_OF)
+    rows = np.array([positions[key] for key in zip(events["ipu"], lane)], dtype=np.int32)
+    traces, shapes, notes = [], [], []
+    kinds = events["kind"].astype(str).to_numpy()
+    for kind in KINDS:
+        chosen = kinds == kind
+        if chosen.any():
+            traces.append(_bar_trace(events[chosen], kind, rows[chosen], lanes.NAMES[kind],
+                                     marker={"color": lanes.COLOURS[kind],
+                                             "line": {"color": "white", "width": 0.5}}))
+    view = initial_view(timeline, events)
+    _latency(timeline, events, rows, traces, notes)
+    _phases(timeline, events, traces, shapes, notes, view)
+    shapes += [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+                "y0": row - 0.5, "y1": row - 0.5, "line": {"color": "#999", "width": 1}}
+               for row in range(1, len(ticks)) if names[row].startswith("<b>")]
+    title = f"{timeline_name(timeline)} — {_describe(timeline)}"
+    subtitle = [window.note] if window.note else []
+    if view:
+        subtitle.append(f"opens on {view[2]}: double-click the plot to see the whole run")
+    if subtitle:
+        title += f"<br><sup>{'; '.join(subtitle)}</sup>"
+    return go.Figure(data=traces, layout={
+        "title": {"text": title}, "barmode": "overlay", "bargap": 0, "plot_bgcolor": "white",
+        "height": max(380, 90 + 28 * len(ticks)), "legend": {"traceorder": "normal"},
+        "uniformtext": {"minsize": 8, "mode": "hide"}, "shapes": shapes, "annotations": notes,
+        "margin": {"l": 10, "r": 10, "t": 100, "b": 50},
+        "xaxis": {"title": {"text": "simulated time (µs)"}, "showgrid": True,
+                  "gridcolor": "#eee", "zeroline": False,
+                  **({"range": list(view[:2])} if view else {})},
+        "yaxis": {"tickvals": ticks, "ticktext": names, "autorange": False,
+                  "range": [len(ticks) - 0.5, -1.6], "showgrid": False, "zeroline": False}})
+
+
+def timeline_name(timeline: Timeline) -> str:
+    """What the Gantt chart is called: a pipeline timeline only for pipelined runs."""
+    return "Pipeline timeline" if timeline.run.execution is Execution.PIPELINED else "Timeline"
+
+
+def _describe(timeline: Timeline) -> str:
+    run = timeline.run
+    return (f"{'training' if run.training else 'inference'}, {run.execution.value}, "
+            f"{len(timeline.run.scheduled(timeline.work).stages)} stage(s), {run.replicas} replica(s), "
+            f"gradient accumulation {run.gradient_accumulation}, "
+            f"{run.device_iterations} device iteration(s), {timeline.steps} step(s)")
+
+
+def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list,
+            notes: list, view: tuple[float, float, str] | None) -> None:
+    """Shade ramp-up / main / ramp-down and label those in the opening view above the plot."""
+    phases = pipeline_phases(timeline)
+    if phases.empty:
+        return
+    phases = phases[phases["step"].isin(set(events["step"]))
+                    & (phases["start_ps"] < events["end_ps"].max())]
+    labelled = 0
+    for row in phases.itertuples():
+        x0, x1 = row.start_ps / PS_PER_US, row.end_ps / PS_PER_US
+        shapes.append({"type": "rect", "xref": "x", "x0": x0, "x1": x1, "yref": "paper",
+                       "y0": 0, "y1": 1, "fillcolor": _PHASE_FILL[row.phase], "line": {"width": 0},
+                       "layer": "below"})
+        if labelled < _MAX_PHASE_LABELS and (view is None or x1 <= view[1]):
+            labelled += 1
+            notes.append({"x": (x0 + x1) / 2, "y": 1.0, "xref": "x", "yref": "paper",
+                          "yanchor": "bottom", "showarrow": False,
+                          "text": f"{row.phase}<br>cycles {row.first_cycle}-{row.last_cycle}",
+                          "font": {"size": 10, "color": _PHASE_TEXT[row.phase]}})
+    for phase in PHASES:  # legend entries for the shading
+        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=f"{phase} phase",
+                                 marker={"symbol": "square", "size": 14,
+                                         "color": _PHASE_LEGEND[phase]},
+                                 hoverinfo="skip"))
+
+
+def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces: list,
+             notes: list) -> None:
+    """Outline one micro-batch's boxes and draw its latency as an arrow above the rows."""
+    path = latency_path(timeline, int(events["step"].min()) if len(events) else None)
+    if path is None or path.end_ps > events["end_ps"].max():
+        return
+    mine = ((events["micro_batch"] == path.micro_batch) & (events["step"] == path.step)
+            & (events["replica"] == path.replica) & events["kind"].isin(COMPUTE_KINDS)).to_numpy()
+    traces.append(go.Bar(
+        name=f"micro-batch {path.micro_batch} (latency path)", orientation="h", y=rows[mine],
+        base=events["start_ps"].to_numpy()[mine] / PS_PER_US,
+        x=(events["end_ps"] - events["start_ps"]).to_numpy()[mine] / PS_PER_US,
+        width=0.8, hoverinfo="skip",
+        marker={"color": "rgba(0,0,0,0)", "line": {"color": "black", "width": 2.5}}))
+    x0, x1 = path.start_ps / PS_PER_US, path.end_ps / PS_PER_US
+    notes.append({"x": x1, "y": -1.0, "ax": x0, "ay": -1.0, "xref": "x", "yref": "y",
+                  "axref": "x", "ayref": "y", "text": "", "showarrow": True, "arrowhead": 2,
+                  "arrowside": "end+start", "arrowwidth": 1.5, "arrowcolor": "black"})
+    notes.append({"x": (x0 + x1) / 2, "y": -1.0, "xref": "x", "yref": "y", "yanchor": "bottom",
+                  "showarrow": False, "bgcolor": "rgba(255,255,255,0.8)",
+                  "text": f"latency of micro-batch {path.micro_batch}: "
+                          f"{path.latency_ps / PS_PER_US:,.1f} µs"})
+
+
+def utilisation_figure(timeline: Timeline, max_ipus: int = 64) -> go.Figure:
+    """Per IPU, the share of the span in compute, host I/O, copies, sync wait and idle."""
+    table = lanes.category_times(timeline.events, timeline.num_ipus).iloc[:max_ipus]
+    labels = [f"IPU {ipu}" for ipu in table.index]
+    fig = go.Figure()
+    for category in lanes.CATEGORIES:
+        share = table[category].to_numpy()
+        if category != "idle" and not share.any():
+            continue
+        fig.add_trace(go.Bar(name=category, x=labels, y=share * 100,
+                             marker={"color": lanes.CATEGORY_COLOURS[category],
+                                     "line": {"color": "#bbb", "width": 0.5}},
+                             hovertemplate=f"{category}: %{{y:.1f}}%<extra>%{{x}}</extra>"))
+    fig.update_layout(title="Utilisation per IPU (share of the simulated span)", barmode="stack",
+                      yaxis={"title": "% of time", "range": [0, 100]}, plot_bgcolor="white",
+                      height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40})
+    return fig
+
+
+def memory_figure(timeline: Timeline) -> go.Figure:
+    """SRAM needed on each IPU of a replica, by category, against its capacity."""
+    table = memory_per_ipu(timeline.work, timeline.run, timeline.system)
+    labels = [f"IPU {ipu}" for ipu in table.index]
+    fig = go.Figure()
+    for part, colour in zip(MEMORY_PARTS, _MEMORY_COLOURS):
+        fig.add_trace(go.Bar(name=part, x=labels, y=table[part] / MB, marker={"color": colour},
+                             hovertemplate=f"{part}: %{{y:,.2f}} MB<extra>%{{x}}</extra>"))
+    capacity = float(table["capacity"].iloc[0]) / MB
+    fig.add_hline(y=capacity, line={"color": "#d62728", "dash": "dash", "width": 2},
+                  annotation_text=f"SRAM capacity {capacity:,.0f} MB",
+                  annotation_position="top left")
+    fig.update_layout(title="Memory per IPU (each replica holds the same)", barmode="stack",
+                      yaxis={"title": "MB", "rangemode": "tozero"}, plot_bgcolor="white",
+                      height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40})
+    return fig

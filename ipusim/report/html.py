@@ -1,0 +1,173 @@
+"""The HTML report: verdict, figures table, pipeline timeline, utilisation, memory.
+
+One self-contained file that opens offline: plotly.js is embedded once in the
+page, no script or style is fetched from the network. A small render check
+at the end of the page writes what the browser drew (bars per trace) and any
+script error into a hidden ``<pre id="render-check">`` so that a headless
+browser, or a person filing a bug, can see whether the page rendered.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import plotly
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from ipusim.report.figures import (MAX_EVENTS_PER_LANE, memory_figure, timeline_figure,
+                                   timeline_name, utilisation_figure)
+from ipusim.report.summary import figures
+from ipusim.report.verdict import Verdict, bottleneck
+from ipusim.simulation import Timeline
+
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 2rem 2rem;
+       color: #222; background: #fafafa; }
+h1 { font-size: 1.5rem; margin: 1.2rem 0 0.2rem; }
+h2 { font-size: 1.15rem; margin: 1.6rem 0 0.5rem; }
+.sub { color: #555; margin: 0 0 1rem; }
+.verdict { border-left: 6px solid #d62728; background: white; padding: 0.8rem 1.2rem;
+           box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
+.verdict.compute { border-left-color: #2ca02c; }
+.badge { display: inline-block; font-weight: 600; font-size: 0.8rem; padding: 0.1rem 0.5rem;
+         border-radius: 0.6rem; background: #eee; margin-right: 0.5rem; }
+.verdict ul { margin: 0.5rem 0 0; padding-left: 1.2rem; }
+table.figures { border-collapse: collapse; background: white;
+                box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
+table.figures td, table.figures th { padding: 0.2rem 0.9rem; border-bottom: 1px solid #eee;
+                                     text-align: left; }
+table.figures td.value { text-align: right; font-variant-numeric: tabular-nums; }
+.figure { background: white; margin-top: 1rem; box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
+.top { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 1.5rem; }
+table.figures { width: 100%; }
+.row { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 1rem; }
+footer { color: #777; font-size: 0.85rem; margin-top: 2rem; }
+"""
+
+# Records script errors from the start of the page, before plotly.js loads.
+_ERROR_HOOK = """window.__ipusimErrors = [];
+window.addEventListener("error", function (e) {
+  window.__ipusimErrors.push(String(e.message || e.error || e));
+});"""
+
+# Once every figure has drawn, count the bars of each bar trace as the browser drew them.
+_RENDER_CHECK = """(function () {
+  function check(attempt) {
+    var plots = Array.prototype.slice.call(document.querySelectorAll(".js-plotly-plot"));
+    var ready = plots.length > 0 && plots.every(function (gd) { return gd._fullLayout; });
+    if (!ready && attempt < 100) { setTimeout(function () { check(attempt + 1); }, 50); return; }
+    var result = {errors: window.__ipusimErrors, figures: {}};
+    plots.forEach(function (gd) {
+      var bars = (gd._fullData || []).filter(function (t) { return t.type === "bar"; });
+      var groups = gd.querySelectorAll(".barlayer .trace");
+      var counts = {};
+      bars.forEach(function (trace, i) {
+        counts[trace.name] = groups[i] ? groups[i].querySelectorAll(".point").length : 0;
+      });
+      result.figures[gd.id] = {bars: counts, traces: (gd.data || []).length};
+    });
+    var out = document.getElementById("render-check");
+    out.textContent = JSON.stringify(result);
+    out.setAttribute("data-status", "done");
+  }
+  window.addEventListener("load", function () { setTimeout(function () { check(0); }, 0); });
+})();"""
+
+
+def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
+                title: str | None = None, verdict: Verdict | None = None,
+                max_events_per_lane: int = MAX_EVENTS_PER_LANE) -> str:
+    """The report as one HTML string with plotly.js embedded."""
+    verdict = verdict or bottleneck(timeline, loader_items_per_s)
+    title = title or ("training" if timeline.run.training else "inference")
+    plots = [
+        ("timeline", timeline_figure(timeline, max_events_per_lane)),
+        ("utilisation", utilisation_figure(timeline)),
+        ("memory", memory_figure(timeline)),
+    ]
+    divs = {name: pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=name,
+                              config=_PLOT_CONFIG) for name, fig in plots}
+    system = timeline.system
+    subtitle = (f"{system.ipu.name} × {system.num_ipus}, {timeline.num_ipus} IPU(s) used, "
+                f"{timeline.steps} step(s), {len(timeline.events):,} simulated events")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>ipusim report — {html.escape(title)}</title>
+<style>{_STYLE}</style>
+<script>{_ERROR_HOOK}</script>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head>
+<body>
+<h1>ipusim report — {html.escape(title)}</h1>
+<p class="sub">{html.escape(subtitle)} · simulated timings, not hardware measurements</p>
+<div class="top">
+<section><h2>Bottleneck</h2>
+{_verdict_html(verdict)}</section>
+<section><h2>Figures</h2>
+{_figures_html(timeline, loader_items_per_s)}</section>
+</div>
+<h2>{timeline_name(timeline)}</h2>
+<div class="figure">{divs["timeline"]}</div>
+<h2>Utilisation and memory</h2>
+<div class="row"><div class="figure">{divs["utilisation"]}</div>
+<div class="figure">{divs["memory"]}</div></div>
+<footer>Generated by ipusim with plotly {plotly.__version__} (plotly.js embedded, works offline).
+Hover a box for its stage, micro-batch, step, cycle, bytes and FLOPs; drag to zoom, double-click
+to reset.</footer>
+<pre id="render-check" hidden data-status="pending"></pre>
+<script>{_RENDER_CHECK}</script>
+</body>
+</html>
+"""
+
+
+def write_html(timeline: Timeline, path: str | Path, **kwargs) -> Path:
+    """Write :func:`render_html` to ``path`` (parents created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(timeline, **kwargs), encoding="utf-8")
+    return path
+
+
+def _verdict_html(verdict: Verdict) -> str:
+    advice = "".join(f"<li>{html.escape(line)}</li>" for line in verdict.advice)
+    return (f'<div class="verdict {verdict.kind}"><span class="badge">{verdict.kind}</span>'
+            f"{html.escape(verdict.headline)}<ul>{advice}</ul></div>")
+
+
+def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:
+    f = figures(timeline)
+    rows = [
+        ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
+        ("Latency of one micro-batch", f"{f['latency(us)']:,.1f} µs"),
+        ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
+        ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"),
+        ("Host I/O share", f"{f['host_io_share']:.1%}"),
+        ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
+        ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
+        ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
+        ("Items", f"{int(f['items']):,}"),
+    ]
+    if loader_items_per_s is not None:
+        rows.append(("Data loader throughput", f"{loader_items_per_s:,.1f} items/s"))
+    body = "".join(f'<tr><th>{html.escape(name)}</th>'
+                   f'<td class="value">{html.escape(value)}</td></tr>' for name, value in rows)
+    return f'<table class="figures">{body}</table>'
+
+
+def render_check_json(dom: str) -> dict:
+    """The render check's result from a page's DOM as a browser dumped it."""
+    start = dom.find('id="render-check"')
+    if start < 0:
+        raise ValueError("the page has no render check (<pre id=\"render-check\">)")
+    body_start = dom.index(">", start) + 1
+    text = html.unescape(dom[body_start:dom.index("</pre>", body_start)])
+    if not text:
+        raise ValueError("the render check did not run: the page's scripts did not finish")
+    return json.loads(text)

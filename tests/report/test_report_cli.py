@@ -1,0 +1,98 @@
+"""The ipusim command line: help, summary, report, trace and run."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from report_timelines import stages
+
+from ipusim import RunConfig, Simulation, Work, system_spec
+from ipusim.cli import REPORT_DIR_ENV, main
+from ipusim.report import load_autoreport, text_summary, write_autoreport
+
+
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory, pipeline_timeline):
+    return write_autoreport(tmp_path_factory.mktemp("cli") / "training", pipeline_timeline,
+                            options={"autoReport.all": "true"}, loader_items_per_s=2e4)
+
+
+def test_help_describes_the_commands_with_examples():
+    result = subprocess.run([sys.executable, "-m", "ipusim", "--help"], capture_output=True,
+                            text=True, check=True)
+    for word in ("run", "report", "summary", "trace", "examples:", "ipusim run", "-- --replicas"):
+        assert word in result.stdout
+    run_help = subprocess.run([sys.executable, "-m", "ipusim", "run", "--help"],
+                              capture_output=True, text=True, check=True).stdout
+    assert "[-- SCRIPT_ARGS ...]" in run_help and "--report DIR" in run_help
+
+
+def test_summary_prints_the_text_summary(profile_dir, capsys):
+    assert main(["summary", str(profile_dir)]) == 0
+    expected = text_summary(load_autoreport(profile_dir), 2e4, {"autoReport.all": "true"})
+    assert capsys.readouterr().out == expected
+
+
+def test_report_re_renders_the_html(profile_dir, tmp_path, capsys):
+    output = tmp_path / "out.html"
+    assert main(["report", str(profile_dir), "--output", str(output)]) == 0
+    assert capsys.readouterr().out.strip() == str(output)
+    page = output.read_text(encoding="utf-8")
+    assert "<script src" not in page and "ipusim report — training" in page
+
+
+def test_trace_writes_the_chrome_trace(profile_dir, tmp_path):
+    assert main(["trace", str(profile_dir), "-o", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_a_missing_profile_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["summary", str(tmp_path)])
+    assert exit_info.value.code == 1
+    assert "No profile.json in" in capsys.readouterr().err
+
+
+def test_only_run_takes_script_arguments(profile_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["summary", str(profile_dir), "--", "x"])
+    assert exit_info.value.code == 2
+    assert "only `ipusim run` passes arguments after --" in capsys.readouterr().err
+
+
+def test_run_passes_the_arguments_and_the_report_directory(tmp_path, monkeypatch):
+    script = tmp_path / "script.py"
+    record = tmp_path / "seen.json"
+    script.write_text(
+        "import json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'report': os.environ.get({REPORT_DIR_ENV!r})}}, "
+        f"open({str(record)!r}, 'w'))\n")
+    monkeypatch.delenv(REPORT_DIR_ENV, raising=False)
+    assert main(["run", str(script), "--report", str(tmp_path / "reports"), "--",
+                 "--replicas", "4", "x"]) == 0
+    seen = json.loads(record.read_text())
+    assert seen == {"argv": ["--replicas", "4", "x"], "report": str(tmp_path / "reports")}
+    assert REPORT_DIR_ENV not in os.environ  # restored after the run
+
+
+def test_run_keeps_the_scripts_own_errors(tmp_path, capsys):
+    script = tmp_path / "fails.py"
+    script.write_text("raise ValueError('the script failed')\n")
+    with pytest.raises(ValueError, match="the script failed"):
+        main(["run", str(script)])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(tmp_path / "missing.py")])
+    assert exit_info.value.code == 1 and "no such script" in capsys.readouterr().err
+
+
+def test_simulations_can_show_a_progress_bar(capsys):
+    def simulation():
+        return Simulation(Work(stages(1)), RunConfig(device_iterations=2), system_spec("mk2", 1))
+
+    quiet = simulation().run_steps(3)
+    assert capsys.readouterr().err == ""
+    shown = simulation().run_steps(3, progress=True)
+    err = capsys.readouterr().err  # tqdm writes to stderr
+    assert "simulating" in err and "3/3" in err
+    assert shown.events.equals(quiet.events)

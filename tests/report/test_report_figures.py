@@ -1,0 +1,186 @@
+"""The plotly figures: boxes per kind, ramp bands on cycle boundaries, latency, windows."""
+import numpy as np
+import pytest
+from report_timelines import pipeline_run, stages
+
+from ipusim import Execution, RunConfig, Work, simulate, system_spec
+from ipusim.memory import memory_per_ipu
+from ipusim.recorder import COMPUTE_KINDS, KINDS
+from ipusim.report import lanes, latency_path, pipeline_phases
+from ipusim.report.figures import (initial_view, memory_figure, plotted_window, timeline_figure,
+                                   utilisation_figure)
+
+PS_PER_US = 1e6
+
+
+def bars_by_name(fig):
+    return {trace.name: trace for trace in fig.data if trace.type == "bar"}
+
+
+def test_one_box_per_event_in_one_trace_per_kind(pipeline_timeline):
+    events = pipeline_timeline.events
+    bars = bars_by_name(timeline_figure(pipeline_timeline))
+    for kind, count in events["kind"].astype(str).value_counts().items():
+        if count:
+            assert len(bars[lanes.NAMES[kind]].x) == count, kind
+    forward = bars["forward"]
+    assert len(forward.x) == 4 * 8  # 4 stages x 8 micro-batches
+    assert sorted(set(forward.text)) == [f"F{m}" for m in range(8)]
+    assert set(bars["weight update"].text) == {"U"}
+
+
+def test_boxes_sit_at_their_events_times(pipeline_timeline):
+    events = pipeline_timeline.events
+    backward = events[events["kind"] == "backward"]
+    trace = bars_by_name(timeline_figure(pipeline_timeline))["backward"]
+    np.testing.assert_allclose(np.asarray(trace.base, dtype=float),
+                               backward["start_ps"] / PS_PER_US, atol=1e-3)
+    np.testing.assert_allclose(trace.x, (backward["end_ps"] - backward["start_ps"]) / PS_PER_US,
+                               rtol=1e-6)
+    assert trace.orientation == "h"
+
+
+def test_rows_are_ipus_with_their_lanes(pipeline_timeline):
+    fig = timeline_figure(pipeline_timeline)
+    names = list(fig.layout.yaxis.ticktext)
+    assert [name for name in names if name.startswith("<b>")] == [
+        f"<b>IPU {ipu}</b>" for ipu in range(4)]
+    forward = bars_by_name(fig)["forward"]
+    events = pipeline_timeline.events
+    ipus = events.loc[events["kind"] == "forward", "ipu"].to_numpy()
+    # every forward box sits on its IPU's compute row
+    assert all(names[row] == f"<b>IPU {ipu}</b>" for row, ipu in zip(forward.y, ipus))
+
+
+def test_ramp_bands_sit_on_the_cycle_boundaries_of_a_4_stage_pipeline_with_g8():
+    timeline = pipeline_run(micro_batches=8, synthetic_data=True)
+    phases = pipeline_phases(timeline)
+    # P = 2 x 4 - 1 = 7 pipeline stages, 8 + 7 - 1 = 14 cycles
+    assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
+        ("ramp-up", 0, 5), ("main", 6, 7), ("ramp-down", 8, 13)]
+    events = timeline.events
+    compute = events[events["kind"].isin(("forward", "backward"))]
+    first = compute.groupby("cycle")["start_ps"].min()
+    assert list(phases["start_ps"]) == [first[0], first[6], first[8]]
+    assert list(phases["end_ps"][:2]) == [first[6], first[8]]
+    assert phases["end_ps"].iloc[2] == compute.loc[compute["cycle"] == 13, "end_ps"].max()
+    # the main phase starts with micro-batch 6 entering stage 0
+    entering = compute[(compute["kind"] == "forward") & (compute["stage"] == 0)
+                       & (compute["micro_batch"] == 6)]
+    assert entering["start_ps"].iloc[0] == phases["start_ps"].iloc[1]
+
+    fig = timeline_figure(timeline)
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    np.testing.assert_allclose([(r.x0, r.x1) for r in rects],
+                               np.c_[phases["start_ps"], phases["end_ps"]] / PS_PER_US)
+    labels = [a.text for a in fig.layout.annotations if a.text and "cycles" in a.text]
+    assert labels == ["ramp-up<br>cycles 0-5", "main<br>cycles 6-7", "ramp-down<br>cycles 8-13"]
+
+
+def test_every_pass_lies_in_the_band_of_its_cycle():
+    timeline = pipeline_run(micro_batches=10, steps=2)
+    phases = pipeline_phases(timeline)
+    assert len(phases) == 2 * 3
+    events = timeline.events
+    compute = events[events["kind"].isin(("forward", "backward"))]
+    for row in phases.itertuples():
+        mine = compute[(compute["step"] == row.step)
+                       & compute["cycle"].between(row.first_cycle, row.last_cycle)]
+        assert (mine["start_ps"] >= row.start_ps).all() and (mine["end_ps"] <= row.end_ps).all()
+
+
+def test_inference_pipeline_has_p_equal_to_the_stage_count():
+    work = Work(stages(3), micro_batch_size=2, input_bytes_per_sample=64)
+    run = RunConfig(training=False, device_iterations=5, execution=Execution.PIPELINED)
+    phases = pipeline_phases(simulate(work, run, system_spec("mk2", 3)))
+    assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
+        ("ramp-up", 0, 1), ("main", 2, 4), ("ramp-down", 5, 6)]
+
+
+def test_sharded_runs_have_no_bands(replicated_timeline):
+    assert pipeline_phases(replicated_timeline).empty
+    fig = timeline_figure(replicated_timeline)
+    assert not [s for s in fig.layout.shapes if s.type == "rect"]
+
+
+def test_latency_of_one_micro_batch_is_marked(pipeline_timeline):
+    path = latency_path(pipeline_timeline)
+    assert (path.replica, path.step, path.micro_batch) == (0, 0, 6)  # P - 1
+    events = pipeline_timeline.events
+    mine = events[events["micro_batch"] == 6]
+    assert (path.start_ps, path.end_ps) == (mine["start_ps"].min(), mine["end_ps"].max())
+    fig = timeline_figure(pipeline_timeline)
+    arrow = next(a for a in fig.layout.annotations if a.showarrow)
+    assert arrow.ax == pytest.approx(path.start_ps / PS_PER_US)
+    assert arrow.x == pytest.approx(path.end_ps / PS_PER_US)
+    assert any(a.text == f"latency of micro-batch 6: {path.latency_ps / PS_PER_US:,.1f} µs"
+               for a in fig.layout.annotations)
+    outline = bars_by_name(fig)["micro-batch 6 (latency path)"]
+    assert len(outline.x) == 8  # its forward and backward on each of the 4 stages
+
+
+def test_long_runs_are_drawn_as_whole_steps_within_the_lane_limit():
+    timeline = pipeline_run(micro_batches=8, steps=6)
+    events = timeline.events
+    lane = events["kind"].astype(str).map(lanes.LANE_OF)
+    per_step_lane = events[events["step"] == 0].groupby([events["ipu"], lane]).size().max()
+    window = plotted_window(timeline, max_events_per_lane=int(2.5 * per_step_lane))
+    assert set(window.events["step"]) == {0, 1}
+    assert "the first 2 of 6 steps" in window.note
+    fig = timeline_figure(timeline, max_events_per_lane=int(2.5 * per_step_lane))
+    assert "the first 2 of 6 steps" in fig.layout.title.text
+    assert sum(len(t.x) for t in fig.data if t.type == "bar" and "latency" not in t.name) == len(
+        window.events)
+
+
+def test_a_step_too_long_for_the_limit_is_cut_in_time():
+    timeline = pipeline_run(micro_batches=8)
+    window = plotted_window(timeline, max_events_per_lane=10)
+    lane = window.events["kind"].astype(str).map(lanes.LANE_OF)
+    assert window.events.groupby([window.events["ipu"], lane]).size().max() <= 10
+    assert "µs of step 0" in window.note
+
+
+def test_many_boxes_open_on_the_first_runs():
+    small = pipeline_run(micro_batches=8)
+    assert initial_view(small, small.events) is None
+    assert timeline_figure(small).layout.xaxis.range is None
+    big = pipeline_run(micro_batches=16, steps=2, device_iterations=4)
+    x0, x1, note = initial_view(big, big.events)
+    shown = big.events[big.events["kind"].isin(COMPUTE_KINDS) & (big.events["start_ps"] < x1 * 1e6)]
+    assert 0 < len(shown) <= 400 and note.startswith("the first")
+    assert tuple(timeline_figure(big).layout.xaxis.range) == pytest.approx((x0, x1))
+
+
+def test_utilisation_stacks_to_the_whole_span(replicated_timeline):
+    fig = utilisation_figure(replicated_timeline)
+    total = np.sum([trace.y for trace in fig.data], axis=0)
+    np.testing.assert_allclose(total, 100.0)
+    compute = next(t for t in fig.data if t.name == "compute").y
+    np.testing.assert_allclose(compute / 100, replicated_timeline.utilisation(), rtol=1e-9)
+
+
+def test_memory_bars_match_the_memory_model_and_show_the_capacity(pipeline_timeline):
+    fig = memory_figure(pipeline_timeline)
+    table = memory_per_ipu(pipeline_timeline.work, pipeline_timeline.run, pipeline_timeline.system)
+    stacked = np.sum([trace.y for trace in fig.data], axis=0)
+    np.testing.assert_allclose(stacked, table["total"] / 1e6)
+    line = fig.layout.shapes[0]
+    assert line.y0 == pytest.approx(pipeline_timeline.system.ipu.sram_bytes / 1e6)
+
+
+def test_a_window_cut_inside_a_run_opens_on_its_first_boxes():
+    timeline = pipeline_run(micro_batches=64)
+    window = plotted_window(timeline, max_events_per_lane=60)
+    assert "µs of step 0" in window.note
+    x0, x1, note = initial_view(timeline, window.events, max_boxes=50)
+    assert note == "the first 50 boxes"
+    compute = window.events[window.events["kind"].isin(COMPUTE_KINDS)]
+    assert 40 <= (compute["start_ps"] < x1 * PS_PER_US).sum() <= 50  # ties start together
+
+
+def test_every_kind_of_event_has_a_lane_a_category_a_colour_and_a_name():
+    for table in (lanes.LANE_OF, lanes.CATEGORY_OF, lanes.COLOURS, lanes.NAMES):
+        assert set(table) == set(KINDS)
+    assert set(lanes.LANE_OF.values()) == set(lanes.LANES)
+    assert set(lanes.CATEGORY_OF.values()) | {"idle"} == set(lanes.CATEGORIES)

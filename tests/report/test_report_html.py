@@ -1,0 +1,38 @@
+"""The HTML report: self-contained, offline, with the verdict, figures and plots."""
+import re
+
+import plotly
+
+from ipusim.report import bottleneck, render_html, write_html
+from ipusim.report.html import render_check_json
+
+
+def test_opens_offline_with_plotly_embedded(pipeline_timeline):
+    page = render_html(pipeline_timeline)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)
+    assert not re.search(r"<link[^>]*\bhref\s*=", page, re.IGNORECASE)
+    assert "@import" not in page
+    assert page.count("<script") == page.count("</script>")
+    assert f"plotly.js v{plotly.offline.get_plotlyjs_version()}" in page
+    assert page.count('class="plotly-graph-div"') == 3
+
+
+def test_shows_the_verdict_and_the_figures(pipeline_timeline):
+    page = render_html(pipeline_timeline, loader_items_per_s=12345.0, title="my model")
+    verdict = bottleneck(pipeline_timeline, loader_items_per_s=12345.0)
+    assert "ipusim report — my model" in page
+    assert f'<span class="badge">{verdict.kind}</span>' in page
+    for name in ("Throughput", "Latency of one micro-batch", "Utilisation", "Pipeline bubble",
+                 "Host I/O share", "Sync wait share", "Simulated duration",
+                 "Data loader throughput"):
+        assert f"<th>{name}" in page
+    assert f"{pipeline_timeline.throughput():,.1f} items/s" in page
+
+
+def test_render_check_waits_for_the_browser(pipeline_timeline, tmp_path):
+    path = write_html(pipeline_timeline, tmp_path / "a" / "b" / "report.html")
+    page = path.read_text(encoding="utf-8")
+    assert '<pre id="render-check" hidden data-status="pending"></pre>' in page
+    done = page.replace('data-status="pending"></pre>',
+                        'data-status="done">{&quot;errors&quot;: []}</pre>')
+    assert render_check_json(done) == {"errors": []}

@@ -1,0 +1,138 @@
+"""The bottleneck verdict on crafted timelines, one per kind, with the tutorial's advice."""
+import dataclasses
+import json
+
+import pytest
+from report_timelines import US, pipeline_run, stages
+
+from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim.report import Verdict, bottleneck
+from ipusim.report.verdict import (SYNC_THRESHOLD, VERDICTS, host_link_occupancy,
+                                   stage_times_us)
+
+
+def single_ipu(compute_us: float, input_bytes_per_sample: int, replicas: int = 1,
+               synthetic: bool = False, **run_fields):
+    work = Work((Stage("model", 0, Cost(time_ps=int(compute_us * US)),
+                       Cost(time_ps=int(2 * compute_us * US))),),
+                micro_batch_size=16, input_bytes_per_sample=input_bytes_per_sample,
+                output_bytes_per_sample=4)
+    run = RunConfig(replicas=replicas, device_iterations=20, synthetic_data=synthetic,
+                    **run_fields)
+    return simulate(work, run, system_spec("mk2", replicas), steps=2)
+
+
+def test_a_loader_slower_than_the_device_is_the_bottleneck():
+    timeline = single_ipu(500, 64, synthetic=True)
+    device = timeline.throughput()
+    verdict = bottleneck(timeline, loader_items_per_s=device / 2)
+    assert verdict.kind == "data_loader"
+    assert verdict.loader_items_per_s == device / 2 and verdict.device_items_per_s == device
+    text = " ".join(verdict.advice)
+    for hint in ("DataLoaderMode.Async", "device iterations", "num_workers",
+                 "miss_sleep_time_in_ms", "persistent_workers"):
+        assert hint in text
+    assert bottleneck(timeline, loader_items_per_s=device * 10).kind == "compute"
+
+
+def test_replicas_sharing_a_host_link_with_big_inputs_are_host_link_bound():
+    # 4 replicas on one IPU-M2000 each stream 16 x 256 KiB per micro-batch over one link
+    timeline = single_ipu(20, 256 * 1024, replicas=4)
+    verdict = bottleneck(timeline)
+    assert verdict.kind == "host_link"
+    assert verdict.host_link_occupancy > 0.8 > verdict.utilisation
+    text = " ".join(verdict.advice)
+    assert "enableSyntheticData" in text and "replicas per host link" in text
+    synthetic = single_ipu(20, 256 * 1024, replicas=4, synthetic=True)
+    assert synthetic.throughput() > 3 * timeline.throughput()
+    assert bottleneck(synthetic).kind == "compute"
+
+
+def test_a_host_round_trip_per_call_is_a_host_bottleneck():
+    timeline = single_ipu(5, 64, synthetic=True)  # 20 iterations of 15 µs per 200 µs round trip
+    verdict = bottleneck(timeline)
+    assert verdict.kind == "host_link"
+    assert verdict.host_call_share > 0.3 and verdict.host_call_share > verdict.host_io_share
+    assert "round trip" in verdict.headline and "deviceIterations" in verdict.advice[0]
+
+
+def test_a_short_pipeline_is_bubble_bound():
+    timeline = pipeline_run(micro_batches=7, synthetic_data=True)  # G = P: the minimum
+    verdict = bottleneck(timeline)
+    assert verdict.kind == "pipeline_bubble"
+    assert verdict.bubble_fraction == pytest.approx(6 / 13)
+    assert "gradientAccumulation" in verdict.advice[0]
+    wide = bottleneck(pipeline_run(micro_batches=64, synthetic_data=True))
+    assert wide.kind == "compute" and wide.bubble_fraction == pytest.approx(6 / 70)
+
+
+def test_unbalanced_stages_are_named_in_the_advice():
+    work = Work(tuple(Stage(f"s{k}", k, Cost(time_ps=(300 if k == 2 else 50) * US),
+                            Cost(time_ps=(600 if k == 2 else 100) * US)) for k in range(4)))
+    run = RunConfig(gradient_accumulation=7, execution=Execution.PIPELINED, synthetic_data=True)
+    timeline = simulate(work, run, system_spec("mk2", 4))
+    times = stage_times_us(timeline)
+    assert times[2] == pytest.approx(900) and times[0] == pytest.approx(150)
+    advice = " ".join(bottleneck(timeline).advice)
+    assert "stage 2 takes 900.0 µs per micro-batch, 6.0x stage 0" in advice
+
+
+def test_sharded_ipus_waiting_for_each_other_are_sync_bound():
+    work = Work(stages(2, forward_us=500, backward_us=1000), micro_batch_size=4)
+    run = RunConfig(device_iterations=4, synthetic_data=True)
+    verdict = bottleneck(simulate(work, run, system_spec("mk2", 2), steps=2))
+    assert verdict.kind == "sync"
+    assert verdict.sync_wait_share > 0.4
+    text = " ".join(verdict.advice)
+    assert "PipelinedExecution" in text and "SinglePipeline" in text
+    assert "ReplicaAndLadder" in text
+
+
+def test_sync_waits_explained_by_the_bubble_do_not_count_as_sync():
+    work = Work(stages(4, forward_us=2000), micro_batch_size=4, input_bytes_per_sample=64)
+    run = RunConfig(training=False, device_iterations=8, execution=Execution.PIPELINED)
+    verdict = bottleneck(simulate(work, run, system_spec("mk2", 4)))
+    # the IPUs idle through the bubble at the exchange syncs ...
+    assert verdict.sync_wait_share > SYNC_THRESHOLD
+    assert verdict.sync_wait_share - verdict.bubble_fraction < SYNC_THRESHOLD
+    assert verdict.kind == "pipeline_bubble"  # ... so the bubble is the verdict
+    assert "deviceIterations" in verdict.advice[0]
+
+
+def test_a_busy_single_ipu_is_compute_bound():
+    verdict = bottleneck(single_ipu(2000, 64, synthetic=True))
+    assert verdict.kind == "compute" and verdict.utilisation > 0.95
+    assert "replicationFactor" in verdict.advice[0]
+
+
+def test_verdict_is_frozen_and_serialisable():
+    verdict = bottleneck(pipeline_run(micro_batches=7))
+    assert verdict.kind in VERDICTS and isinstance(verdict, Verdict)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verdict.kind = "compute"
+    data = json.loads(json.dumps(verdict.to_dict()))
+    assert data["kind"] == verdict.kind and data["advice"] == list(verdict.advice)
+    assert verdict.headline and verdict.advice
+
+
+def test_host_link_occupancy_is_the_busiest_link_and_direction(replicated_timeline):
+    events = replicated_timeline.events
+    copies = events[events["kind"] == "host_to_device"]
+    busy = (copies["end_ps"] - copies["start_ps"]).sum()  # all 4 IPUs on link 0
+    span = events["end_ps"].max() - events["start_ps"].min()
+    assert host_link_occupancy(replicated_timeline) == pytest.approx(busy / span)
+
+
+@pytest.mark.parametrize("rate", [0, -5.0, float("nan")])
+def test_a_loader_rate_must_be_positive(rate):
+    with pytest.raises(ValueError, match="loader_items_per_s must be a positive number"):
+        bottleneck(pipeline_run(micro_batches=7), loader_items_per_s=rate)
+
+
+def test_sync_pattern_advice_follows_the_run():
+    work = Work(stages(2, forward_us=500, backward_us=1000), micro_batch_size=4)
+    run = RunConfig(device_iterations=4, synthetic_data=True,
+                    sync_pattern=SyncPattern.SINGLE_PIPELINE)
+    verdict = bottleneck(simulate(work, run, system_spec("mk2", 2)))
+    assert verdict.kind == "sync"
+    assert not any("Under SyncPattern.Full" in line for line in verdict.advice)
