@@ -7,11 +7,15 @@ modules.
 """
 from poptorch_shim import optim
 from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
 from poptorch_shim.data_loader import DataLoader
-from poptorch_shim.enums import (CommGroupType, DataLoaderMode, MeanReductionStrategy, OutputMode,
-                                 RecomputationType, ReductionType, SharingStrategy, SyncPattern)
+from poptorch_shim.enums import (AutoStage, CommGroupType, DataLoaderMode, MeanReductionStrategy,
+                                 OutputMode, RecomputationType, ReductionType, SharingStrategy,
+                                 SyncPattern)
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
+from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedExecution,
+                                      SerialPhasedExecution, ShardedExecution, Stage)
 
 __version__ = "3.3.0+ipusim"
 
@@ -31,8 +35,10 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 
 __all__ = [
-    "AsynchronousDataAccessor", "CommGroupType", "DataLoader", "DataLoaderMode",
-    "MeanReductionStrategy", "Options", "OutputMode", "PoplarExecutor", "RecomputationType",
-    "ReductionType", "SharingStrategy", "SyncPattern", "TensorLocationSettings",
-    "inferenceModel", "ipuHardwareIsAvailable", "optim", "trainingModel",
+    "AsynchronousDataAccessor", "AutoStage", "BeginBlock", "Block", "BlockFunction",
+    "CommGroupType", "DataLoader", "DataLoaderMode", "MeanReductionStrategy", "Options",
+    "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution", "PoplarExecutor",
+    "RecomputationType", "ReductionType", "SerialPhasedExecution", "ShardedExecution",
+    "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "inferenceModel",
+    "ipuHardwareIsAvailable", "optim", "removeBlocks", "trainingModel",
 ]

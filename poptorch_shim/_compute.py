@@ -57,6 +57,10 @@ class WholeModel:
     def __init__(self, model: torch.nn.Module):
         self.model = model
 
+    def stage_layout(self, args: tuple, kwargs: dict) -> list[tuple[str, int]]:
+        """The stages (name, IPU) a micro-batch runs through, known before any compute."""
+        return [("model", 0)]
+
     def run(self, args: tuple, kwargs: dict, training: bool, loss_scale: float) -> Any:
         """Forward one micro-batch; in training also backward, gradients scaled by ``loss_scale``."""
         if not training:

@@ -63,6 +63,23 @@ def run_config(options, training: bool, num_stages: int) -> RunConfig:
         output_period=period)
 
 
+# PopTorch's names for the settings ipusim checks, so its messages speak PopTorch.
+_POPTORCH_NAMES = {
+    "gradient_accumulation": "poptorch.Options().Training.gradientAccumulation",
+    "device_iterations": "poptorch.Options().deviceIterations",
+    "replicas": "poptorch.Options().replicationFactor",
+    "pipelined": "poptorch.PipelinedExecution",
+}
+
+
+def check_layout(options, training: bool, layout: list[tuple[str, int]]) -> None:
+    """Check the stages' placement (name, IPU) against the options and the
+    simulated system before any compute, with PopTorch's wording."""
+    work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
+    run = run_config(options, training, len(layout))
+    run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
+
+
 def system_spec(options) -> ipusim.SystemSpec:
     """The simulated system the options ask for (an IPU-POD16 of Mk2 IPUs by default)."""
     num_ipus = options.sim_num_ipus or available_ipus()

@@ -18,7 +18,7 @@ from poptorch_shim import enums
 from poptorch_shim._batching import StepShape, assemble, detach_all, micro_batch_size, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
-from poptorch_shim._device import SimulatedDevice
+from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
@@ -128,6 +128,8 @@ class PoplarExecutor:
         first_args, first_kwargs = split((args, kwargs), self._shape)[0]
         probe = copy.deepcopy(self._runner)
         with _mode(probe.model, self._training):
+            check_layout(self._options, self._training,
+                         probe.stage_layout(first_args, first_kwargs))
             stages, output = probe.profile(first_args, first_kwargs, self._training)
         self._device = SimulatedDevice(
             self._options, self._training, stages, micro_batch_size((args, kwargs), self._shape),

@@ -1,0 +1,179 @@
+"""A model torch.fx cannot trace, run eagerly with its work charged to its blocks.
+
+Data-dependent control flow and the like stop torch.fx, so such a model
+cannot be split into stage graphs. It then runs as one autograd graph, as
+plain torch would, and profiling charges its work to the stages of its
+blocks as it happens: each torch call of the forward to the block current
+when it runs, each autograd node of the backward to the block whose forward
+created it, each parameter to the block that first uses it, and each tensor
+used by a later block than the one that made it to the boundaries between.
+"""
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from ipusim import Cost
+from poptorch_shim._compute import StageProfile, find_loss
+from poptorch_shim._cost_probe import _TrafficCounter, tensor_bytes
+from poptorch_shim.blocks import BlockRecorder, current_block, recording
+from poptorch_shim.strategies import _ExecutionStrategy
+
+
+def activation_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor autograd saves, unless it is a parameter or a view of one."""
+    base = tensor if tensor._base is None else tensor._base
+    return 0 if isinstance(base, torch.nn.Parameter) else tensor.numel() * tensor.element_size()
+
+
+class _Charges:
+    """One measurement of an eager pass, charged block by block.
+
+    ``switch(block)`` charges the work done since the previous switch to the
+    block that was current. The counters stay entered throughout: the
+    autograd engine restores the caller's dispatch modes around every node,
+    so they could not be swapped from a backward hook.
+    """
+
+    def __init__(self) -> None:
+        self.costs: dict[Optional[str], Cost] = {}
+        self.saved: dict[Optional[str], int] = {}
+        self._block: Optional[str] = None
+        self._mark = (0.0, 0.0, 0)
+        self._flops = FlopCounterMode(display=False)
+        self._traffic = _TrafficCounter()
+
+    @contextmanager
+    def active(self, block: Optional[str]) -> Iterator["_Charges"]:
+        self._block = block
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor), \
+                self._flops, self._traffic:
+            yield self
+            self.switch(None)
+
+    def switch(self, block: Optional[str]) -> None:
+        now = (float(self._flops.get_total_flops()), float(self._traffic.bytes),
+               self._traffic.ops)
+        flops, nbytes, ops = (a - b for a, b in zip(now, self._mark))
+        if ops or flops or nbytes:
+            self.costs[self._block] = self.costs.get(self._block, Cost()) + Cost(flops, nbytes, ops)
+        self._block, self._mark = block, now
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.saved[self._block] = self.saved.get(self._block, 0) + activation_bytes(tensor)
+        return tensor
+
+
+class _Attribution(TorchFunctionMode):
+    """Charges each torch call of an eager forward to the current block: which
+    blocks compute, the parameters each uses first, the tensors that cross
+    from one block to another, and the autograd nodes each creates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.computing: dict[Optional[str], None] = {}
+        self.params: dict[int, tuple] = {}      # id -> (first block, parameter)
+        self.produced: dict[int, tuple] = {}    # id -> (block, tensor); holds them alive
+        self.consumers: dict[int, set] = {}     # id -> blocks using it besides its producer
+        self.nodes: dict[Any, Optional[str]] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        mark = current_block()
+        block = None if mark is None else mark.user_id
+        self.computing.setdefault(block)
+        for leaf in tree_flatten((args, kwargs))[0]:
+            if isinstance(leaf, torch.nn.Parameter):
+                self.params.setdefault(id(leaf), (block, leaf))
+            elif isinstance(leaf, torch.Tensor) and id(leaf) in self.produced \
+                    and self.produced[id(leaf)][0] != block:
+                self.consumers.setdefault(id(leaf), set()).add(block)
+        out = func(*args, **kwargs)
+        for leaf in tree_flatten(out)[0]:
+            if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torch.nn.Parameter):
+                self.produced.setdefault(id(leaf), (block, leaf))
+                stack = [leaf.grad_fn]
+                while stack:  # claim the autograd nodes this call created
+                    node = stack.pop()
+                    if node is not None and node not in self.nodes:
+                        self.nodes[node] = block
+                        stack.extend(next_node for next_node, _ in node.next_functions)
+        return out
+
+
+class EagerStages:
+    """A model run eagerly as one autograd graph, its work charged to the
+    stages of its blocks as it runs: the forward by the block current at each
+    call, the backward by the block whose forward created each autograd node."""
+
+    def __init__(self, model: torch.nn.Module, strategy: _ExecutionStrategy, args: tuple,
+                 kwargs: dict):
+        self.model = model
+        # Find the blocks with a forward pass on a copy, leaving the model and
+        # the random generator as they were.
+        recorder, attribution = BlockRecorder(), _Attribution()
+        with torch.random.fork_rng(), torch.no_grad(), recording(recorder), attribution:
+            copy.deepcopy(model)(*args, **kwargs)
+        # work before the first block belongs to the first block
+        self._first = next((b for b in attribution.computing if b is not None), None)
+        self.layout = strategy.place(recorder.ipus, {self._first if b is None else b
+                                                     for b in attribution.computing})
+
+    def run(self, args: tuple, kwargs: dict, training: bool, loss_scale: float) -> Any:
+        """Forward one micro-batch; in training also backward, gradients scaled
+        by ``loss_scale`` (exactly as the whole model would)."""
+        if not training:
+            with torch.no_grad():
+                return self.model(*args, **kwargs)
+        output = self.model(*args, **kwargs)
+        (find_loss(output) * loss_scale).backward()
+        return output
+
+    def profile(self, args: tuple, kwargs: dict,
+                training: bool) -> tuple[list[StageProfile], Any]:
+        """Measure one micro-batch, its work charged to its blocks' stages."""
+        forward, backward, attribution = _Charges(), _Charges(), _Attribution()
+        recorder = BlockRecorder(on_start=lambda mark: forward.switch(mark.user_id))
+        with torch.set_grad_enabled(training), recording(recorder), forward.active(None), \
+                attribution:
+            output = self.model(*args, **kwargs)
+        if training:
+            loss = find_loss(output)
+            hooks = [node.register_prehook(lambda grads, b=block: backward.switch(b))
+                     for node, block in attribution.nodes.items()]
+            try:
+                with backward.active(attribution.nodes.get(loss.grad_fn)):
+                    loss.backward()
+            finally:
+                for hook in hooks:
+                    hook.remove()
+        return self._profiles(forward, backward, attribution, output), output
+
+    def _profiles(self, forward: _Charges, backward: _Charges, attribution: _Attribution,
+                  output: Any) -> list[StageProfile]:
+        index = {block: k for k, stage in enumerate(self.layout) for block in stage.blocks}
+        stage = lambda block: index.get(self._first if block is None else block, 0)  # noqa: E731
+        n = len(self.layout)
+        fwd, bwd, stash = [Cost()] * n, [Cost()] * n, [0] * n
+        for block, cost in forward.costs.items():
+            fwd[stage(block)] += cost
+        for block, nbytes in forward.saved.items():
+            stash[stage(block)] += nbytes
+        for block, cost in backward.costs.items():
+            bwd[stage(block)] += cost
+        weights, crossing = [0] * n, [0] * n
+        for block, param in attribution.params.values():
+            weights[stage(block)] += param.numel() * param.element_size()
+        for key, blocks in attribution.consumers.items():
+            producer, tensor = attribution.produced[key]
+            for k in range(stage(producer), max(stage(b) for b in blocks)):
+                crossing[k] += tensor.numel() * tensor.element_size()
+        crossing[-1] = tensor_bytes(output)
+        return [StageProfile(s.name, s.ipu, fwd[k], bwd[k], crossing[k], stash[k], weights[k])
+                for k, s in enumerate(self.layout)]

@@ -1,0 +1,296 @@
+"""Execution strategies: how a model's blocks become stages on IPUs.
+
+``poptorch.Stage`` groups blocks that run together on one IPU;
+``PipelinedExecution`` and ``ShardedExecution`` list stages in order,
+``SerialPhasedExecution`` and ``ParallelPhasedExecution`` list phases of
+stages. With no arguments the pipelined and sharded strategies make a stage
+per IPU (``AutoStage.SameAsIpu``, the default) or per block
+(``AutoStage.AutoIncrement``).
+
+A stage runs on the IPU given by ``strategy.stage(id).ipu(i)``, else the
+``ipu_id`` of its first block, else its position (phased: its place within
+the phase, alternating IPU groups for parallel phases). Consecutive stages
+on the same IPU merge into one, as PopART does, named "B1+B2"; in phased
+execution every stage stays a phase of its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Mapping, Optional, Union
+
+from poptorch_shim.enums import AutoStage
+
+BlockId = str
+
+
+class Stage:
+    """One or more blocks that run together on one IPU.
+
+    >>> poptorch.Stage("B1", "B2").ipu(0)
+    """
+
+    def __init__(self, *block_ids: BlockId):
+        if not block_ids or not all(isinstance(b, str) for b in block_ids):
+            raise TypeError(f"poptorch.Stage: block ids must be one or more strings, got "
+                            f"{block_ids!r}; e.g. poptorch.Stage(\"B1\", \"B2\").")
+        self._blocks = tuple(block_ids)
+        self._ipu: Optional[int] = None
+
+    @property
+    def blocks(self) -> tuple[BlockId, ...]:
+        """The ids of the blocks this stage is made of."""
+        return self._blocks
+
+    def ipu(self, ipu: int) -> "Stage":
+        """Run this stage on IPU ``ipu`` (overrides the blocks' ``ipu_id``)."""
+        if isinstance(ipu, bool) or not isinstance(ipu, int) or ipu < 0:
+            raise TypeError(f"poptorch.Stage{self._blocks!r}.ipu: ipu must be a non-negative int, "
+                            f"got {ipu!r}.")
+        self._ipu = ipu
+        return self
+
+    def __repr__(self) -> str:
+        ipu = "" if self._ipu is None else f".ipu({self._ipu})"
+        return f"Stage({', '.join(map(repr, self._blocks))}){ipu}"
+
+
+@dataclass(frozen=True)
+class PlacedStage:
+    """A stage after placement: its name, IPU and blocks, in execution order."""
+
+    name: str
+    ipu: int
+    blocks: tuple[BlockId, ...]
+
+
+def _as_stage(arg: Union[BlockId, Stage, list, tuple], where: str) -> Stage:
+    if isinstance(arg, Stage):
+        return arg
+    if isinstance(arg, str):
+        return Stage(arg)
+    if isinstance(arg, (list, tuple)):
+        return Stage(*arg)
+    raise TypeError(f"{where}: expected a block id (str), a poptorch.Stage or a list of block "
+                    f"ids, got {arg!r} ({type(arg).__name__}).")
+
+
+class _ExecutionStrategy:
+    """What every strategy shares: its stages, block lookup and placement."""
+
+    execution_kind = ""  # ipusim's name for how the stages share the IPUs in time
+    _merges_on_one_ipu = True  # consecutive stages on one IPU become one stage
+
+    def __init__(self, stages: list[Stage]):
+        self._stages = stages
+        self._block_map: dict[BlockId, Stage] = {}
+        for stage in stages:
+            for block in stage.blocks:
+                if block in self._block_map:
+                    raise ValueError(f"{type(self).__name__}: block {block!r} is associated with "
+                                     "more than one stage; list each block once.")
+                self._block_map[block] = stage
+
+    def stage(self, block_id: BlockId) -> Stage:
+        """The :class:`Stage` the block ``block_id`` belongs to."""
+        if block_id not in self._block_map:
+            raise ValueError(f"{type(self).__name__}.stage: unknown block {block_id!r}; the "
+                             f"strategy's blocks are {list(self._block_map)}.")
+        return self._block_map[block_id]
+
+    def _ordered(self, seen: Mapping[BlockId, Optional[int]]) -> list[tuple[Stage, int]]:
+        """The strategy's stages in order, each with the IPU it gets by default."""
+        return [(stage, position) for position, stage in enumerate(self._stages)]
+
+    def _check_blocks(self, seen: Mapping[BlockId, Optional[int]]) -> None:
+        expected = list(self._block_map)
+        for block in seen:
+            if block not in self._block_map:
+                raise ValueError(
+                    f"Unknown Block {block!r}: the model starts a block that the execution "
+                    f"strategy {type(self).__name__} does not list. List of expected Blocks: "
+                    f"{expected}. Add it to the strategy (e.g. poptorch.Stage({block!r})) or "
+                    "rename the block in the model.")
+        missing = [block for block in expected if block not in seen]
+        if missing:
+            raise ValueError(
+                f"The execution strategy {type(self).__name__} lists Block(s) {missing} that the "
+                f"model never starts; the model's blocks are {list(seen)}. Remove them from the "
+                "strategy or fix their names (the model names blocks with "
+                "poptorch.Block(user_id), BeginBlock or BlockFunction).")
+
+    def place(self, seen: Mapping[BlockId, Optional[int]],
+              computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
+        """Place the blocks the model started (``seen``: id -> its ``ipu_id``, in
+        the order they started) on IPUs, stages in execution order; blocks
+        outside ``computing`` do no work and take no stage. A model without
+        blocks is one stage on IPU 0."""
+        self._check_blocks(seen)
+        if not seen:
+            return (PlacedStage("model", 0, ()),)
+        placed: list[PlacedStage] = []
+        for stage, default_ipu in self._ordered(seen):
+            blocks = tuple(b for b in stage.blocks if b in computing)
+            if not blocks:
+                continue
+            given = [seen[b] for b in stage.blocks if seen.get(b) is not None]
+            ipu = stage._ipu if stage._ipu is not None else (given[0] if given else default_ipu)
+            if self._merges_on_one_ipu and placed and placed[-1].ipu == ipu:
+                previous = placed.pop()
+                blocks = previous.blocks + blocks
+            placed.append(PlacedStage("+".join(blocks), ipu, blocks))
+        return tuple(placed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self._stages))})"
+
+
+class PipelinedExecution(_ExecutionStrategy):
+    """Pipeline the stages over their IPUs, each on a different micro-batch.
+
+    >>> strategy = poptorch.PipelinedExecution("B1", "B2", "B3", "B4")
+    >>> strategy.stage("B2").ipu(1)
+    >>> poptorch.PipelinedExecution(poptorch.Stage("B1", "B2"), "B3")
+
+    Each argument is a block id, a :class:`Stage` or a list of block ids
+    (one stage). With no argument, or a single ``poptorch.AutoStage``, the
+    stages come from the blocks the model starts.
+    """
+
+    execution_kind = "pipelined"
+
+    def __init__(self, *args: Union[BlockId, Stage, list, AutoStage]):
+        self._auto: Optional[AutoStage] = AutoStage.SameAsIpu if not args else None
+        if len(args) == 1 and isinstance(args[0], AutoStage):
+            self._auto, args = args[0], ()
+        where = type(self).__name__
+        super().__init__([_as_stage(arg, where) for arg in args])
+
+    def _check_blocks(self, seen):
+        if self._auto is None:
+            super()._check_blocks(seen)
+
+    def _ordered(self, seen):
+        if self._auto is None:
+            return super()._ordered(seen)
+        if self._auto is AutoStage.AutoIncrement:
+            return [(Stage(block), position) for position, block in enumerate(seen)]
+        by_ipu: dict[int, list[BlockId]] = {}
+        for block, ipu in seen.items():
+            if ipu is None:
+                raise ValueError(
+                    f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for "
+                    f"block {block!r}: give it one with poptorch.Block({block!r}, ipu_id=...), "
+                    f"list the stages explicitly, e.g. {type(self).__name__}({list(seen)}), or "
+                    "use poptorch.AutoStage.AutoIncrement.")
+            by_ipu.setdefault(ipu, []).append(block)
+        return [(Stage(*by_ipu[ipu]), ipu) for ipu in sorted(by_ipu)]
+
+    def __repr__(self) -> str:
+        if self._auto is not None:
+            return f"{type(self).__name__}(poptorch.AutoStage.{self._auto.name})"
+        return super().__repr__()
+
+
+class ShardedExecution(PipelinedExecution):
+    """Run the stages one after the other, each on its IPU, a micro-batch at a time.
+
+    Takes the same arguments as :class:`PipelinedExecution`.
+    """
+
+    execution_kind = "sharded"
+
+
+class Phase:
+    """Stages that run at the same time, each on its own IPU.
+
+    >>> poptorch.Phase(poptorch.Stage("A").ipu(0), poptorch.Stage("B").ipu(1))
+    >>> poptorch.Phase("A", "B")  # one stage made of two blocks
+    """
+
+    def __init__(self, *arg: Union[BlockId, Stage]):
+        if len(arg) == 1 and isinstance(arg[0], (list, tuple)):
+            arg = tuple(arg[0])
+        if arg and all(isinstance(elt, Stage) for elt in arg):
+            self.stages = list(arg)
+        elif arg and all(isinstance(elt, str) for elt in arg):
+            self.stages = [Stage(*arg)]
+        else:
+            kinds = [type(elt).__name__ for elt in arg]
+            raise TypeError("poptorch.Phase: all arguments must either be block ids (strings) "
+                            f"or poptorch.Stage objects, got {kinds}.")
+
+    def stage(self, idx: int) -> Stage:
+        """The ``idx``-th stage of this phase."""
+        if not 0 <= idx < len(self.stages):
+            raise IndexError(f"poptorch.Phase.stage: the phase has {len(self.stages)} stage(s), "
+                             f"got index {idx}.")
+        return self.stages[idx]
+
+    def ipus(self, *ipus: int) -> "Phase":
+        """Place the phase's stages on these IPUs, one IPU per stage."""
+        if len(ipus) != len(self.stages):
+            raise ValueError(f"poptorch.Phase.ipus: the phase contains {len(self.stages)} "
+                             f"stage(s) but {len(ipus)} IPU(s) were given; give one per stage.")
+        for stage, ipu in zip(self.stages, ipus):
+            stage.ipu(ipu)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Phase({', '.join(map(repr, self.stages))})"
+
+
+class _PhasedExecution(_ExecutionStrategy):
+    """Run the model one phase at a time, streaming each phase's weights in."""
+
+    execution_kind = "phased"
+    _merges_on_one_ipu = False
+    _alternate_ipus = False
+
+    def __init__(self, *phases: Union[Phase, list, BlockId, Stage]):
+        if len(phases) == 1 and isinstance(phases[0], (list, tuple)) and phases[0] \
+                and all(isinstance(p, Phase) for p in phases[0]):
+            phases = tuple(phases[0])
+        if not phases:
+            raise ValueError(f"{type(self).__name__}: there is no AutoStage for phased execution; "
+                             "list the phases explicitly, e.g. "
+                             f"{type(self).__name__}(\"B1\", \"B2\").")
+        self._phases = [p if isinstance(p, Phase) else
+                        Phase(*p) if isinstance(p, (list, tuple)) else Phase(p) for p in phases]
+        super().__init__([stage for phase in self._phases for stage in phase.stages])
+
+    def phase(self, phase: int) -> Phase:
+        """The ``phase``-th :class:`Phase`."""
+        if isinstance(phase, bool) or not isinstance(phase, int) or not \
+                0 <= phase < len(self._phases):
+            raise IndexError(f"{type(self).__name__}.phase: phases are numbered 0.."
+                             f"{len(self._phases) - 1}, got {phase!r}.")
+        return self._phases[phase]
+
+    def _ordered(self, seen):
+        step = 2 if self._alternate_ipus else 1
+        return [(stage, index * step + (number % 2 if self._alternate_ipus else 0))
+                for number, phase in enumerate(self._phases)
+                for index, stage in enumerate(phase.stages)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self._phases))})"
+
+
+class SerialPhasedExecution(_PhasedExecution):
+    """All the phases run in turn on one group of IPUs.
+
+    >>> strategy = poptorch.SerialPhasedExecution("B1", "B2", "B3", "B4")
+    >>> strategy.stage("B1").ipu(0)
+
+    A stage with no IPU given runs on the IPU of its place in the phase.
+    """
+
+
+class ParallelPhasedExecution(_PhasedExecution):
+    """Phases alternate between two groups of IPUs (phase 0 on IPUs 0, 2, ...;
+    phase 1 on IPUs 1, 3, ...), the default placement of stages without an IPU.
+
+    The simulator runs the phases in turn, as serial phased execution does.
+    """
+
+    _alternate_ipus = True

@@ -1,0 +1,245 @@
+"""Stage-by-stage compute gives plain torch's numbers, and profiles each stage.
+
+The batching guide's four-block Network (seed 001, listing 4.5) is trained
+with each execution strategy on 8 micro-batches of 2 and compared with plain
+torch on the concatenated batch of 16. AdamW divides each gradient by its
+own magnitude, which turns float32 rounding of near-zero gradients (summed
+per micro-batch instead of over the batch) into visible weight differences,
+so the AdamW runs are in float64; SGD runs in float32.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from poptorch_shim import Options, inferenceModel, trainingModel
+from poptorch_shim._compute import WholeModel
+from poptorch_shim._staged import StagedModel
+from poptorch_shim.blocks import Block
+from poptorch_shim.strategies import (PipelinedExecution, SerialPhasedExecution,
+                                      ShardedExecution)
+
+BLOCKS = ("B1", "B2", "B3", "B4")
+
+
+class Network(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer1 = nn.Linear(784, 784)
+        self.layer2 = nn.Linear(784, 784)
+        self.layer3 = nn.Linear(784, 128)
+        self.layer4 = nn.Linear(128, 10)
+        self.softmax = nn.Softmax(1)
+
+    def forward(self, x):
+        x = x.view(-1, 784)
+        with Block("B1"):
+            x = self.layer1(x)
+        with Block("B2"):
+            x = self.layer2(x)
+        with Block("B3"):
+            x = self.layer3(x)
+        with Block("B4"):
+            x = self.layer4(x)
+            x = self.softmax(x)
+        return x
+
+
+class TrainingModelWithLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, args, loss_inputs=None):
+        output = self.model(args)
+        if loss_inputs is None:
+            return output
+        with Block("B4"):
+            loss = self.loss(output, loss_inputs)
+        return output, loss
+
+
+def strategy(kind, ipus=(0, 1, 2, 3)):
+    made = {"pipelined": PipelinedExecution, "sharded": ShardedExecution,
+            "phased": SerialPhasedExecution}[kind](*BLOCKS)
+    for block, ipu in zip(BLOCKS, ipus):
+        made.stage(block).ipu(ipu)
+    return made
+
+
+def batches(steps, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.rand(16, 1, 28, 28, generator=generator, dtype=dtype),
+             torch.randint(0, 10, (16,), generator=generator)) for _ in range(steps)]
+
+
+def optimizer_for(name, params):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def train_with_poptorch(net, options, name, data):
+    model = trainingModel(TrainingModelWithLoss(net), options,
+                          optimizer=optimizer_for(name, net.parameters()))
+    for x, y in data:
+        model(x, y)
+    return model
+
+
+def train_plainly(net, name, data):
+    with_loss, optimizer = TrainingModelWithLoss(net), optimizer_for(name, net.parameters())
+    for x, y in data:
+        optimizer.zero_grad()
+        with_loss(x, y)[1].backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("kind,ipus", [("pipelined", (0, 1, 2, 3)), ("sharded", (0, 1, 0, 1)),
+                                       ("phased", (0, 0, 0, 0)), ("phased", (0, 0, 1, 1))])
+@pytest.mark.parametrize("name,dtype", [("adamw", torch.float64), ("sgd", torch.float32)])
+def test_training_matches_plain_torch_on_the_whole_batch(kind, ipus, name, dtype):
+    torch.manual_seed(0)
+    net = Network().to(dtype)
+    reference = copy.deepcopy(net)
+    data = batches(1, dtype)
+    options = Options()
+    options.setExecutionStrategy(strategy(kind, ipus))
+    options.Training.gradientAccumulation(8)
+    model = train_with_poptorch(net, options, name, data)
+    train_plainly(reference, name, data)
+    assert [s.name for s in model.device.work.stages] == list(BLOCKS)
+    for trained, expected in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(trained, expected, atol=1e-5, rtol=0)
+
+
+def test_staged_training_is_bit_identical_to_running_the_whole_model():
+    torch.manual_seed(0)
+    staged_net = Network()
+    whole_net = copy.deepcopy(staged_net)
+    data = batches(1, torch.float32)
+    options = Options()
+    options.setExecutionStrategy(strategy("pipelined"))
+    options.Training.gradientAccumulation(8)
+    train_with_poptorch(staged_net, options, "adamw", data)
+    whole = Options()
+    whole.Training.gradientAccumulation(8)
+    train_with_poptorch(whole_net, whole, "adamw", data)
+    for staged, expected in zip(staged_net.parameters(), whole_net.parameters()):
+        assert torch.equal(staged, expected)
+
+
+def test_pipelined_inference_returns_plain_torch_outputs():
+    torch.manual_seed(0)
+    net = Network()
+    options = Options().deviceIterations(4)
+    options.setExecutionStrategy(strategy("pipelined"))
+    model = inferenceModel(TrainingModelWithLoss(net), options)
+    x = batches(1, torch.float32)[0][0][:8]
+    torch.testing.assert_close(model(x), net(x), atol=1e-6, rtol=0)
+
+
+def test_each_stage_is_profiled_on_real_tensors():
+    torch.manual_seed(0)
+    model = TrainingModelWithLoss(Network())
+    x, y = batches(1, torch.float32)[0]
+    args = (x[:2], y[:2])
+    stages, _ = StagedModel(model, strategy("pipelined")).profile(args, {}, training=True)
+    (whole,), _ = WholeModel(copy.deepcopy(model)).profile(args, {}, training=True)
+    assert [(s.name, s.ipu) for s in stages] == [("B1", 0), ("B2", 1), ("B3", 2), ("B4", 3)]
+    # what crosses each boundary: 2 x 784, 2 x 784, 2 x 128 floats; the last
+    # stage's outputs: the softmax (2 x 10) and the loss
+    assert [s.activation_bytes for s in stages] == [6272, 6272, 1024, 84]
+    layers = [model.model.layer1, model.model.layer2, model.model.layer3, model.model.layer4]
+    assert [s.weight_bytes for s in stages] == [
+        sum(p.numel() * 4 for p in layer.parameters()) for layer in layers]
+    # each stage stashes its input activations (not its weights) for the backward
+    assert [s.stash_bytes for s in stages][:3] == [6272, 6272, 6272]
+    assert sum(s.forward.flops for s in stages) == whole.forward.flops
+    assert sum(s.backward.flops for s in stages) == whole.backward.flops
+    # B1's input needs no gradient: its backward is the weight gradient alone
+    assert stages[0].backward.flops == stages[0].forward.flops
+    assert stages[1].backward.flops == 2 * stages[1].forward.flops
+
+
+class SkipAndTied(nn.Module):
+    """B1's output feeds B3 past B2; B4 reuses B1's weight (tied weights) and
+    starts with an in-place ReLU on what crosses into it."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second, self.third = nn.Linear(5, 5), nn.Linear(5, 5), nn.Linear(5, 5)
+
+    def forward(self, x, target):
+        with Block("B1"):
+            a = self.first(x)
+        with Block("B2"):
+            b = self.second(a)
+        with Block("B3"):
+            c = self.third(b) + a
+        with Block("B4"):
+            c = nn.functional.relu(c, inplace=True)
+            out = nn.functional.linear(c, self.first.weight)
+            return out, nn.functional.cross_entropy(out, target)
+
+
+def test_skip_connections_tied_weights_and_in_place_ops_get_plain_torch_gradients():
+    torch.manual_seed(0)
+    model = SkipAndTied()
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(3, 5), torch.tensor([0, 4, 2])
+    staged = StagedModel(model, PipelinedExecution(*BLOCKS))
+    staged.run((x, y), {}, training=True, loss_scale=0.5)
+    (reference(x, y)[1] * 0.5).backward()
+    for param, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(param.grad, expected.grad, atol=1e-6, rtol=0)
+    stages, _ = staged.profile((x, y), {}, training=True)
+    # the tied weight counts once, in B1 where it is first used; B4 holds no weights
+    assert [s.weight_bytes for s in stages] == [120, 120, 120, 0]
+    # B1's output crosses both later boundaries on its way to B3
+    assert [s.activation_bytes for s in stages][:3] == [60, 120, 60]
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 4)
+
+    def forward(self, x, target):
+        with Block("A", ipu_id=0):
+            x = torch.tanh(self.a(x))
+        with Block("B", ipu_id=1):
+            if bool(torch.isfinite(x).all()):  # control flow on data: torch.fx cannot trace it
+                x = x * 2
+            out = self.b(x)
+            return out, nn.functional.cross_entropy(out, target)
+
+
+@pytest.mark.filterwarnings("ignore:poptorch. torch.fx cannot trace")
+def test_an_untraceable_model_trains_eagerly_with_its_work_charged_to_its_stages():
+    torch.manual_seed(0)
+    model = DataDependent()
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(8, 6), torch.randint(0, 4, (8,))
+    options = Options()
+    options.setExecutionStrategy(PipelinedExecution())
+    options.Training.gradientAccumulation(4)
+    executor = trainingModel(model, options, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    executor(x, y)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    reference(x, y)[1].backward()
+    optimizer.step()
+    for param, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(param, expected, atol=1e-6, rtol=0)
+
+    args = (x[:2], y[:2])
+    stages, _ = StagedModel(copy.deepcopy(model), PipelinedExecution()).profile(args, {}, True)
+    (whole,), _ = WholeModel(copy.deepcopy(model)).profile(args, {}, True)
+    assert [(s.name, s.ipu) for s in stages] == [("A", 0), ("B", 1)]
+    assert sum(s.forward.flops for s in stages) == whole.forward.flops
+    assert sum(s.backward.flops for s in stages) == whole.backward.flops
+    assert [s.weight_bytes for s in stages] == [168, 112]
+    assert stages[0].activation_bytes == 2 * 6 * 4
+    assert stages[0].backward.flops == 2 * 2 * 6 * 6  # A's weight gradient
