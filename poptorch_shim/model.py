@@ -9,12 +9,11 @@ and returns the outputs the output mode asks for.
 from __future__ import annotations
 
 import copy
-import weakref
 from typing import Any
 
 import torch
 
-from poptorch_shim import enums
+from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, detach_all, micro_batch_size, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
@@ -24,10 +23,6 @@ from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
-
-# Executors alive in this process, so the runner can write their reports at the end.
-live_executors: "weakref.WeakSet[PoplarExecutor]" = weakref.WeakSet()
-
 
 def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
     """Bytes of optimizer state per byte of weights."""
@@ -69,7 +64,6 @@ class PoplarExecutor:
         self._attached = False
         self._shape = StepShape(options.device_iterations, options.Training.gradient_accumulation,
                                 options.replication_factor)
-        live_executors.add(self)
 
     def _make_runner(self, model: torch.nn.Module):
         strategy = self._options.execution_strategy
@@ -135,6 +129,7 @@ class PoplarExecutor:
             self._options, self._training, stages, micro_batch_size((args, kwargs), self._shape),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+        profiling.register(self)
         self._attached = True
 
     def __call__(self, *args, **kwargs) -> Any:
@@ -200,8 +195,7 @@ class PoplarExecutor:
         """Write the profiling report if one was asked for, then release the
         simulated device; the model must be compiled again to run."""
         if self._device is not None:
-            from poptorch_shim.profiling import write_report
-            write_report(self)
+            profiling.write_report(self)
         self._device = None
         self._attached = False
 

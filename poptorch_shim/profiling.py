@@ -4,7 +4,8 @@
 ``autoReport.directory`` ask for a report; so does ``IPUSIM_REPORT_DIR``
 (set by ``ipusim run --report DIR``). Each model writes
 ``dir/<modelName | training | inference>/`` when it is destroyed and, for
-every model still alive, when the runner finishes the script.
+every other model that asked, when the runner finishes the script (the
+models are kept until then, so a report outlives the script's variables).
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import os
 from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+
+# Compiled executors whose report is still to be written.
+_pending: list = []
 
 
 def report_directory(executor) -> Path | None:
@@ -24,8 +28,16 @@ def report_directory(executor) -> Path | None:
     return Path(root) / name
 
 
+def register(executor) -> None:
+    """Remember a compiled executor whose report the runner must write at the end."""
+    if report_directory(executor) is not None and executor not in _pending:
+        _pending.append(executor)
+
+
 def write_report(executor) -> Path | None:
     """Write the autoReport directory of a compiled executor that asked for one."""
+    if executor in _pending:
+        _pending.remove(executor)
     directory = report_directory(executor)
     if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
         return None
@@ -39,9 +51,8 @@ def write_report(executor) -> Path | None:
 
 
 def write_pending_reports() -> list[Path]:
-    """Write the reports of every live executor; the runner calls this at the end."""
-    from poptorch_shim.model import live_executors
-    written = [write_report(executor) for executor in list(live_executors)]
+    """Write the reports still pending; the runner calls this at the end of a script."""
+    written = [write_report(executor) for executor in list(_pending)]
     return [path for path in written if path is not None]
 
 
