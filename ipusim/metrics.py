@@ -10,7 +10,9 @@ import pandas as pd
 from ipusim.cost_model import PS_PER_S
 from ipusim.recorder import COMPUTE_KINDS
 
-HOST_IO_KINDS = ("host_to_device", "device_to_host")
+HOST_TRANSFER_KINDS = ("host_to_device", "device_to_host")
+# An IPU queued behind others' copies on its shared host link is held up by host I/O too.
+HOST_IO_KINDS = HOST_TRANSFER_KINDS + ("host_link_wait",)
 PS_PER_US = 10**6
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
 KINDS = COMPUTE_KINDS + (
-    "host_to_device", "device_to_host", "ipu_copy", "all_reduce",
+    "host_to_device", "device_to_host", "host_link_wait", "ipu_copy", "all_reduce",
     "sync_wait", "host_call", "stream_in", "stream_out")
 
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",

@@ -165,14 +165,18 @@ class System:
     def _stream_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int) -> int:
         """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""
         record = self.recorder.rows.append
-        end = now
+        end = first = now
         if ins.h2d:
-            start, end = link.reserve_h2d(now, ins.h2d)
-            record((start, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
+            first, end = link.reserve_h2d(now, ins.h2d)
+            record((first, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
                     ins.cycle, ins.h2d_bytes, 0.0))
         if ins.d2h:
             start, end_out = link.reserve_d2h(now, ins.d2h)
             record((start, end_out, ipu, "device_to_host", ins.stage, ins.micro_batch, ins.step,
                     ins.cycle, ins.d2h_bytes, 0.0))
+            first = min(first, start) if ins.h2d else start
             end = max(end, end_out)
+        if first > now:  # queued behind other IPUs' copies on the shared link
+            record((now, first, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, 0, 0.0))
         return end

@@ -17,6 +17,7 @@ LANE_OF = {
     "forward": "compute", "backward": "compute", "recompute": "compute",
     "weight_update": "compute",
     "host_to_device": "host I/O", "device_to_host": "host I/O", "host_call": "host I/O",
+    "host_link_wait": "host I/O",
     "ipu_copy": "exchange", "all_reduce": "exchange",
     "stream_in": "exchange", "stream_out": "exchange",
     "sync_wait": "sync",
@@ -26,7 +27,7 @@ LANE_OF = {
 CATEGORY_OF = {
     "forward": "compute", "backward": "compute", "recompute": "compute",
     "weight_update": "compute",
-    "host_to_device": "host I/O", "device_to_host": "host I/O",
+    "host_to_device": "host I/O", "device_to_host": "host I/O", "host_link_wait": "host I/O",
     "host_call": "host call",
     "ipu_copy": "IPU copies", "all_reduce": "IPU copies",
     "stream_in": "streaming memory", "stream_out": "streaming memory",
@@ -39,6 +40,7 @@ COLOURS = {
     "forward": "#1f77b4", "backward": "#ff7f0e", "recompute": "#9467bd",
     "weight_update": "#2ca02c",
     "host_to_device": "#17becf", "device_to_host": "#0e7c86", "host_call": "#7f7f7f",
+    "host_link_wait": "#b3e7ee",
     "ipu_copy": "#8c564b", "all_reduce": "#d62728",
     "stream_in": "#bcbd22", "stream_out": "#8a8b0f",
     "sync_wait": "#c7c7c7",
@@ -53,6 +55,7 @@ NAMES = {
     "forward": "forward", "backward": "backward", "recompute": "recompute",
     "weight_update": "weight update", "host_to_device": "host → device",
     "device_to_host": "device → host", "host_call": "host call (per step)",
+    "host_link_wait": "queued for the host link",
     "ipu_copy": "IPU-to-IPU copy", "all_reduce": "all-reduce", "stream_in": "streaming in",
     "stream_out": "streaming out", "sync_wait": "sync wait",
 }

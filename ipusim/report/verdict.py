@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ipusim.metrics import HOST_IO_KINDS, span_ps
+from ipusim.metrics import HOST_TRANSFER_KINDS, span_ps
 from ipusim.recorder import COMPUTE_KINDS
 from ipusim.report.lanes import category_times
 from ipusim.report.phases import micro_batches_per_run, pipeline_depth
@@ -55,7 +55,7 @@ def host_link_occupancy(timeline: Timeline) -> float:
     """Busiest host link's share of the span spent moving data, in either direction."""
     events = timeline.events
     span = span_ps(events)
-    copies = events[events["kind"].isin(HOST_IO_KINDS)]
+    copies = events[events["kind"].isin(HOST_TRANSFER_KINDS)]
     if copies.empty or span == 0:
         return 0.0
     link = copies["ipu"] // timeline.system.ipus_per_host_link
