@@ -1,0 +1,329 @@
+"""The worker process of an ``AsynchronousDataAccessor``: it iterates over the
+dataset and copies each item into the next free slot of the shared ring
+buffer, epoch after epoch, until the host tells it to stop.
+
+Messages over the pipe: a start-up handshake, then only wake-ups and a
+failure::
+
+    worker -> host  ("layout", ItemLayout)    described from the first item
+    host -> worker  ("ring", path)            the host created the ring file
+    worker -> host  ("attached",)             the host may now unlink it
+    worker -> host  ("ready",)                a slot was published while the
+                                              host was waiting for one
+    worker -> host  ("failed", WorkerFailure) at any time, then the worker exits
+
+Epochs are numbered from 1. The worker may load epoch e when the host asked
+for it (``min_epoch >= e``), or ahead of time: epoch 1 with ``early_preload``,
+later epochs with ``load_indefinitely``. When the host raises ``min_epoch``
+above the epoch being loaded, the worker drops it and starts that epoch
+afresh; the host discards slots stamped with an older epoch.
+
+The worker ignores SIGINT (Ctrl-C in a terminal reaches the whole process
+group): the host decides when it stops. It also stops when its parent
+process is gone, so it can never outlive the program.
+"""
+import dataclasses
+import gc
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import Any, Iterator, List, Optional
+
+import torch
+
+from ._item_structure import (ItemLayout, check_leaf, describe, describe_tree,
+                              flatten)
+from ._ring_buffer import DATA, END, FREE, SharedRing
+from ._worker_failure import WorkerFailure
+
+# How long the worker sleeps between polls while it waits for the host to
+# start an epoch (the miss sleep time only applies to a full buffer).
+_IDLE_SLEEP_S = 0.001
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """What the worker needs to know besides the dataset."""
+    buffer_size: int
+    miss_sleep_time_in_ms: float
+    load_indefinitely: bool
+    early_preload: bool
+    rebatched_size: Optional[int]
+    rebatched_drop_last: bool
+    parent_pid: int
+    # The start method the host process uses by default: the worker uses it
+    # too, so that a DataLoader's own workers start as they would in the host.
+    start_method: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetFile:
+    """A dataset pickled to a file (``SharingStrategy.FileSystem``)."""
+    path: str
+
+
+class _Shutdown(Exception):
+    """The host asked the worker to exit, or the host is gone."""
+
+
+class _Restart(Exception):
+    """The host wants ``epoch`` loaded from its start."""
+
+    def __init__(self, epoch: int):
+        super().__init__(epoch)
+        self.epoch = epoch
+
+
+class _Producer:
+    """Loads items from the dataset into the ring buffer."""
+
+    def __init__(self, conn, dataset: Any, config: WorkerConfig):
+        self._conn = conn
+        self._dataset = dataset
+        self._config = config
+        self._ring: Optional[SharedRing] = None
+        self._layout: Optional[ItemLayout] = None
+        self._write = 0  # the slot the next item goes to
+        self._fill = 0   # rows already copied into that slot when rebatching
+        self._first_ppid = os.getppid()  # the host, or the fork server
+        self.where = "while starting epoch 1"
+
+    def run(self) -> None:
+        """Describe the first item, join the host's ring, then load."""
+        iterator = _iterate(self._dataset)
+        self.where = "while loading item 0 of epoch 1"
+        try:
+            first = next(iterator)
+        except StopIteration:
+            raise ValueError(
+                "The dataset is empty: the AsynchronousDataAccessor needs at "
+                "least one item to allocate its ring buffer.") from None
+        self._layout = describe(first, self._config.rebatched_size)
+        self._conn.send(("layout", self._layout))
+        path = self._receive_ring_path()
+        self._ring = SharedRing.attach(path, self._layout,
+                                       self._config.buffer_size)
+        self._conn.send(("attached",))
+        self._produce(itertools.chain([first], iterator))
+
+    def _receive_ring_path(self) -> str:
+        while not self._conn.poll(0.05):
+            if not self._host_alive():
+                raise _Shutdown()
+        try:
+            message = self._conn.recv()
+        except EOFError:
+            raise _Shutdown() from None
+        if message[0] != "ring":
+            raise _Shutdown()
+        return message[1]
+
+    def _produce(self, items: Optional[Iterator]) -> None:
+        epoch = 1
+        while True:
+            granted = self._await_permission(epoch)
+            if granted != epoch:
+                epoch, items = granted, None
+            try:
+                if items is None:
+                    self.where = f"while starting epoch {epoch}"
+                    items = _iterate(self._dataset)
+                self._load_epoch(epoch, items)
+                epoch += 1
+            except _Restart as restart:
+                epoch = restart.epoch
+            items = None
+
+    def _await_permission(self, epoch: int) -> int:
+        """Wait until ``epoch`` may be loaded; return it, or the later epoch
+        the host asked for meanwhile."""
+        config = self._config
+        while True:
+            wanted = self._poll_host()
+            if wanted > epoch:
+                return wanted
+            if (wanted == epoch or (epoch == 1 and config.early_preload)
+                    or (epoch > 1 and config.load_indefinitely)):
+                return epoch
+            time.sleep(_IDLE_SLEEP_S)
+
+    def _poll_host(self) -> int:
+        """Raise _Shutdown if the host wants the worker gone; else return
+        the lowest epoch the host accepts."""
+        if self._ring.shutdown_requested or not self._host_alive():
+            raise _Shutdown()
+        return self._ring.min_epoch
+
+    def _host_alive(self) -> bool:
+        """False once the host process is gone. A process whose parent dies
+        is re-parented, so a changed parent id says so at once; a worker
+        started by a fork server also checks that the host still exists."""
+        if os.getppid() != self._first_ppid:
+            return False
+        if self._first_ppid != self._config.parent_pid:
+            try:
+                os.kill(self._config.parent_pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass  # it exists, as someone else's process: keep going
+        return True
+
+    def _check_restart(self, epoch: int) -> None:
+        wanted = self._poll_host()
+        if wanted > epoch:
+            raise _Restart(wanted)
+
+    def _load_epoch(self, epoch: int, items: Iterator) -> None:
+        rebatched_size = self._config.rebatched_size
+        self._fill = 0
+        for index in itertools.count():
+            self._check_restart(epoch)
+            self.where = f"while loading item {index} of epoch {epoch}"
+            try:
+                item = next(items)
+            except StopIteration:
+                break
+            leaves = self._leaves_of(item)
+            if rebatched_size is None:
+                self._store(epoch, leaves)
+            else:
+                self._rebatch(epoch, leaves)
+        if self._fill and not self._config.rebatched_drop_last:
+            self._publish(DATA, epoch, [self._fill] * len(self._layout.leaves))
+        self._fill = 0
+        self._acquire(epoch)
+        self._publish(END, epoch, [0] * len(self._layout.leaves))
+
+    def _leaves_of(self, item: Any) -> List[Any]:
+        tree, leaves, _ = flatten(item)
+        if tree != self._layout.tree:
+            raise ValueError(
+                f"{self.where}: the item's structure differs from the first "
+                f"item's ({describe_tree(tree)} instead of "
+                f"{describe_tree(self._layout.tree)}). Every item must be "
+                "made of the same tuples, lists, dicts and leaf types.")
+        return leaves
+
+    def _store(self, epoch: int, leaves: List[Any]) -> None:
+        specs = self._layout.leaves
+        lengths = [check_leaf(spec, leaf, self.where)
+                   for spec, leaf in zip(specs, leaves)]
+        slot = self._acquire(epoch)
+        with torch.no_grad():
+            for view, leaf, spec, length in zip(self._ring.views(slot), leaves,
+                                                specs, lengths):
+                if not isinstance(leaf, torch.Tensor):
+                    view.fill_(leaf)
+                elif spec.batched and length != spec.shape[0]:
+                    view[:length].copy_(leaf)
+                else:
+                    view.copy_(leaf)
+        self._publish(DATA, epoch, lengths)
+
+    def _rebatch(self, epoch: int, leaves: List[Any]) -> None:
+        specs = self._layout.leaves
+        lengths = {check_leaf(spec, leaf, self.where, rebatching=True)
+                   for spec, leaf in zip(specs, leaves)}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"{self.where}: the tensors of the item have different batch "
+                f"sizes {sorted(lengths)}; rebatching needs one batch size "
+                "per item.")
+        count = lengths.pop() if lengths else 0
+        start, size = 0, self._config.rebatched_size
+        while start < count:
+            if self._fill == 0:
+                self._acquire(epoch)
+            take = min(count - start, size - self._fill)
+            with torch.no_grad():
+                for view, leaf in zip(self._ring.views(self._write), leaves):
+                    view[self._fill:self._fill + take].copy_(
+                        leaf[start:start + take])
+            self._fill += take
+            start += take
+            if self._fill == size:
+                self._publish(DATA, epoch, [size] * len(specs))
+                self._fill = 0
+
+    def _acquire(self, epoch: int) -> int:
+        """Wait for the next slot to be FREE; return its index."""
+        sleep_s = self._config.miss_sleep_time_in_ms / 1000.0
+        while True:
+            self._check_restart(epoch)
+            if self._ring.state(self._write) == FREE:
+                return self._write
+            if sleep_s > 0:
+                time.sleep(sleep_s)
+
+    def _publish(self, kind: int, epoch: int, lengths: List[int]) -> None:
+        self._ring.publish(self._write, kind, epoch, lengths)
+        self._write = (self._write + 1) % self._config.buffer_size
+        if self._ring.host_waiting:
+            try:
+                self._conn.send(("ready",))
+            except OSError:
+                raise _Shutdown() from None  # the host closed the pipe
+
+
+def _iterate(dataset: Any) -> Iterator:
+    """One pass over the dataset: a map-style dataset (``__len__`` and
+    ``__getitem__``, no ``__iter__``) is read from 0 to ``len - 1``, so that
+    it gives as many items as ``len()`` says; anything else is iterated."""
+    kind = type(dataset)
+    if not hasattr(kind, "__iter__") and hasattr(kind, "__len__") \
+            and hasattr(kind, "__getitem__"):
+        return (dataset[index] for index in range(len(dataset)))
+    return iter(dataset)
+
+
+def worker_main(conn, boxed_source: list, config: WorkerConfig) -> None:
+    """Entry point of the worker process. The dataset comes in a one-item
+    list that is emptied here, so that the Process object holds no reference
+    to it and dropping it at exit really frees it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    multiprocessing.set_start_method(config.start_method, force=True)
+    # Like torch's DataLoader workers: one thread, so that copying batches
+    # (memory-bound) does not take cores from the loaders and the consumer.
+    torch.set_num_threads(1)
+    source = boxed_source.pop()
+    producer, exit_code = None, 0
+    try:
+        if isinstance(source, DatasetFile):
+            with open(source.path, "rb") as file:
+                source = pickle.load(file)
+        producer = _Producer(conn, source, config)
+        producer.run()
+    except _Shutdown:
+        pass
+    except BaseException as error:
+        exit_code = 1
+        where = (producer.where if producer is not None
+                 else "while unpickling the dataset")
+        try:
+            conn.send(("failed", WorkerFailure.capture(error, where)))
+        except (OSError, EOFError):
+            pass  # the host is gone: nobody left to tell
+    finally:
+        conn.close()
+    producer = source = None  # frees the dataset and what it holds
+    _exit_now(exit_code)
+
+
+def _exit_now(exit_code: int) -> None:
+    """Close the processes the dataset started, then exit without the
+    interpreter's teardown, which takes over a second with torch loaded."""
+    if multiprocessing.active_children():
+        # A torch DataLoader shuts its worker processes down when it is freed;
+        # collect it in case it sits in a reference cycle.
+        gc.collect()
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -1,0 +1,168 @@
+"""The shape of one dataset item, as the asynchronous loader moves it through
+shared memory: a tree of tuples, lists and dicts whose leaves are tensors or
+Python ``int`` / ``float`` / ``bool`` values.
+
+The worker describes the first item it loads (:func:`describe`); the host
+allocates one ring-buffer slot from that description; every later item is
+flattened to its leaves (:func:`flatten`), checked against the description
+(:func:`check_leaf`) and rebuilt on the host side (:func:`unflatten`).
+"""
+import dataclasses
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+# Node kinds of the structure tree. A tree is a nested tuple:
+# (TENSOR, leaf_index) / (SCALAR, leaf_index, python_type) /
+# (TUPLE | LIST, (child, ...)) / (DICT, ((key, child), ...)).
+TENSOR = "tensor"
+SCALAR = "scalar"
+TUPLE = "tuple"
+LIST = "list"
+DICT = "dict"
+
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafSpec:
+    """One leaf of an item: where it sits (``path``, for messages), the shape
+    a ring-buffer slot reserves for it and its dtype. ``batched`` says the
+    first dimension may be shorter than reserved (a last partial batch)."""
+    path: str
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+    batched: bool
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one slot reserves for this leaf."""
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * self.dtype.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemLayout:
+    """The structure tree of an item and the spec of each of its leaves."""
+    tree: tuple
+    leaves: Tuple[LeafSpec, ...]
+
+
+def _walk(item: Any, path: str, leaves: List[Any], paths: List[str]) -> tuple:
+    """Build the structure tree of ``item``, appending its leaves in order."""
+    if isinstance(item, torch.Tensor):
+        leaves.append(item)
+        paths.append(path)
+        return (TENSOR, len(leaves) - 1)
+    if type(item) in _SCALAR_DTYPES:
+        leaves.append(item)
+        paths.append(path)
+        return (SCALAR, len(leaves) - 1, type(item))
+    if type(item) in (tuple, list):
+        kind = TUPLE if type(item) is tuple else LIST
+        return (kind, tuple(_walk(child, f"{path}[{index}]", leaves, paths)
+                            for index, child in enumerate(item)))
+    if type(item) is dict:
+        return (DICT, tuple((key, _walk(child, f"{path}[{key!r}]", leaves, paths))
+                            for key, child in item.items()))
+    raise TypeError(
+        f"The AsynchronousDataAccessor cannot pass the {type(item).__name__} "
+        f"at item{path} through shared memory: items must be tensors, Python "
+        "int/float/bool values, or tuples, lists and dicts of them. Convert "
+        "it in the dataset's __getitem__ (for example with torch.as_tensor).")
+
+
+def flatten(item: Any) -> Tuple[tuple, List[Any], List[str]]:
+    """Return ``(tree, leaves, paths)`` for ``item``."""
+    leaves: List[Any] = []
+    paths: List[str] = []
+    tree = _walk(item, "", leaves, paths)
+    return tree, leaves, paths
+
+
+def describe(item: Any, rebatched_size: Optional[int]) -> ItemLayout:
+    """Describe the first item; with ``rebatched_size`` every leaf must be a
+    tensor with a batch dimension, which the slot widens to that size."""
+    tree, leaves, paths = flatten(item)
+    specs = []
+    for leaf, path in zip(leaves, paths):
+        if not isinstance(leaf, torch.Tensor):
+            if rebatched_size is not None:
+                raise TypeError(
+                    f"rebatched_size={rebatched_size} needs every leaf of an "
+                    f"item to be a tensor with a batch dimension, but item"
+                    f"{path} is a {type(leaf).__name__}. Return tensors from "
+                    "the dataset, or do not rebatch.")
+            specs.append(LeafSpec(path, (), _SCALAR_DTYPES[type(leaf)], False))
+            continue
+        shape = tuple(leaf.shape)
+        if rebatched_size is not None:
+            if not shape:
+                raise ValueError(
+                    f"rebatched_size={rebatched_size} needs every tensor to "
+                    f"have a batch dimension, but item{path} is 0-dimensional.")
+            shape = (rebatched_size,) + shape[1:]
+        specs.append(LeafSpec(path, shape, leaf.dtype, bool(shape)))
+    return ItemLayout(tree, tuple(specs))
+
+
+def check_leaf(spec: LeafSpec, leaf: Any, where: str,
+               rebatching: bool = False) -> int:
+    """Check that ``leaf`` fits the slot reserved by ``spec``; return the
+    length of its first dimension (0 for scalars and 0-d tensors). When
+    ``rebatching``, a batch of any length fits: it is split across slots."""
+    if not isinstance(leaf, torch.Tensor):
+        if _SCALAR_DTYPES.get(type(leaf)) != spec.dtype or spec.shape:
+            raise TypeError(
+                f"{where}: item{spec.path} is a {type(leaf).__name__} but the "
+                f"first item had a {spec.dtype} tensor of shape "
+                f"{spec.shape} there. {_SAME_LAYOUT_RULE}")
+        return 0
+    shape = tuple(leaf.shape)
+    fits = (leaf.dtype == spec.dtype and len(shape) == len(spec.shape)
+            and shape[1:] == spec.shape[1:]
+            and (shape[:1] == spec.shape[:1]
+                 or (spec.batched and (rebatching or shape[0] <= spec.shape[0]))))
+    if not fits:
+        raise ValueError(
+            f"{where}: item{spec.path} is a {leaf.dtype} tensor of shape "
+            f"{shape} but the slot allocated from the first item holds a "
+            f"{spec.dtype} tensor of shape {spec.shape}. {_SAME_LAYOUT_RULE}")
+    return shape[0] if shape else 0
+
+
+_SAME_LAYOUT_RULE = (
+    "The AsynchronousDataAccessor allocates its shared-memory ring buffer "
+    "from the first item, so every item must have the same structure, dtypes "
+    "and shapes (only the first dimension of a batch may be shorter, for the "
+    "last batch of an epoch).")
+
+
+def unflatten(tree: tuple, leaves: List[Any]) -> Any:
+    """Rebuild an item from its structure tree and its leaves."""
+    kind = tree[0]
+    if kind == TENSOR:
+        return leaves[tree[1]]
+    if kind == SCALAR:
+        return tree[2](leaves[tree[1]].item())
+    if kind == TUPLE:
+        return tuple(unflatten(child, leaves) for child in tree[1])
+    if kind == LIST:
+        return [unflatten(child, leaves) for child in tree[1]]
+    return {key: unflatten(child, leaves) for key, child in tree[1]}
+
+
+def describe_tree(tree: tuple) -> str:
+    """A short readable form of a structure tree, for error messages."""
+    kind = tree[0]
+    if kind == TENSOR:
+        return "Tensor"
+    if kind == SCALAR:
+        return tree[2].__name__
+    if kind == DICT:
+        return "{" + ", ".join(f"{key!r}: {describe_tree(child)}"
+                               for key, child in tree[1]) + "}"
+    inner = ", ".join(describe_tree(child) for child in tree[1])
+    return f"({inner})" if kind == TUPLE else f"[{inner}]"

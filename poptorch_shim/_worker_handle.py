@@ -1,0 +1,189 @@
+"""The host's handle on an ``AsynchronousDataAccessor`` worker: it starts the
+process, runs the start-up handshake, reports the worker's failures and, when
+closed, stops the worker and releases the ring buffer.
+
+It is kept apart from the accessor so that ``weakref.finalize`` can close it
+when the accessor is garbage collected or the interpreter exits, without the
+finalizer keeping the accessor alive.
+"""
+import contextlib
+import multiprocessing
+import os
+import pickle
+import tempfile
+from typing import Any, Optional
+
+from ._async_worker import DatasetFile, WorkerConfig, worker_main
+from ._item_structure import ItemLayout
+from ._ring_buffer import SharedRing
+from .enums import SharingStrategy
+
+# How long a worker asked to stop may take before it is sent SIGTERM. It only
+# matters when the worker is inside a slow dataset call.
+_JOIN_TIMEOUT_S = 5.0
+# How often the host checks the worker is alive while it waits on the pipe.
+_POLL_INTERVAL_S = 0.01
+
+_START_METHODS = {SharingStrategy.Fork: "fork",
+                  SharingStrategy.ForkServer: "forkserver"}
+
+
+class WorkerHandle:
+    """A started worker process, the pipe to it and the shared ring."""
+
+    def __init__(self, process, conn):
+        self.process = process
+        self.pid = process.pid
+        self.conn = conn
+        self.ring: Optional[SharedRing] = None
+        self.layout: Optional[ItemLayout] = None
+        self._closed = False
+
+    @classmethod
+    def start(cls, dataset: Any, config: WorkerConfig,
+              strategy: SharingStrategy) -> "WorkerHandle":
+        """Start a worker over ``dataset``; return once its ring is ready."""
+        start_method = _START_METHODS.get(strategy, "spawn")
+        context = multiprocessing.get_context(start_method)
+        with contextlib.ExitStack() as stack:
+            source = dataset
+            if strategy == SharingStrategy.FileSystem:
+                # Removed once the worker has loaded it (after the handshake).
+                directory = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="ipusim-dataset-"))
+                source = _pickle_to_file(dataset, directory, strategy)
+            host_conn, worker_conn = context.Pipe(duplex=True)
+            process = context.Process(
+                target=worker_main, args=(worker_conn, [source], config),
+                name="AsynchronousDataAccessor worker")
+            try:
+                process.start()
+            except BaseException as error:
+                host_conn.close()
+                if start_method != "fork" and isinstance(
+                        error, (pickle.PicklingError, TypeError, AttributeError)):
+                    raise _unpicklable(dataset, error, strategy) from error
+                raise
+            finally:
+                worker_conn.close()
+            handle = cls(process, host_conn)
+            try:
+                handle._handshake(config.buffer_size)
+            except BaseException:
+                handle.close()
+                raise
+        return handle
+
+    def _handshake(self, buffer_size: int) -> None:
+        """Receive the item layout, create the ring, wait until the worker
+        has mapped it, then unlink its file."""
+        self.layout = self._receive("layout")[1]
+        self.ring = SharedRing.create(self.layout, buffer_size)
+        self.conn.send(("ring", self.ring.path))
+        self._receive("attached")
+        self.ring.unlink()
+
+    def _receive(self, expected: str) -> tuple:
+        while True:
+            if self.conn.poll(_POLL_INTERVAL_S):
+                message = self._read_message()
+                if message is None:
+                    raise self._died_error("during start-up")
+                if message[0] == "failed":
+                    raise message[1].to_exception()
+                if message[0] == expected:
+                    return message
+            elif not self.process.is_alive():
+                raise self._died_error("during start-up")
+
+    def _read_message(self) -> Optional[tuple]:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None  # the worker closed its end of the pipe
+
+    def wait(self, timeout_s: float) -> Optional[Exception]:
+        """Block until the worker sends a message or ``timeout_s`` passes.
+        Return the worker's reported exception, or an error if it died
+        without reporting one; None while it is healthy."""
+        if self.conn.poll(timeout_s):
+            failure = self._drain()
+            if failure is not None:
+                return failure
+        if self.process.is_alive():
+            return None
+        # It may have reported its failure just before exiting.
+        return self._drain() or self._died_error("while loading")
+
+    def _drain(self) -> Optional[Exception]:
+        """Read every pending message; the failure if one is among them."""
+        while self.conn.poll():
+            message = self._read_message()
+            if message is None:
+                return self._died_error("while loading")
+            if message[0] == "failed":
+                return message[1].to_exception()
+            # Anything else is a wake-up: the caller looks at the ring.
+        return None
+
+    def _died_error(self, when: str) -> RuntimeError:
+        self.process.join(_JOIN_TIMEOUT_S)  # it closed the pipe: let it exit
+        code = self.process.exitcode
+        if code is None:
+            how = "closed its pipe but did not exit"
+        elif code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        return RuntimeError(
+            f"The AsynchronousDataAccessor worker process (pid "
+            f"{self.pid}) {how} {when} without reporting an error. "
+            "Look above for its output (for example a dataset that could not "
+            "be unpickled in the worker, or the kernel's out-of-memory killer).")
+
+    def close(self) -> None:
+        """Stop the worker, reap it and release the ring buffer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.ring is not None:
+            self.ring.request_shutdown()
+        self.conn.close()  # a worker still in the handshake sees EOF and exits
+        self.process.join(_JOIN_TIMEOUT_S)
+        if self.process.exitcode is None:
+            self.process.terminate()
+            self.process.join(_JOIN_TIMEOUT_S)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+        self.process.close()
+        if self.ring is not None:
+            self.ring.unlink()
+            self.ring.release()
+
+
+def _pickle_to_file(dataset: Any, directory: str,
+                    strategy: SharingStrategy) -> DatasetFile:
+    path = os.path.join(directory, "dataset.pkl")
+    try:
+        with open(path, "wb") as file:
+            pickle.dump(dataset, file, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as error:
+        raise _unpicklable(dataset, error, strategy) from error
+    return DatasetFile(path)
+
+
+def _unpicklable(dataset: Any, error: BaseException,
+                 strategy: SharingStrategy) -> pickle.PicklingError:
+    return pickle.PicklingError(
+        f"The AsynchronousDataAccessor cannot pickle the dataset (a "
+        f"{type(dataset).__name__}): {type(error).__name__}: {error}. With "
+        f"sharing_strategy=SharingStrategy.{strategy.name} its worker process "
+        "is started with the 'spawn' method (as in PopTorch, to avoid the "
+        "hangs OpenMP causes after fork()), so the dataset must be "
+        "serializable by pickle: define its classes and functions at module "
+        "level and keep lambdas, open files, locks and generators out of it "
+        "(or rebuild them in __setstate__). In a script, also guard the entry "
+        "point with `if __name__ == '__main__':`. "
+        "sharing_strategy=SharingStrategy.Fork needs no pickling, at the risk "
+        "of those hangs.")

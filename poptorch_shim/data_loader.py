@@ -1,0 +1,326 @@
+"""``poptorch.DataLoader``: a ``torch.utils.data.DataLoader`` whose every item
+is the data of one model call (one step), sharded across the processes of a
+distributed run and optionally loaded ahead by an
+``AsynchronousDataAccessor``."""
+import warnings
+from typing import Any, Dict, Optional
+
+import torch
+
+from ._shard_sampler import ShardSampler
+from .async_data_accessor import AsynchronousDataAccessor
+from .enums import DataLoaderMode
+from .options import Options
+
+_ASYNC_OPTIONS = ("buffer_size", "miss_sleep_time_in_ms", "load_indefinitely",
+                  "early_preload", "sharing_strategy")
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """Thin wrapper around ``torch.utils.data.DataLoader`` that works out the
+    batch size of one step from the options.
+
+    The torch DataLoader underneath gets the *combined* batch size
+    ``batch_size x deviceIterations x (replicationFactor / input_group_size)
+    x gradientAccumulation`` as its batch size, so each item it yields is the
+    data of one call of the model.
+
+    In a distributed run (``options.Distributed`` with several processes) each
+    process reads its own contiguous part of a map-style dataset; to shuffle,
+    set ``options.randomSeed()`` to the same value in every process. An
+    ``IterableDataset`` is not partitioned: as with torch, each worker process
+    iterates over the whole dataset unless the dataset splits itself with
+    ``torch.utils.data.get_worker_info()``.
+
+    In the ``Async`` and ``AsyncRebatched`` modes the batches are views of the
+    ``AsynchronousDataAccessor``'s shared ring buffer: they stay valid until
+    the next batch is requested (clone what must outlive the step).
+    """
+
+    def __init__(self,
+                 options: Options,
+                 dataset: Any,
+                 batch_size: Optional[int] = 1,
+                 shuffle: Optional[bool] = None,
+                 num_workers: int = 0,
+                 drop_last: bool = True,
+                 persistent_workers: Optional[bool] = None,
+                 auto_distributed_partitioning: bool = True,
+                 mode: DataLoaderMode = DataLoaderMode.Sync,
+                 async_options: Optional[Dict[str, Any]] = None,
+                 rebatched_worker_size: Optional[int] = None,
+                 **kwargs):
+        """
+        :param options: Options that will be used to compile and run the
+            model; they are frozen from now on.
+        :param dataset: The dataset to get the data from.
+        :param batch_size: The batch size in the conventional sense: the
+            number of samples each operation of the model processes at once.
+        :param shuffle: Whether to shuffle the dataset (None: no).
+        :param num_workers: Number of worker processes of the torch
+            DataLoader.
+        :param drop_last: If True, a last incomplete combined batch is dropped.
+        :param persistent_workers: Re-use the workers between epochs; None
+            means ``num_workers > 0``.
+        :param auto_distributed_partitioning: Partition a map-style dataset
+            between the processes of a distributed run. If False the dataset
+            is assumed to be partitioned already.
+        :param mode: ``DataLoaderMode.Sync`` loads in this process when an
+            item is requested; ``Async`` loads through an
+            ``AsynchronousDataAccessor``; ``AsyncRebatched`` too, the workers
+            loading batches of ``rebatched_worker_size`` that the accessor
+            joins into combined batches.
+        :param async_options: Keyword arguments for the
+            ``AsynchronousDataAccessor`` (``buffer_size``,
+            ``miss_sleep_time_in_ms``, ``load_indefinitely``,
+            ``early_preload``, ``sharing_strategy``).
+        :param rebatched_worker_size: With ``AsyncRebatched``, the batch size
+            the workers load; by default the combined batch size. It must not
+            exceed the combined batch size.
+        :param kwargs: Other arguments for ``torch.utils.data.DataLoader``.
+        """
+        if not isinstance(options, Options):
+            raise TypeError(
+                f"poptorch.DataLoader: options must be a poptorch.Options, got "
+                f"{type(options).__name__}. Pass the Options the model is "
+                "compiled with, e.g. DataLoader(poptorch.Options(), dataset).")
+        if not isinstance(mode, DataLoaderMode):
+            raise TypeError(
+                "poptorch.DataLoader: mode must be a poptorch.DataLoaderMode "
+                f"(Sync, Async or AsyncRebatched), got {mode!r}.")
+        options._freeze()
+        self._options = options
+        self._combined_batch_size = _combined_batch_size(options, batch_size)
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        shuffle = bool(shuffle)
+        processes = options.Distributed.num_processes
+        is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        partition = processes > 1 and auto_distributed_partitioning
+        if is_iterable:
+            _check_iterable(partition, processes, num_workers, kwargs)
+            samples = dataset_len = _length_or_none(dataset)
+        else:
+            dataset_len = len(dataset)
+            if not drop_last and self._combined_batch_size is not None:
+                _warn_last_batch_short(dataset_len,
+                                       self._combined_batch_size * processes)
+            if partition:
+                kwargs["sampler"] = self._shard_sampler(
+                    dataset, shuffle, drop_last, kwargs)
+                shuffle = False  # the sampler shuffles across processes
+                samples = len(kwargs["sampler"])
+            else:
+                samples = dataset_len
+        if drop_last and samples is not None:
+            self._check_not_too_short(batch_size, dataset_len, samples,
+                                      processes if partition else 1)
+
+        worker_batch_size, self._rebatched_size = self._batch_sizes(
+            mode, rebatched_worker_size)
+        # When rebatching, the accessor drops (or keeps) the last short batch.
+        self.rebatched_drop_last = drop_last
+        super().__init__(
+            dataset, batch_size=worker_batch_size, shuffle=shuffle,
+            num_workers=num_workers,
+            drop_last=drop_last and self._rebatched_size is None,
+            persistent_workers=persistent_workers, **kwargs)
+        self._accessor: Optional[AsynchronousDataAccessor] = None
+        if mode != DataLoaderMode.Sync:
+            self._accessor = AsynchronousDataAccessor(
+                self, **_check_async_options(async_options),
+                rebatched_size=self._rebatched_size)
+
+    @property
+    def combinedBatchSize(self) -> Optional[int]:
+        """Total number of elements consumed from the dataset for a single
+        execution of the model."""
+        return self._combined_batch_size
+
+    @property
+    def options(self) -> Options:
+        """The options this DataLoader was created with."""
+        return self._options
+
+    def terminate(self) -> None:
+        """Stop the worker of the AsynchronousDataAccessor behind an
+        ``Async`` or ``AsyncRebatched`` DataLoader; no effect in ``Sync``."""
+        if self._accessor is not None:
+            self._accessor.terminate()
+
+    def __len__(self) -> int:
+        if self._rebatched_size is None:
+            return super().__len__()
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            samples = len(self.dataset)
+        else:
+            samples = len(self.sampler)
+        steps = samples // self._rebatched_size
+        if not self.rebatched_drop_last and samples % self._rebatched_size:
+            steps += 1
+        return steps
+
+    def __iter__(self):
+        if self._accessor is not None:
+            return iter(self._accessor)
+        return super().__iter__()
+
+    def __getstate__(self) -> dict:
+        # What the accessor's worker process receives: a plain synchronous
+        # loader (no accessor, no live iterator of the parent's workers).
+        state = self.__dict__.copy()
+        state["_accessor"] = None
+        state["_iterator"] = None
+        return state
+
+    def _shard_sampler(self, dataset, shuffle: bool, drop_last: bool,
+                       kwargs: dict) -> ShardSampler:
+        options = self._options
+        if self._combined_batch_size is None:
+            raise ValueError(
+                "poptorch.DataLoader: batch_size=None is not allowed with "
+                "auto_distributed_partitioning in a run of "
+                f"{options.Distributed.num_processes} processes: the dataset "
+                "is split in whole combined batches. Pass a batch_size, or "
+                "auto_distributed_partitioning=False and split it yourself.")
+        for own in ("sampler", "batch_sampler"):
+            if kwargs.get(own) is not None:
+                raise ValueError(
+                    f"poptorch.DataLoader: {own} cannot be given with "
+                    "auto_distributed_partitioning=True in a run of "
+                    f"{options.Distributed.num_processes} processes: the "
+                    "DataLoader builds its own sampler to give each process "
+                    "its part of the dataset. Pass "
+                    "auto_distributed_partitioning=False to use your own "
+                    "(and make it partition the dataset).")
+        if shuffle and options.random_seed is None:
+            raise ValueError(
+                "poptorch.DataLoader: shuffle=True with "
+                "auto_distributed_partitioning needs a random seed: when "
+                "using auto_distributed_partitioning you must set "
+                "poptorch.Options.randomSeed() to ensure that tensors are in "
+                "the same order in all processes. Call "
+                "options.randomSeed(N) with the same N in every process.")
+        return ShardSampler(len(dataset), options.Distributed.num_processes,
+                            options.Distributed.process_id,
+                            self._combined_batch_size, drop_last, shuffle,
+                            options.random_seed or 0)
+
+    def _check_not_too_short(self, batch_size: int, dataset_len: int,
+                             samples: int, processes: int) -> None:
+        """Refuse a dataset that gives this process no whole combined batch
+        (with drop_last the DataLoader would loop zero times)."""
+        combined = self._combined_batch_size
+        if combined is None or samples >= combined:
+            return
+        options = self._options
+        factors = (f"batch_size {batch_size} x deviceIterations "
+                   f"{options.device_iterations} x (replicationFactor "
+                   f"{options.replication_factor} / input_group_size "
+                   f"{options.input_group_size}) x gradientAccumulation "
+                   f"{options.Training.gradient_accumulation}")
+        where = f"the dataset has {dataset_len} elements"
+        if processes > 1:
+            where += (f", and split between {processes} processes in whole "
+                      f"combined batches each process gets {samples}")
+        raise ValueError(
+            f"poptorch.DataLoader: {where}, fewer than one combined batch of "
+            f"{combined} elements ({factors}), so with drop_last=True the "
+            "DataLoader would loop zero times. Use a bigger dataset, a smaller "
+            "batch_size or fewer device iterations / replicas / accumulated "
+            "gradients, or pass drop_last=False to get one short batch.")
+
+    def _batch_sizes(self, mode: DataLoaderMode,
+                     rebatched_worker_size: Optional[int]):
+        """The batch size of the torch DataLoader and the accessor's
+        rebatched size (None unless ``AsyncRebatched``)."""
+        combined = self._combined_batch_size
+        if mode != DataLoaderMode.AsyncRebatched:
+            return combined, None
+        if combined is None:
+            raise ValueError(
+                "poptorch.DataLoader: mode=DataLoaderMode.AsyncRebatched needs "
+                "a batch_size: the accessor rebatches to the combined batch "
+                "size. Pass a batch_size or use DataLoaderMode.Async.")
+        if rebatched_worker_size is None:
+            return combined, combined
+        if isinstance(rebatched_worker_size, bool) or not isinstance(
+                rebatched_worker_size, int) or not \
+                1 <= rebatched_worker_size <= combined:
+            raise ValueError(
+                "poptorch.DataLoader: rebatched_worker_size must be an int "
+                f"from 1 to the combined batch size ({combined}), got "
+                f"{rebatched_worker_size!r}. It is the batch size the workers "
+                "load before the accessor joins their batches.")
+        return rebatched_worker_size, combined
+
+
+def _per_batch(options: Options) -> int:
+    """Micro-batches of data in one step: replicas in one input group read
+    the same data, so they count once."""
+    return (options.device_iterations
+            * (options.replication_factor // options.input_group_size)
+            * options.Training.gradient_accumulation)
+
+
+def _combined_batch_size(options: Options,
+                         batch_size: Optional[int]) -> Optional[int]:
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
+            or batch_size < 1:
+        raise ValueError(
+            f"poptorch.DataLoader: batch_size must be an int >= 1 (or None to "
+            f"disable batching), got {batch_size!r}.")
+    return batch_size * _per_batch(options)
+
+
+def _check_iterable(partition: bool, processes: int, num_workers: int,
+                    kwargs: dict) -> None:
+    if partition:
+        raise ValueError(
+            "poptorch.DataLoader: auto_distributed_partitioning is not "
+            f"supported for an IterableDataset (this run has {processes} "
+            "processes): an iterable has no indices to split. Make the "
+            "dataset yield only this process's part (see "
+            "options.Distributed.process_id) and pass "
+            "auto_distributed_partitioning=False.")
+    if num_workers > 1 and "worker_init_fn" not in kwargs:
+        warnings.warn(
+            f"IterableDataset used with num_workers={num_workers} but no "
+            f"worker_init_fn: unless the dataset splits itself with "
+            "torch.utils.data.get_worker_info(), the DataLoader will return "
+            f"each element of the dataset {num_workers} times.", stacklevel=3)
+
+
+def _warn_last_batch_short(num_elements: int, per_step: int) -> None:
+    left = num_elements % per_step
+    if left:
+        warnings.warn(
+            f"The number of elements in the dataset ({num_elements}) is not "
+            f"divisible by the number of elements processed per step "
+            f"({per_step}) and drop_last=False: the last batch will have "
+            f"{left} elements. Switch to drop_last=True to avoid handling "
+            "this special case.", stacklevel=3)
+
+
+def _length_or_none(dataset: Any) -> Optional[int]:
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def _check_async_options(async_options: Optional[Dict[str, Any]]) -> dict:
+    async_options = dict(async_options or {})
+    if "rebatched_size" in async_options:
+        raise ValueError(
+            "poptorch.DataLoader: rebatched_size cannot be given in "
+            "async_options: use mode=DataLoaderMode.AsyncRebatched (with "
+            "rebatched_worker_size) and the DataLoader sets it.")
+    unknown = sorted(set(async_options) - set(_ASYNC_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"poptorch.DataLoader: unknown async_options {unknown}; the "
+            f"AsynchronousDataAccessor accepts {list(_ASYNC_OPTIONS)}.")
+    return async_options
