@@ -19,16 +19,34 @@ from poptorch_shim.enums import OutputMode
 
 @dataclass(frozen=True)
 class StepShape:
-    """How many micro-batches one call holds, and in which order."""
+    """How many micro-batches one call holds, and in which order.
+
+    With input replica grouping, the replicas of a group share one input
+    micro-batch: a call carries ``replicas / input_group_size`` distinct
+    micro-batches per iteration and gradient-accumulation step.
+    """
 
     device_iterations: int
     gradient_accumulation: int
     replicas: int
+    input_group_size: int = 1
+    orthogonal_groups: bool = False
+
+    @property
+    def input_groups(self) -> int:
+        """Distinct input micro-batches per row of replicas."""
+        return self.replicas // self.input_group_size
 
     @property
     def micro_batches(self) -> int:
-        """Micro-batches in one call, over all replicas."""
-        return self.device_iterations * self.gradient_accumulation * self.replicas
+        """Distinct input micro-batches in one call."""
+        return self.device_iterations * self.gradient_accumulation * self.input_groups
+
+    def input_of(self, replica: int) -> int:
+        """Which of a row's input micro-batches ``replica`` computes on."""
+        if self.orthogonal_groups:
+            return replica % self.input_groups
+        return replica // self.input_group_size
 
     @property
     def per_replica(self) -> int:
@@ -51,12 +69,14 @@ def micro_batch_size(args: Any, shape: StepShape) -> int:
     """The micro-batch size of a call, checking the batch divides as PopTorch requires."""
     batch = batch_size_of(args)
     if batch % shape.micro_batches:
+        grouping = (f" / inputReplicaGrouping size ({shape.input_group_size})"
+                    if shape.input_group_size > 1 else "")
         raise ValueError(
             f"Invalid batch size: the batch dimension of the inputs ({batch}) must be a multiple "
             f"of deviceIterations ({shape.device_iterations}) * replicationFactor "
-            f"({shape.replicas}) * gradientAccumulation ({shape.gradient_accumulation}) = "
-            f"{shape.micro_batches}. Use poptorch.DataLoader, which sizes its batches to "
-            "match the options, or change the batch size.")
+            f"({shape.replicas}){grouping} * gradientAccumulation "
+            f"({shape.gradient_accumulation}) = {shape.micro_batches}. Use poptorch.DataLoader, "
+            "which sizes its batches to match the options, or change the batch size.")
     return batch // shape.micro_batches
 
 

@@ -62,8 +62,10 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._device: SimulatedDevice | None = None
         self._attached = False
-        self._shape = StepShape(options.device_iterations, options.Training.gradient_accumulation,
-                                options.replication_factor)
+        self._shape = StepShape(
+            options.device_iterations, options.Training.gradient_accumulation,
+            options.replication_factor, options.input_group_size,
+            orthogonal_groups=options.input_group_type == enums.CommGroupType.Orthogonal)
 
     def _make_runner(self, model: torch.nn.Module):
         strategy = self._options.execution_strategy
@@ -145,18 +147,26 @@ class PoplarExecutor:
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
 
     def _run_step(self, micro_batches: list) -> list:
-        """Real compute of every micro-batch of every replica, in stream order."""
+        """Real compute of every micro-batch of every replica, in stream order.
+
+        ``micro_batches`` are the distinct inputs, a row of ``input_groups``
+        per iteration and accumulation step; each replica of a row computes on
+        its group's input, and the weights update once per device iteration.
+        """
         shape, outputs = self._shape, []
-        per_update = shape.gradient_accumulation * shape.replicas
         mean = self._options.Training.reduction_type == enums.ReductionType.Mean
-        scale = 1.0 / per_update if mean else 1.0
+        scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
+        rows = [micro_batches[i:i + shape.input_groups]
+                for i in range(0, len(micro_batches), shape.input_groups)]
         with _mode(self._user_model, self._training):
-            for start in range(0, len(micro_batches), per_update):
+            for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
-                for mb_args, mb_kwargs in micro_batches[start:start + per_update]:
-                    out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
-                    outputs.append(detach_all(out))
+                for row in rows[start:start + shape.gradient_accumulation]:
+                    for replica in range(shape.replicas):
+                        mb_args, mb_kwargs = row[shape.input_of(replica)]
+                        out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
+                        outputs.append(detach_all(out))
                 if self._training:
                     if self._across_instances:
                         reduce_gradients(self._user_model.parameters(), mean)

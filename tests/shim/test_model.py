@@ -201,3 +201,24 @@ def test_ipu_hardware_is_available_up_to_the_simulated_machine(monkeypatch):
     monkeypatch.setenv("IPUSIM_NUM_IPUS", "8")
     assert poptorch.ipuHardwareIsAvailable(8)
     assert not poptorch.ipuHardwareIsAvailable(9)
+
+
+@pytest.mark.parametrize("group_type", [poptorch.CommGroupType.Consecutive,
+                                        poptorch.CommGroupType.Orthogonal])
+def test_input_replica_grouping_gives_a_group_one_input(group_type):
+    torch.manual_seed(5)
+    model = Net()
+    reference = copy.deepcopy(model)
+    x, y = data(2 * 3)  # 4 replicas in 2 input groups, micro-batch 3
+    opts = options(1, 4, 1).inputReplicaGrouping(2, group_type).outputMode(OutputMode.All)
+    out, _ = poptorch.inferenceModel(copy.deepcopy(model), opts.clone())(x, y)
+    order = [0, 0, 1, 1] if group_type == poptorch.CommGroupType.Consecutive else [0, 1, 0, 1]
+    expected = torch.cat([model(x[3 * g:3 * g + 3]) for g in order]).detach()
+    torch.testing.assert_close(out, expected)
+
+    poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))(x, y)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    reference(x, y)[1].backward()
+    optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
