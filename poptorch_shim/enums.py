@@ -43,8 +43,9 @@ class DataLoaderMode(enum.IntEnum):
 
     - ``Sync``: in the calling process, one batch when asked.
     - ``Async``: through an ``AsynchronousDataAccessor`` worker process.
-    - ``AsyncRebatched``: like ``Async``, but the torch workers load single
-      items and the accessor assembles full batches, so an iterable dataset
+    - ``AsyncRebatched``: like ``Async``, but the torch workers load batches
+      of ``rebatched_worker_size`` (by default the combined batch size) and
+      the accessor re-assembles them into full steps, so an iterable dataset
       split over many workers loses fewer items to rounding.
     """
     Sync = 0
