@@ -17,11 +17,21 @@ HERE = Path(__file__).resolve().parent
 REPORTS = HERE.parent / "reports"
 
 # (script, arguments): the tutorial at full size for one step a case (its
-# simulated figures do not depend on how many steps run), then the guide's
-# four-block Network pipelined over four IPUs.
+# simulated figures do not depend on how many steps run), the guide's
+# four-block Network pipelined over four IPUs, the guide's batching examples
+# (device iterations, replication, gradient accumulation, the asynchronous
+# accessor) on smaller datasets and a few steps, and the three sync patterns.
 SCENARIOS = {
     "tutorial_data_loading": ("tutorial_data_loading.py", ["--max-steps", "1"]),
     "pipelined_network": ("parallel_execution.py", ["--strategy", "pipelined"]),
+    "device_iterations": ("device_iterations.py", ["--samples", "2000", "--max-steps", "20"]),
+    "replication": ("replication.py", ["--samples", "4000", "--max-steps", "2"]),
+    "gradient_accumulation": ("gradient_accumulation.py", [
+        "--device-iterations", "100", "--samples", "4000", "--max-steps", "2"]),
+    "async_data_accessor": ("async_data_accessor.py", [
+        "--batch-size", "16", "--device-iterations", "1", "100", "--samples", "8000",
+        "--max-steps", "10"]),
+    "sync_patterns": ("sync_patterns.py", ["--max-steps", "2"]),
 }
 
 
