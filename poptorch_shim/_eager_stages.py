@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
-from poptorch_shim._compute import StageProfile, find_loss
+from poptorch_shim._compute import StageProfile, WholeModel, find_loss
 from poptorch_shim._cost_probe import _TrafficCounter, tensor_bytes
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import _ExecutionStrategy
@@ -107,7 +107,7 @@ class _Attribution(TorchFunctionMode):
         return out
 
 
-class EagerStages:
+class EagerStages(WholeModel):
     """A model run eagerly as one autograd graph, its work charged to the
     stages of its blocks as it runs: the forward by the block current at each
     call, the backward by the block whose forward created each autograd node."""
@@ -124,16 +124,6 @@ class EagerStages:
         self._first = next((b for b in attribution.computing if b is not None), None)
         self.layout = strategy.place(recorder.ipus, {self._first if b is None else b
                                                      for b in attribution.computing})
-
-    def run(self, args: tuple, kwargs: dict, training: bool, loss_scale: float) -> Any:
-        """Forward one micro-batch; in training also backward, gradients scaled
-        by ``loss_scale`` (exactly as the whole model would)."""
-        if not training:
-            with torch.no_grad():
-                return self.model(*args, **kwargs)
-        output = self.model(*args, **kwargs)
-        (find_loss(output) * loss_scale).backward()
-        return output
 
     def profile(self, args: tuple, kwargs: dict,
                 training: bool) -> tuple[list[StageProfile], Any]:

@@ -63,15 +63,12 @@ class ExampleDataset(torch.utils.data.Dataset):
 model_batch_size = 2
 
 
-def train(dataset, device_iterations, max_steps, verbose):
-    """The guide's loop for one device-iteration count; the simulated figures."""
-    # Create a poptorch.Options instance to override default options
-    opts = poptorch.Options()
+def run_guide_loop(opts, dataset, max_steps, verbose):
+    """The guide's training loop, shared by its listings 4.2-4.4.
 
-    # Run a loop of `device_iterations` batches on the IPU, fetching a new batch each time
-    opts.deviceIterations(device_iterations)
-    opts.modelName(f"device_iterations_{device_iterations}")
-
+    Returns the model, the DataLoader, the number of calls made and the
+    last loss.
+    """
     # Set up the DataLoader to load that much data at each iteration
     training_data = poptorch.DataLoader(opts,
                                         dataset=dataset,
@@ -83,17 +80,30 @@ def train(dataset, device_iterations, max_steps, verbose):
     # Wrap the model in a PopTorch training wrapper
     poptorch_model = poptorch.trainingModel(model, options=opts)
 
-    # Each call runs "batch_size" 2 x device_iterations samples.
     calls = 0
     for batch_number, (data, labels) in enumerate(training_data):
-        # "output" and "loss" are those of the final batch (the default output mode).
+        # "output" and "loss" are those of the final batch of each replica
+        # (the default output mode).
         output, loss = poptorch_model(data, labels)
         calls += 1
         if verbose:
             print(f"{labels[-1]}, {output}, {loss}")
         if calls == max_steps:
             break
+    return poptorch_model, training_data, calls, loss
 
+
+def train(dataset, device_iterations, max_steps, verbose):
+    """The guide's loop for one device-iteration count; the simulated figures."""
+    # Create a poptorch.Options instance to override default options
+    opts = poptorch.Options()
+
+    # Run a loop of `device_iterations` batches on the IPU, fetching a new batch each time
+    opts.deviceIterations(device_iterations)
+    opts.modelName(f"device_iterations_{device_iterations}")
+
+    poptorch_model, training_data, calls, loss = run_guide_loop(opts, dataset, max_steps,
+                                                                verbose)
     summary = poptorch_model.timeline.summary()
     events = poptorch_model.timeline.events
     host_calls = events[(events["kind"] == "host_call") & (events["ipu"] == 0)]

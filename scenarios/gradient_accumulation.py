@@ -11,7 +11,7 @@ in weight updates ("update/compute" in the table).
 import argparse
 
 import poptorch
-from device_iterations import ExampleDataset, ExampleModelWithLoss, model_batch_size
+from device_iterations import ExampleDataset, model_batch_size, run_guide_loop
 
 
 def train(dataset, device_iterations, accumulation, max_steps, verbose):
@@ -26,25 +26,8 @@ def train(dataset, device_iterations, accumulation, max_steps, verbose):
     opts.Training.gradientAccumulation(accumulation)
     opts.modelName(f"gradient_accumulation_{accumulation}")
 
-    training_data = poptorch.DataLoader(opts,
-                                        dataset=dataset,
-                                        batch_size=model_batch_size,
-                                        shuffle=True,
-                                        drop_last=True)
-
-    model = ExampleModelWithLoss(data_shape=[3, 2], num_classes=2)
-    # Wrap the model in a PopTorch training wrapper
-    poptorch_model = poptorch.trainingModel(model, options=opts)
-
-    calls = 0
-    for batch_number, (data, labels) in enumerate(training_data):
-        # "output" and "loss" are those of the final batch (the default output mode).
-        output, loss = poptorch_model(data, labels)
-        calls += 1
-        if verbose:
-            print(f"{labels[-1]}, {output}, {loss}")
-        if calls == max_steps:
-            break
+    poptorch_model, training_data, calls, loss = run_guide_loop(opts, dataset, max_steps,
+                                                                verbose)
 
     summary = poptorch_model.timeline.summary()
     events = poptorch_model.timeline.events

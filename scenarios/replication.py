@@ -10,7 +10,7 @@ import argparse
 import sys
 
 import poptorch
-from device_iterations import ExampleDataset, ExampleModelWithLoss, model_batch_size
+from device_iterations import ExampleDataset, model_batch_size, run_guide_loop
 
 
 def train(dataset, replicas, device_iterations, synthetic, max_steps, verbose):
@@ -27,27 +27,8 @@ def train(dataset, replicas, device_iterations, synthetic, max_steps, verbose):
         opts.enableSyntheticData(True)
     opts.modelName(f"replication_r{replicas}_{'synthetic' if synthetic else 'real'}")
 
-    training_data = poptorch.DataLoader(opts,
-                                        dataset=dataset,
-                                        batch_size=model_batch_size,
-                                        shuffle=True,
-                                        drop_last=True)
-
-    model = ExampleModelWithLoss(data_shape=[3, 2], num_classes=2)
-    # Wrap the model in a PopTorch training wrapper
-    poptorch_model = poptorch.trainingModel(model, options=opts)
-
-    calls = 0
-    for batch_number, (data, labels) in enumerate(training_data):
-        # Execute the device with a loop of batch size 2 across the replicas.
-        # "output" and "loss" are those of the final batch of each replica
-        # (the default output mode).
-        output, loss = poptorch_model(data, labels)
-        calls += 1
-        if verbose:
-            print(f"{labels[-1]}, {output}, {loss}")
-        if calls == max_steps:
-            break
+    poptorch_model, training_data, calls, loss = run_guide_loop(opts, dataset, max_steps,
+                                                                verbose)
 
     summary = poptorch_model.timeline.summary()
     print(f"replicationFactor({replicas}), {'synthetic' if synthetic else 'real'} data: "

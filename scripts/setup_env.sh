@@ -4,9 +4,16 @@
 # (CUDA) build of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# pip, quietly: this machine's configured package indexes warn about every
+# package they do not hold, which says nothing about the install.
+pip_install() {
+    .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+}
+
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[test]"
+pip_install --upgrade pip
+pip_install "torch==2.13.0"
+pip_install -e ".[test]"
