@@ -67,13 +67,14 @@ def validate_model_performance(dataset, device_iterations=50, batch_size=16, rep
                                         shuffle=True, drop_last=True, num_workers=num_workers,
                                         mode=poptorch.DataLoaderMode.Async,
                                         async_options={"early_preload": True})
-    steps = len(training_data) if max_steps is None else min(max_steps, len(training_data))
+    # The loader is measured over a whole epoch; max_steps only caps the model's calls.
+    epoch = len(training_data)
     with catchtime() as t:
-        for step, (data_batch, labels_batch) in enumerate(training_data):
-            if step + 1 == steps:
-                break
-    loader_rate = (steps * device_iterations * batch_size * replicas) / t.seconds
-    print(f"DataLoader: {loader_rate:.2f} items/s")
+        for data_batch, labels_batch in training_data:
+            pass
+    loader_rate = (epoch * device_iterations * batch_size * replicas) / t.seconds
+    print(f"DataLoader: {loader_rate:.2f} items/s (measured on this host)")
+    steps = epoch if max_steps is None else min(max_steps, epoch)
 
     model = ClassificationModel()
     training_model = poptorch.trainingModel(
