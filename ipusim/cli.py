@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+PROGRESS_ENV = "IPUSIM_PROGRESS"
 
 _DESCRIPTION = """\
 Simulate Graphcore IPU systems running real PopTorch programs, and read the
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
-        usage="ipusim run [-h] [--report DIR] SCRIPT [-- SCRIPT_ARGS ...]",
+        usage="ipusim run [-h] [--report DIR] [--no-progress] SCRIPT [-- SCRIPT_ARGS ...]",
         description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
                     "PopTorch shim. Arguments after -- are passed to the script.",
         epilog="example: ipusim run train.py --report reports/ -- --epochs 1",
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report", metavar="DIR",
                      help="write an autoReport directory per model under DIR "
                           f"(sets {REPORT_DIR_ENV})")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no progress bar of the simulated calls on stderr")
     run.set_defaults(handler=_run)
 
     for name, help_text, handler in (
@@ -120,7 +123,8 @@ def _run(args: argparse.Namespace) -> int:
     from poptorch_shim.runner import run_script
 
     report = str(Path(args.report).resolve()) if args.report else None
-    with _environment(REPORT_DIR_ENV, report):
+    progress = None if args.no_progress else "1"
+    with _environment(REPORT_DIR_ENV, report), _environment(PROGRESS_ENV, progress):
         status = run_script(args.script, args.script_args)
     if report:
         written = sorted(path.parent for path in Path(report).glob("*/profile.json"))

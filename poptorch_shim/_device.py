@@ -11,6 +11,7 @@ import os
 from dataclasses import replace
 
 import pandas as pd
+from tqdm import tqdm
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
@@ -112,11 +113,19 @@ class SimulatedDevice:
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
                                      instance=options.Distributed.process_id)
         self.step_durations: list[int] = []
+        # `ipusim run` asks for a progress bar of the simulated calls.
+        name = options.model_name or ("training" if training else "inference")
+        self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
+                          if os.environ.get("IPUSIM_PROGRESS") else None)
 
     def step(self) -> int:
         """Advance the simulation by one call; its duration in picoseconds."""
         duration = self.simulation.step()
         self.step_durations.append(duration)
+        if self._progress is not None:
+            self._progress.set_postfix_str(f"{self.simulation.system.now_ps / 1e9:.3f} ms simulated",
+                                           refresh=False)
+            self._progress.update()
         return duration
 
     @property
