@@ -1,0 +1,111 @@
+"""Optimizer-state accounting for ``poptorch.optim``: which state tensors the
+IPU keeps per weight and in which data type, the bytes they and the gradient
+accumulators take, and the checks PopTorch makes when a model is compiled with
+an optimizer.
+
+Kept apart from :mod:`poptorch_shim.optim` so the optimizer classes stay about
+the update rules; the model's memory estimate and compile step use this. It
+imports ``LAMB`` from ``optim`` inside functions, since ``optim`` itself needs
+``_state_slots`` to round FP16 state after each step.
+"""
+from typing import Any, Dict, Iterable, Optional
+
+import torch
+
+
+def _require_supported(optimizer: torch.optim.Optimizer) -> None:
+    from poptorch_shim.optim import LAMB
+    if not isinstance(optimizer, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW,
+                                  torch.optim.RMSprop, LAMB)):
+        raise ValueError(f"Unsupported optimizer type {type(optimizer).__name__}. Types "
+                         "supported: torch.optim.SGD, Adam, AdamW, RMSprop and "
+                         "poptorch.optim.SGD, Adam, AdamW, RMSprop, LAMB. Use one of those.")
+
+
+def _state_slots(optimizer: torch.optim.Optimizer,
+                 group: Dict[str, Any]) -> Dict[str, Optional[torch.dtype]]:
+    """The state tensors the IPU keeps per weight of ``group``, by torch state
+    key, with their data type (None: the weight's own type). Torch optimizers
+    get PopTorch's defaults (FP32 state, separate SGD variant)."""
+    from poptorch_shim.optim import LAMB
+    _require_supported(optimizer)
+    first = getattr(optimizer, "first_order_momentum_accum_type", torch.float32)
+    second = getattr(optimizer, "second_order_momentum_accum_type", torch.float32)
+    if isinstance(optimizer, (LAMB, torch.optim.Adam, torch.optim.AdamW)):
+        return {"exp_avg": first, "exp_avg_sq": second}
+    if isinstance(optimizer, torch.optim.SGD):
+        if group["momentum"] == 0:
+            return {}
+        if getattr(optimizer, "use_combined_accum", False):
+            return {"momentum_buffer": None}
+        return {"momentum_buffer": getattr(optimizer, "velocity_accum_type", torch.float32)}
+    slots = {"square_avg": first}  # RMSprop
+    if group["centered"]:
+        slots["grad_avg"] = second
+    if group["momentum"] > 0:
+        slots["momentum_buffer"] = torch.float32
+    return slots
+
+
+def _selected(optimizer: torch.optim.Optimizer, params: Optional[Iterable[torch.Tensor]]):
+    """(group, param) pairs of ``optimizer``, limited to ``params`` if given."""
+    wanted = None if params is None else {id(p) for p in params}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if wanted is None or id(p) in wanted:
+                yield group, p
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer,
+                          params: Optional[Iterable[torch.Tensor]] = None) -> int:
+    """Bytes of optimizer state the IPU keeps for ``optimizer``'s weights (or
+    the subset ``params``, e.g. one pipeline stage's): SGD 0 (1 velocity with
+    momentum), Adam/AdamW/LAMB 2 moments, RMSprop 1 (+1 centred, +1 momentum),
+    each in its declared accumulator type. Works for torch's own optimizers."""
+    total = 0
+    for group, p in _selected(optimizer, params):
+        for dtype in _state_slots(optimizer, group).values():
+            total += p.numel() * (dtype or p.dtype).itemsize
+    return total
+
+
+def accumulator_bytes(optimizer: torch.optim.Optimizer,
+                      params: Optional[Iterable[torch.Tensor]] = None) -> int:
+    """Bytes of the gradient accumulators the IPU adds when
+    ``gradientAccumulation > 1``: one ``accum_type`` tensor per weight, except
+    that combined-variant SGD accumulates into its velocity (a weight-typed
+    tensor of its own only when momentum is 0)."""
+    _require_supported(optimizer)
+    combined = getattr(optimizer, "use_combined_accum", False)
+    accum = getattr(optimizer, "accum_type", torch.float32)
+    total = 0
+    for group, p in _selected(optimizer, params):
+        if combined:
+            total += 0 if group["momentum"] else p.numel() * p.element_size()
+        else:
+            total += p.numel() * accum.itemsize
+    return total
+
+
+def check_ipu_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Raise the errors PopTorch raises when a model is compiled with
+    ``optimizer``: unsupported types, Nesterov momentum, AMSGrad, RMSprop
+    groups that disagree on ``centered``; also ``maximize``, which the IPU
+    optimizers cannot do."""
+    _require_supported(optimizer)
+    groups = optimizer.param_groups
+    for i, group in enumerate(groups):
+        if group.get("nesterov"):
+            raise ValueError(f"Nesterov momentum is currently not supported (group {i} has "
+                             "nesterov=True). Use nesterov=False.")
+        if group.get("amsgrad"):
+            raise ValueError(f"Only non-amsgrad Adam/AdamW optimizers are supported (group "
+                             f"{i} has amsgrad=True). Use amsgrad=False.")
+        if group.get("maximize"):
+            raise ValueError(f"maximize=True is not supported: IPU optimizers always "
+                             f"minimise the loss (group {i}). Negate the loss instead.")
+        if isinstance(optimizer, torch.optim.RMSprop) and \
+                group["centered"] != groups[0]["centered"]:
+            raise ValueError("All parameter groups must have the same value for the "
+                             f"'centered' attribute (Group 0: {groups[0]['centered']} / "
+                             f"Group {i}: {group['centered']}).")
