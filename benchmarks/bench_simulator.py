@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{label:<26}{wall:>8.3f}{rows / wall:>12,.0f}{plain_wall / wall:>10.2f}"
               f"{cpu:>8.3f}{plain_cpu / cpu:>10.2f}")
 
-    print(f"\nwhole call, scaling the micro-batches:")
+    print("\nwhole call, scaling the micro-batches:")
     print(f"{'scale':>5}{'micro-batches':>15}{'events':>12}{'wall s':>10}{'us/event':>10}"
           f"{'CPU s':>8}{'us/event':>10}")
     for scale in args.scales:

@@ -30,10 +30,6 @@ class Cost:
         return Cost(self.flops + other.flops, self.bytes + other.bytes,
                     self.ops + other.ops, self.time_ps + other.time_ps)
 
-    def scaled(self, factor: float) -> "Cost":
-        """The same work done ``factor`` times (ops and fixed time unchanged)."""
-        return Cost(self.flops * factor, self.bytes * factor, self.ops, self.time_ps)
-
 
 @dataclass(frozen=True)
 class Stage:

@@ -7,6 +7,7 @@ modules.
 """
 from poptorch_shim import optim
 from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._compute import identity_loss
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
 from poptorch_shim.data_loader import DataLoader
 from poptorch_shim.enums import (AutoStage, CommGroupType, DataLoaderMode, MeanReductionStrategy,
@@ -39,6 +40,7 @@ __all__ = [
     "CommGroupType", "DataLoader", "DataLoaderMode", "MeanReductionStrategy", "Options",
     "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution", "PoplarExecutor",
     "RecomputationType", "ReductionType", "SerialPhasedExecution", "ShardedExecution",
-    "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "inferenceModel",
+    "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "identity_loss",
+    "inferenceModel",
     "ipuHardwareIsAvailable", "optim", "removeBlocks", "trainingModel",
 ]

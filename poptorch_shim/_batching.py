@@ -9,7 +9,7 @@ filtered by the output mode.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -143,8 +143,3 @@ def _concat(values: list[Any]) -> Any:
 def detach_all(value: Any) -> Any:
     """The same structure with every tensor detached (outputs leave the device)."""
     return tree_map(lambda leaf: leaf.detach() if isinstance(leaf, torch.Tensor) else leaf, value)
-
-
-def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
-    """Apply ``fn`` to every tensor leaf of a structure."""
-    return tree_map(lambda leaf: fn(leaf) if isinstance(leaf, torch.Tensor) else leaf, value)

@@ -30,18 +30,69 @@ class StageProfile:
     weight_bytes: int
 
 
+class _IdentityLoss(torch.autograd.Function):
+    """Marks a tensor as the model's loss; values and gradients pass unchanged."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
+    """PopTorch's ``identity_loss``: ``x`` reduced by ``reduction`` ("sum",
+    "mean" or "none") and marked as the loss to train on."""
+    reducers = {"sum": torch.sum, "mean": torch.mean, "none": lambda t: t}
+    if reduction not in reducers:
+        raise ValueError(f"identity_loss: reduction must be one of {sorted(reducers)}, "
+                         f"got {reduction!r}")
+    return _IdentityLoss.apply(reducers[reduction](x))
+
+
+def _is_marked(tensor: torch.Tensor) -> bool:
+    """Whether a tensor was marked with identity_loss."""
+    return tensor.grad_fn is not None and type(tensor.grad_fn).__name__ == "_IdentityLossBackward"
+
+
+def _is_loss(tensor: torch.Tensor) -> bool:
+    """Whether a tensor came out of a torch loss function or identity_loss."""
+    return tensor.grad_fn is not None and "Loss" in type(tensor.grad_fn).__name__
+
+
 def find_loss(output: Any) -> torch.Tensor:
-    """The loss of a training model's output: the output itself if it is a
-    tensor, else its last single-element tensor that requires grad."""
+    """The loss of a training model's output.
+
+    The output itself if it is one tensor; otherwise, as PopTorch finds it by
+    the operator that produced it, the one output marked with
+    ``poptorch.identity_loss``, else the one computed by a loss function, else
+    the only single-element output that requires grad. Anything ambiguous is
+    an error, never a guess.
+    """
     if isinstance(output, torch.Tensor):
         candidates = [output]
     else:
         candidates = [leaf for leaf in tree_flatten(output)[0]
                       if isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad]
+        marked = [leaf for leaf in candidates if _is_marked(leaf)]
+        losses = marked or [leaf for leaf in candidates if _is_loss(leaf)]
+        if len(losses) > 1:
+            raise RuntimeError(
+                f"The model returns {len(losses)} losses; PopTorch trains on one. Combine them "
+                "into a single loss, e.g. `return out, poptorch.identity_loss(loss_a + loss_b, "
+                "reduction='sum')`")
+        candidates = losses or candidates
+        if len(candidates) > 1:
+            raise RuntimeError(
+                f"The model returns {len(candidates)} single-element tensors that require grad "
+                "and none comes from a loss function: mark the one to train on with "
+                "poptorch.identity_loss(loss, reduction='none')")
     if not candidates or not candidates[-1].requires_grad or candidates[-1].numel() != 1:
         raise RuntimeError(
             "A training model must return its loss: a single-element tensor that requires "
-            "grad, either alone or as the last such tensor of a tuple of outputs, e.g. "
+            "grad, alone or among the model's outputs, e.g. "
             "`return output, self.loss(output, target)`")
     return candidates[-1]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-import pandas as pd
 from tqdm import tqdm
 
 import ipusim
@@ -171,6 +170,3 @@ class SimulatedDevice:
         if not durations:
             return (0.0, 0.0, 0.0)
         return (min(durations), max(durations), sum(durations) / len(durations))
-
-    def memory_table(self) -> pd.DataFrame:
-        return self.memory

@@ -135,9 +135,10 @@ class PoplarExecutor:
         self._attached = True
 
     def __call__(self, *args, **kwargs) -> Any:
-        if not self._attached and self._device is not None:
-            raise RuntimeError("Device is not attached: call attachToDevice() first")
+        if self._device is not None and not self._attached:
+            self.attachToDevice()  # as PopTorch does after detachFromDevice()
         self.compile(*args, **kwargs)
+        self._check_micro_batch_size(args, kwargs)
         micro_batches = split((args, kwargs), self._shape)
         outputs = self._run_step(micro_batches)
         self._device.step()
@@ -145,6 +146,18 @@ class PoplarExecutor:
             align_clock(self._device.simulation)
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
+
+    def _check_micro_batch_size(self, args, kwargs) -> None:
+        """A compiled model runs the micro-batch size it was compiled for."""
+        compiled = self._device.work.micro_batch_size
+        size = micro_batch_size((args, kwargs), self._shape)
+        if size != compiled:
+            raise ValueError(
+                f"The inputs of this call split into micro-batches of {size} samples but the "
+                f"model was compiled for {compiled} (deviceIterations x replicationFactor x "
+                "gradientAccumulation micro-batches per call): the IPU program has fixed input "
+                "shapes. Give every call the same batch size (poptorch.DataLoader with "
+                "drop_last=True does), or wrap the model again for the new size.")
 
     def _run_step(self, micro_batches: list) -> list:
         """Real compute of every micro-batch of every replica, in stream order.

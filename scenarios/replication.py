@@ -10,7 +10,7 @@ import argparse
 import sys
 
 import poptorch
-from device_iterations import ExampleDataset, model_batch_size, run_guide_loop
+from device_iterations import ExampleDataset, run_guide_loop
 
 
 def train(dataset, replicas, device_iterations, synthetic, max_steps, verbose):

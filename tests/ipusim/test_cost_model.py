@@ -69,10 +69,9 @@ def test_weight_update_derives_from_weight_bytes_unless_given():
     assert cost.update_cost(Stage("s", weight_bytes=100, update=given)) is given
 
 
-def test_costs_add_and_scale():
+def test_costs_add():
     a, b = Cost(1.0, 2.0, 3, 4), Cost(10.0, 20.0, 30, 40)
     assert a + b == Cost(11.0, 22.0, 33, 44)
-    assert a.scaled(2) == Cost(2.0, 4.0, 3, 4)
 
 
 def test_every_duration_is_an_integer():

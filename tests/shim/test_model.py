@@ -222,3 +222,73 @@ def test_input_replica_grouping_gives_a_group_one_input(group_type):
     optimizer.step()
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+
+
+class TwoOutputs(torch.nn.Module):
+    """Returns a loss and a one-element output: the loss must still be found."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 1)
+
+    def forward(self, x, target):
+        out = self.fc(x)
+        return torch.nn.functional.mse_loss(out, target), out
+
+
+def test_the_loss_is_found_by_the_function_that_made_it():
+    torch.manual_seed(6)
+    model = TwoOutputs()
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(1, 3), torch.randn(1, 1)
+    poptorch.trainingModel(model, options(), torch.optim.SGD(model.parameters(), lr=0.1))(x, y)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    reference(x, y)[0].backward()
+    optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs)
+
+
+class TwoLosses(TwoOutputs):
+    def forward(self, x, target):
+        out = self.fc(x)
+        return torch.nn.functional.mse_loss(out, target), torch.nn.functional.huber_loss(out, target)
+
+
+def test_two_losses_are_an_error_and_identity_loss_combines_them():
+    x, y = torch.randn(2, 3), torch.randn(2, 1)
+    with pytest.raises(RuntimeError, match="2 losses.*identity_loss"):
+        poptorch.trainingModel(TwoLosses(), options())(x, y)
+
+    class Combined(TwoLosses):
+        def forward(self, x, target):
+            a, b = super().forward(x, target)
+            return a, poptorch.identity_loss(a + b, reduction="none")
+
+    torch.manual_seed(7)
+    model = Combined()
+    reference = copy.deepcopy(model)
+    poptorch.trainingModel(model, options(), torch.optim.SGD(model.parameters(), lr=0.1))(x, y)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    sum(TwoLosses.forward(reference, x, y)).backward()
+    optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_a_detached_model_attaches_again_when_called():
+    shim = poptorch.trainingModel(Net(), options())
+    x, y = data(4)
+    shim(x, y)
+    shim.detachFromDevice()
+    assert not shim.isAttachedToDevice()
+    shim(x, y)
+    assert shim.isAttachedToDevice()
+
+
+def test_a_new_micro_batch_size_after_compiling_is_an_error():
+    shim = poptorch.inferenceModel(Net(), options(2))
+    shim(data(8)[0])
+    with pytest.raises(ValueError, match="micro-batches of 1 samples but the model was compiled "
+                                         "for 4"):
+        shim(data(2)[0])
