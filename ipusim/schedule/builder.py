@@ -14,7 +14,7 @@ from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
 from ipusim.run_config import RunConfig
 from ipusim.sync_groups import gs1_group, gs2_group
-from ipusim.work import Cost, Work
+from ipusim.work import Cost, Execution, Work
 
 
 class Copy(NamedTuple):
@@ -100,26 +100,32 @@ class ProgramBuilder:
             self._collective("all_reduce", max(times), times, grads, cycle)
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
-            self._stream("stream_in", index, offloaded, cycle)
+            self.stream("stream_in", index, offloaded, cycle)
             self.busy(self.stages[index].ipu, "weight_update", index, -1, cycle,
                       price.update_ps, price.update)
-            self._stream("stream_out", index, offloaded, cycle)
+            self.stream("stream_out", index, offloaded, cycle)
 
     def load_offloaded_weights(self) -> None:
         """Weights kept in streaming memory come on chip before an iteration's forward."""
         if self.run.offload.weights:
             for index, stage in enumerate(self.stages):
-                self._stream("stream_in", index, stage.weight_bytes, -1)
+                self.stream("stream_in", index, stage.weight_bytes, -1)
 
     def _offloaded_state(self, index: int) -> int:
-        """Bytes of a stage's update state that live in streaming memory."""
+        """Bytes of a stage's update state that live in streaming memory.
+
+        None in phased execution: its phases stream all their state already.
+        """
+        if self.run.execution is Execution.PHASED:
+            return 0
         stage, offload = self.stages[index], self.run.offload
         accumulating = self.run.gradient_accumulation > 1
         return ((stage.weight_bytes if offload.weights else 0)
                 + (stage.optimizer_bytes if offload.optimizer else 0)
                 + (stage.weight_bytes if offload.accumulators and accumulating else 0))
 
-    def _stream(self, kind: str, index: int, nbytes: int, cycle: int) -> None:
+    def stream(self, kind: str, index: int, nbytes: int, cycle: int = -1) -> None:
+        """Move ``nbytes`` of a stage's state between SRAM and streaming memory."""
         if nbytes:
             self.busy(self.stages[index].ipu, kind, index, -1, cycle,
                       self.cost.streaming_ps(nbytes, self.spec), nbytes=nbytes)

@@ -13,14 +13,13 @@ from ipusim.schedule.builder import Copy, ProgramBuilder
 
 def emit_phased(b: ProgramBuilder) -> None:
     """Emit one call's worth of serial phased execution into ``b``."""
-    run, stages, cost, spec = b.run, b.stages, b.cost, b.spec
+    run, stages = b.run, b.stages
     last = len(stages) - 1
     per_iteration = run.gradient_accumulation
     for iteration in range(run.device_iterations):
         mbs = range(iteration * per_iteration, (iteration + 1) * per_iteration)
         for k, stage in enumerate(stages):
-            b.busy(stage.ipu, "stream_in", k, -1, -1,
-                   cost.streaming_ps(stage.weight_bytes, spec), nbytes=stage.weight_bytes)
+            b.stream("stream_in", k, stage.weight_bytes)
             for mb in mbs:
                 if k == 0:
                     b.host_input(mb)
@@ -34,11 +33,11 @@ def emit_phased(b: ProgramBuilder) -> None:
         for k in range(last, -1, -1):
             stage = stages[k]
             state = stage.weight_bytes + stage.optimizer_bytes
-            if k != last:  # the last phase's weights are still on chip
-                b.busy(stage.ipu, "stream_in", k, -1, -1, cost.streaming_ps(state, spec), nbytes=state)
+            # The last phase's weights are still on chip: only its optimizer state comes in.
+            b.stream("stream_in", k, stage.optimizer_bytes if k == last else state)
             for mb in mbs:
                 b.compute("backward", k, mb)
             b.weight_update([k])
-            b.busy(stage.ipu, "stream_out", k, -1, -1, cost.streaming_ps(state, spec), nbytes=state)
+            b.stream("stream_out", k, state)
             if k > 0 and stages[k - 1].ipu != stage.ipu:
                 b.exchange([Copy(stage.ipu, stages[k - 1].activation_bytes * len(mbs), k, mbs[0])])
