@@ -86,6 +86,21 @@ def system_spec(options) -> ipusim.SystemSpec:
     return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
 
 
+def _share_host_links(spec: ipusim.SystemSpec, run: RunConfig,
+                      ipus_per_replica: int) -> ipusim.SystemSpec:
+    """Instances of a poprun job that sit on one IPU-M2000 share its host link.
+
+    Each instance simulates only its own IPUs, so the link's bandwidth is
+    divided among the instances co-located on it (fair sharing, where the
+    single-process simulator queues the copies first come, first served).
+    """
+    engine_ipus = run.replicas * ipus_per_replica
+    co_located = min(run.instances, max(1, spec.ipus_per_host_link // engine_ipus))
+    if co_located == 1:
+        return spec
+    return replace(spec, host_link_bandwidth=spec.host_link_bandwidth / co_located)
+
+
 def cost_model(options) -> ipusim.CostModel:
     """The calibrated Mk2 cost model with the options' overrides."""
     return replace(ipusim.CALIBRATED_MK2, **options.sim_cost_overrides)
@@ -106,7 +121,7 @@ class SimulatedDevice:
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
         self.run = run_config(options, training, len(stages))
-        self.spec = system_spec(options)
+        self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         check_fits(self.memory)
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),

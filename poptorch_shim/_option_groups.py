@@ -313,7 +313,8 @@ class _SimulationOptions(OptionsGroup):
     def system(self, preset: str = "mk2", num_ipus: Optional[int] = None,
                **overrides) -> "_SimulationOptions":
         """Simulate ``num_ipus`` IPUs of ``preset`` ("mk2"/"gc200", "mk1"/"gc2"
-        or "bow"; None: as many as the model needs), with hardware figures
+        or "bow"; None: the simulated machine's IPUs, ``IPUSIM_NUM_IPUS`` or
+        16), with hardware figures
         overridden by keyword, e.g. ``system("mk2", 8, clock_hz=1.2e9)``.
         Each call replaces the previous system."""
         require_arg(self._path, "system", "preset", preset, str)
@@ -336,8 +337,10 @@ class _SimulationOptions(OptionsGroup):
 
     @setter
     def loaderRate(self, items_per_second: Optional[float]) -> "_SimulationOptions":
-        """Simulate the host data loader as delivering this many items per
-        second, instead of timing the real one; None goes back to timing it."""
+        """Tell the report's bottleneck verdict that the host data loader
+        delivers this many items per second, instead of the rate timed on the
+        real ``poptorch.DataLoader`` built with these options; None goes back
+        to timing it."""
         check_value(self._path, self._store.spec("loader_rate"), items_per_second)
         if items_per_second is not None and items_per_second <= 0:
             raise ValueError(f"{self._path}.loaderRate: items_per_second must be positive, "

@@ -2,8 +2,10 @@
 is the data of one model call (one step), sharded across the processes of a
 distributed run and optionally loaded ahead by an
 ``AsynchronousDataAccessor``."""
+import time
 import warnings
-from typing import Any, Dict, Optional
+import weakref
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 
@@ -11,6 +13,9 @@ from ._shard_sampler import ShardSampler
 from .async_data_accessor import AsynchronousDataAccessor
 from .enums import DataLoaderMode
 from .options import Options
+
+# Loaders of this process, so a model's report can find the one feeding it.
+_loaders: "weakref.WeakSet[DataLoader]" = weakref.WeakSet()
 
 _ASYNC_OPTIONS = ("buffer_size", "miss_sleep_time_in_ms", "load_indefinitely",
                   "early_preload", "sharing_strategy")
@@ -125,6 +130,9 @@ class DataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             drop_last=drop_last and self._rebatched_size is None,
             persistent_workers=persistent_workers, **kwargs)
+        self._steps_timed = 0
+        self._seconds_waited = 0.0
+        _loaders.add(self)
         self._accessor: Optional[AsynchronousDataAccessor] = None
         if mode != DataLoaderMode.Sync:
             self._accessor = AsynchronousDataAccessor(
@@ -161,9 +169,34 @@ class DataLoader(torch.utils.data.DataLoader):
         return steps
 
     def __iter__(self):
-        if self._accessor is not None:
-            return iter(self._accessor)
-        return super().__iter__()
+        source = iter(self._accessor) if self._accessor is not None else super().__iter__()
+        return self._timed(source)
+
+    def _timed(self, source: Iterator) -> Iterator:
+        """Yield from ``source``, timing how long the caller waits for each
+        step after the first (which pays for starting workers)."""
+        first = True
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(source)
+            except StopIteration:
+                return
+            if not first:
+                self._seconds_waited += time.perf_counter() - start
+                self._steps_timed += 1
+            first = False
+            yield batch
+
+    @property
+    def measured_items_per_s(self) -> Optional[float]:
+        """Items per second the caller received, timed on the host's wall clock
+        while it waited for steps; None before two steps were read. With an
+        asynchronous loader that keeps up, the wait (and so the bottleneck)
+        is small and this figure large, as it should be."""
+        if self._steps_timed == 0 or self._seconds_waited == 0:
+            return None
+        return self._steps_timed * self._combined_batch_size / self._seconds_waited
 
     def __getstate__(self) -> dict:
         # What the accessor's worker process receives: a plain synchronous
@@ -253,6 +286,13 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"{rebatched_worker_size!r}. It is the batch size the workers "
                 "load before the accessor joins their batches.")
         return rebatched_worker_size, combined
+
+
+def measured_loader_rate(options: Options) -> Optional[float]:
+    """The measured rate of the latest DataLoader built with ``options``, if any."""
+    rates = [loader.measured_items_per_s for loader in list(_loaders)
+             if loader.options is options and loader.measured_items_per_s is not None]
+    return rates[-1] if rates else None
 
 
 def _per_batch(options: Options) -> int:

@@ -46,8 +46,10 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
+    from poptorch_shim.data_loader import measured_loader_rate
+    loader_rate = options.sim_loader_rate or measured_loader_rate(options)
     return write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
-                            outputs=outputs, loader_items_per_s=options.sim_loader_rate)
+                            outputs=outputs, loader_items_per_s=loader_rate)
 
 
 def write_pending_reports() -> list[Path]:

@@ -292,3 +292,19 @@ def test_a_new_micro_batch_size_after_compiling_is_an_error():
     with pytest.raises(ValueError, match="micro-batches of 1 samples but the model was compiled "
                                          "for 4"):
         shim(data(2)[0])
+
+
+def test_poprun_instances_on_one_ipu_m2000_share_its_host_link():
+    """Four one-replica instances get a quarter of the link each (each simulates its own IPU)."""
+    x, y = data(8)
+    copy_ps = {}
+    for processes in (1, 4):
+        opts = options(8)
+        opts.Distributed.configureProcessId(0, processes)
+        shim = poptorch.trainingModel(Net(), opts)
+        shim(x, y)
+        assert shim.device.spec.host_link_bandwidth == 12.5e9 / processes
+        events = shim.timeline.events
+        copies = events[events["kind"] == "host_to_device"]
+        copy_ps[processes] = (copies["end_ps"] - copies["start_ps"]).mean()
+    assert copy_ps[4] > copy_ps[1]
