@@ -12,6 +12,7 @@ from ipusim.hardware import IPUSpec, SystemSpec
 from ipusim.work import Cost, Stage
 
 PS_PER_S = 10**12
+PS_PER_US = 10**6
 
 
 def to_ps(seconds: float) -> int:

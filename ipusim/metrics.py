@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ipusim.cost_model import PS_PER_S
+from ipusim.cost_model import PS_PER_S, PS_PER_US
 from ipusim.recorder import COMPUTE_KINDS
 
 HOST_TRANSFER_KINDS = ("host_to_device", "device_to_host")
 # An IPU queued behind others' copies on its shared host link is held up by host I/O too.
 HOST_IO_KINDS = HOST_TRANSFER_KINDS + ("host_link_wait",)
-PS_PER_US = 10**6
 
 
 def span_ps(events: pd.DataFrame) -> int:

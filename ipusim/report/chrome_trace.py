@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ipusim.cost_model import PS_PER_US
 from ipusim.report import lanes
 from ipusim.report.lanes import LANES
 from ipusim.simulation import Timeline
 
-PS_PER_US = 1e6
 HOST_PID = 1
 CALLS_TID = 1
 _LANE_TID = {lane: i + 1 for i, lane in enumerate(LANES)}

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ipusim.cost_model import PS_PER_US
 from ipusim.memory import memory_per_ipu
 from ipusim.recorder import COMPUTE_KINDS, KINDS
 from ipusim.report import lanes
@@ -22,7 +23,6 @@ from ipusim.report.summary import MEMORY_PARTS
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
-PS_PER_US = 1e6
 MB = 1e6
 MAX_EVENTS_PER_LANE = 20_000
 MAX_IPUS = 16

@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pandas as pd
 
+from ipusim.cost_model import PS_PER_S
 from ipusim.memory import MemoryModel, memory_per_ipu
 from ipusim.recorder import KINDS
 from ipusim.report.verdict import Verdict, bottleneck, host_link_occupancy
 from ipusim.simulation import Timeline
 from ipusim.work import Work
 
-PS_PER_S = 1e12
 MB = 1e6
 MAX_STEP_ROWS = 20
 MEMORY_PARTS = ("weights", "optimizer", "accumulators", "stash", "code", "exchange")
