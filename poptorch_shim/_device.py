@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import pandas as pd
 from tqdm import tqdm
 
 import ipusim
@@ -156,32 +157,38 @@ class SimulatedDevice:
         """PopTorch's performance counters for the last call, in simulated seconds.
 
         ``input``/``input_complete``: when each micro-batch's input copy began
-        and ended; ``output``/``output_complete``: when its result was ready
-        and when it reached the host. One list per tensor (here one), one
-        entry per micro-batch.
+        and ended (its first compute, with synthetic data);
+        ``output``/``output_complete``: for each micro-batch whose outputs go
+        back to the host (per the output mode), when they were ready and when
+        they arrived. One list per tensor (here one), one entry per micro-batch.
         """
         events = self.timeline.events
         last = events[(events["step"] == events["step"].max()) & (events["replica"] == 0)]
-        by_mb = last[last["micro_batch"] >= 0].groupby("micro_batch")
-        h2d = last[last["kind"] == "host_to_device"].groupby("micro_batch")
-        d2h = last[last["kind"] == "device_to_host"].groupby("micro_batch")
-        forward = last[last["kind"] == "forward"].groupby("micro_batch")
-        mbs = sorted(by_mb.groups)
-        first = by_mb["start_ps"].min()
-        ready = forward["end_ps"].max()
-        start = h2d["start_ps"].min().reindex(mbs).fillna(first)
-        loaded = h2d["end_ps"].max().reindex(mbs).fillna(first)
-        done = d2h["end_ps"].max().reindex(mbs).fillna(ready)
-        seconds = lambda series: [float(v) / 1e12 for v in series.reindex(mbs)]  # noqa: E731
-        return {"input": [seconds(start)], "input_complete": [seconds(loaded)],
-                "output": [seconds(ready)], "output_complete": [seconds(done)]}
+        tied = last[last["micro_batch"] >= 0].groupby("micro_batch")
+        mbs = sorted(tied.groups)
+        first = tied["start_ps"].min()
+        ready = last[last["kind"] == "forward"].groupby("micro_batch")["end_ps"].max()
+
+        def copies(kind: str, column: str, reduce: str, fallback: pd.Series, keys) -> list[float]:
+            chosen = last[last["kind"] == kind].groupby("micro_batch")[column].agg(reduce)
+            return [float(v) / 1e12 for v in chosen.reindex(keys).fillna(fallback.reindex(keys))]
+
+        period, per_step = self.run.output_period, len(mbs)
+        returned = [mb for mb in mbs
+                    if (mb == per_step - 1 if period == 0 else (mb + 1) % period == 0)]
+        return {"input": [copies("host_to_device", "start_ps", "min", first, mbs)],
+                "input_complete": [copies("host_to_device", "end_ps", "max", first, mbs)],
+                "output": [[float(ready[mb]) / 1e12 for mb in returned]],
+                "output_complete": [copies("device_to_host", "end_ps", "max", ready, returned)]}
 
     def latency(self) -> tuple[float, float, float]:
-        """Round-trip latency (min, max, mean) in seconds: first input requested
-        to last output on the host, per micro-batch of the last call."""
+        """Round-trip latency (min, max, mean) in seconds of the last call, as
+        PopTorch computes it: each returned output against the earliest input
+        of the group of micro-batches it stands for."""
         counters = self.perf_counters()
-        durations = [end - start for start, end in
-                     zip(counters["input"][0], counters["output_complete"][0])]
-        if not durations:
+        starts, ends = counters["input"][0], counters["output_complete"][0]
+        if not ends:
             return (0.0, 0.0, 0.0)
+        group = len(starts) // len(ends)
+        durations = [end - min(starts[i * group:(i + 1) * group]) for i, end in enumerate(ends)]
         return (min(durations), max(durations), sum(durations) / len(durations))

@@ -232,10 +232,16 @@ class PoplarExecutor:
         return self._require_device().cycle_count()
 
     def getPerfCounters(self) -> dict:
-        return self._require_device().perf_counters()
+        """Simulated timestamps of the last call's host transfers (empty before any run)."""
+        if self._device is None or not self._device.step_durations:
+            return {key: [[]] for key in ("input", "input_complete", "output", "output_complete")}
+        return self._device.perf_counters()
 
     def getLatency(self) -> tuple[float, float, float]:
-        return self._require_device().latency()
+        """(min, max, mean) round-trip latency in simulated seconds of the last call."""
+        if self._device is None or not self._device.step_durations:
+            return (0.0, 0.0, 0.0)
+        return self._device.latency()
 
 
 def _check_output_period(options: Options, training: bool) -> None:

@@ -180,10 +180,24 @@ def test_destroyed_model_must_be_compiled_again():
     shim = poptorch.inferenceModel(Net(), options())
     shim(data(4)[0])
     shim.destroy()
+    assert not shim.isCompiled()
+    assert shim.getLatency() == (0.0, 0.0, 0.0)
+    assert shim.getPerfCounters()["output"] == [[]]
     with pytest.raises(RuntimeError, match="compiled"):
-        shim.getLatency()
+        shim.copyWeightsToHost()
     shim(data(4)[0])
     assert shim.isCompiled()
+
+
+def test_perf_counters_follow_the_output_mode():
+    shim = poptorch.trainingModel(Net(), options(4))  # training: OutputMode.Final
+    shim(*data(8))
+    counters = shim.getPerfCounters()
+    assert len(counters["input"][0]) == 4
+    assert len(counters["output"][0]) == len(counters["output_complete"][0]) == 1
+    low, high, mean = shim.getLatency()
+    # one output stands for all four micro-batches: measured from the first input
+    assert low == high == mean == counters["output_complete"][0][0] - counters["input"][0][0]
 
 
 def test_synthetic_data_is_faster_than_real_data():
