@@ -8,6 +8,7 @@ counters, latency) off the simulated event table.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import replace
 
 import pandas as pd
@@ -15,7 +16,7 @@ from tqdm import tqdm
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
-from ipusim.memory import check_fits, memory_per_ipu
+from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim import enums
 from poptorch_shim._compute import StageProfile
 
@@ -102,6 +103,14 @@ def _share_host_links(spec: ipusim.SystemSpec, run: RunConfig,
     return replace(spec, host_link_bandwidth=spec.host_link_bandwidth / co_located)
 
 
+def _warn_if_out_of_memory(memory: pd.DataFrame) -> None:
+    try:
+        check_fits(memory)
+    except OutOfMemoryError as error:
+        warnings.warn(f"{error} (debug.allowOutOfMemory is set: simulating anyway)",
+                      stacklevel=3)
+
+
 def cost_model(options) -> ipusim.CostModel:
     """The calibrated Mk2 cost model with the options' overrides."""
     return replace(ipusim.CALIBRATED_MK2, **options.sim_cost_overrides)
@@ -124,7 +133,12 @@ class SimulatedDevice:
         self.run = run_config(options, training, len(stages))
         self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
-        check_fits(self.memory)
+        if options.engine_options.get("debug.allowOutOfMemory") == "true":
+            # Poplar compiles a model that does not fit so its profile shows where the
+            # memory goes; here the simulation runs and the report shows the excess.
+            _warn_if_out_of_memory(self.memory)
+        else:
+            check_fits(self.memory)
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
                                      instance=options.Distributed.process_id)
         self.step_durations: list[int] = []

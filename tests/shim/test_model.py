@@ -322,3 +322,27 @@ def test_poprun_instances_on_one_ipu_m2000_share_its_host_link():
         copies = events[events["kind"] == "host_to_device"]
         copy_ps[processes] = (copies["end_ps"] - copies["start_ps"]).mean()
     assert copy_ps[4] > copy_ps[1]
+
+
+def tiny_ipu_options():
+    """An IPU with 4 KiB of SRAM a tile (5.9 MB in all): a 1000x1000 layer cannot fit."""
+    opts = options()
+    opts.Simulation.system("mk2", sram_per_tile_bytes=4096)
+    return opts
+
+
+def test_a_model_that_does_not_fit_names_the_ipu_and_the_bytes():
+    shim = poptorch.inferenceModel(torch.nn.Linear(1000, 1000), tiny_ipu_options())
+    with pytest.raises(ValueError, match=r"Out of memory on IPU 0: the model needs \d+\.\d MB"):
+        shim(torch.zeros(1, 1000))
+
+
+def test_profiling_with_allow_out_of_memory_simulates_and_reports_the_excess(tmp_path):
+    opts = tiny_ipu_options().enableProfiling(str(tmp_path))
+    shim = poptorch.inferenceModel(torch.nn.Linear(1000, 1000), opts)
+    with pytest.warns(UserWarning, match="allowOutOfMemory"):
+        shim(torch.zeros(1, 1000))
+    memory = shim.device.memory
+    assert (memory["total"] > memory["capacity"]).all()
+    shim.destroy()
+    assert (tmp_path / "inference" / "report.html").exists()
