@@ -18,7 +18,7 @@ from plotly.offline import get_plotlyjs
 
 from ipusim.report.figures import (MAX_EVENTS_PER_LANE, memory_figure, timeline_figure,
                                    timeline_name, utilisation_figure)
-from ipusim.report.summary import figures
+from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
 
@@ -142,20 +142,7 @@ def _verdict_html(verdict: Verdict) -> str:
 
 
 def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:
-    f = figures(timeline)
-    rows = [
-        ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
-        ("Latency of one micro-batch", f"{f['latency(us)']:,.1f} µs"),
-        ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
-        ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"),
-        ("Host I/O share", f"{f['host_io_share']:.1%}"),
-        ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
-        ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
-        ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
-        ("Items", f"{int(f['items']):,}"),
-    ]
-    if loader_items_per_s is not None:
-        rows.append(("Data loader throughput", f"{loader_items_per_s:,.1f} items/s"))
+    rows = figure_rows(timeline, loader_items_per_s)
     body = "".join(f'<tr><th>{html.escape(name)}</th>'
                    f'<td class="value">{html.escape(value)}</td></tr>' for name, value in rows)
     return f'<table class="figures">{body}</table>'

@@ -92,7 +92,8 @@ def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
 
 
 def _rows(pairs: list[tuple[str, str]]) -> str:
-    return "\n".join(f"  {name + ':':<28}{value}" for name, value in pairs)
+    width = max([28] + [len(name) + 2 for name, _ in pairs])
+    return "\n".join(f"  {name + ':':<{width}}{value}" for name, value in pairs)
 
 
 def _target(timeline: Timeline) -> str:
@@ -165,22 +166,27 @@ def _execution(timeline: Timeline) -> str:
     return text
 
 
-def _figures(timeline: Timeline, loader_items_per_s: float | None) -> str:
+def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tuple[str, str]]:
+    """The headline figures as (name, formatted value), for the text and HTML reports."""
     f = figures(timeline)
-    pairs = [
+    rows = [
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
-        ("Latency (one micro-batch)", f"{f['latency(us)']:,.1f} µs"),
-        ("Utilisation", f"{f['utilisation']:.1%}"),
+        ("Latency of one micro-batch", f"{f['latency(us)']:,.1f} µs"),
+        ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
         ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"),
         ("Host I/O share", f"{f['host_io_share']:.1%}"),
-        ("Host link occupancy", f"{f['host_link_occupancy']:.1%}"),
+        ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
         ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
         ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
         ("Items", f"{int(f['items']):,}"),
     ]
     if loader_items_per_s is not None:
-        pairs.append(("Data loader", f"{loader_items_per_s:,.1f} items/s"))
-    return "Figures:\n" + _rows(pairs)
+        rows.append(("Data loader throughput", f"{loader_items_per_s:,.1f} items/s"))
+    return rows
+
+
+def _figures(timeline: Timeline, loader_items_per_s: float | None) -> str:
+    return "Figures:\n" + _rows(figure_rows(timeline, loader_items_per_s))
 
 
 def _verdict(verdict: Verdict) -> str:
