@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums, profiling
-from poptorch_shim._batching import StepShape, assemble, detach_all, micro_batch_size, split
+from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
@@ -119,16 +119,18 @@ class PoplarExecutor:
         Like PopTorch, compiling leaves the weights as they were: the
         measurement runs on a copy of the model.
         """
-        if self._device is not None:
-            return
-        first_args, first_kwargs = split((args, kwargs), self._shape)[0]
+        if self._device is None:
+            self._compile(split((args, kwargs), self._shape)[0])
+
+    def _compile(self, first_micro_batch: tuple) -> None:
+        first_args, first_kwargs = first_micro_batch
         probe = copy.deepcopy(self._runner)
         with _mode(probe.model, self._training):
             check_layout(self._options, self._training,
                          probe.stage_layout(first_args, first_kwargs))
             stages, output = probe.profile(first_args, first_kwargs, self._training)
         self._device = SimulatedDevice(
-            self._options, self._training, stages, micro_batch_size((args, kwargs), self._shape),
+            self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
         profiling.register(self)
@@ -137,9 +139,10 @@ class PoplarExecutor:
     def __call__(self, *args, **kwargs) -> Any:
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
-        self.compile(*args, **kwargs)
-        self._check_micro_batch_size(args, kwargs)
         micro_batches = split((args, kwargs), self._shape)
+        if self._device is None:
+            self._compile(micro_batches[0])
+        self._check_micro_batch_size(micro_batches[0])
         outputs = self._run_step(micro_batches)
         self._device.step()
         if self._across_instances:
@@ -147,10 +150,10 @@ class PoplarExecutor:
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
 
-    def _check_micro_batch_size(self, args, kwargs) -> None:
+    def _check_micro_batch_size(self, micro_batch: tuple) -> None:
         """A compiled model runs the micro-batch size it was compiled for."""
         compiled = self._device.work.micro_batch_size
-        size = micro_batch_size((args, kwargs), self._shape)
+        size = batch_size_of(micro_batch)
         if size != compiled:
             raise ValueError(
                 f"The inputs of this call split into micro-batches of {size} samples but the "
