@@ -73,15 +73,16 @@ class Timeline:
 
     def summary(self) -> dict[str, float]:
         """The headline figures, in the units a person reads them."""
+        shares = self.per_ipu()[["utilisation", "host_io_share", "sync_wait_share"]].mean()
         return {
             "items": self.items,
             "duration(ms)": self.duration_ps / 1e9,
             "throughput(items/s)": self.throughput(),
             "latency(us)": self.latency_ps() / 1e6,
-            "utilisation": float(self.utilisation().mean()),
+            "utilisation": float(shares["utilisation"]),
             "bubble_fraction": self.bubble_fraction(),
-            "host_io_share": self.host_io_share(),
-            "sync_wait_share": self.sync_wait_share(),
+            "host_io_share": float(shares["host_io_share"]),
+            "sync_wait_share": float(shares["sync_wait_share"]),
         }
 
 
