@@ -55,6 +55,17 @@ class RunConfig:
                 f"only applies to training, got gradient_accumulation={self.gradient_accumulation}")
 
     @property
+    def micro_batches_per_step(self) -> int:
+        """Micro-batches each replica runs in one call."""
+        return self.device_iterations * self.gradient_accumulation
+
+    def returns_outputs(self, micro_batch: int) -> bool:
+        """Whether the outputs of ``micro_batch`` (index within a call) go back to the host."""
+        if self.output_period == 0:
+            return micro_batch == self.micro_batches_per_step - 1
+        return (micro_batch + 1) % self.output_period == 0
+
+    @property
     def total_replicas(self) -> int:
         """Replicas over all instances: the width of the gradient all-reduce."""
         return self.replicas * self.instances

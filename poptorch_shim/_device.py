@@ -187,9 +187,7 @@ class SimulatedDevice:
             chosen = last[last["kind"] == kind].groupby("micro_batch")[column].agg(reduce)
             return [float(v) / 1e12 for v in chosen.reindex(keys).fillna(fallback.reindex(keys))]
 
-        period, per_step = self.run.output_period, len(mbs)
-        returned = [mb for mb in mbs
-                    if (mb == per_step - 1 if period == 0 else (mb + 1) % period == 0)]
+        returned = [mb for mb in mbs if self.run.returns_outputs(mb)]
         return {"input": [copies("host_to_device", "start_ps", "min", first, mbs)],
                 "input_complete": [copies("host_to_device", "end_ps", "max", first, mbs)],
                 "output": [[float(ready[mb]) / 1e12 for mb in returned]],

@@ -143,22 +143,10 @@ class ProgramBuilder:
 
     def host_output(self, micro_batch: int, cycle: int = -1) -> None:
         """Stream one micro-batch's outputs back, if the output mode returns them."""
-        if self.anchored(micro_batch):
+        if self.run.returns_outputs(micro_batch):
             last = len(self.stages) - 1
             self._host_io(self.stages[last].ipu, last, micro_batch, cycle,
                           d2h_bytes=self.work.output_bytes)
-
-    def anchored(self, micro_batch: int) -> bool:
-        """Whether the outputs of ``micro_batch`` go back to the host."""
-        period = self.run.output_period
-        if period == 0:
-            return micro_batch == self.micro_batches_per_step - 1
-        return (micro_batch + 1) % period == 0
-
-    @property
-    def micro_batches_per_step(self) -> int:
-        """Micro-batches each replica runs in one call."""
-        return self.run.device_iterations * self.run.gradient_accumulation
 
     def _host_io(self, logical_ipu: int, stage: int, micro_batch: int, cycle: int,
                  h2d_bytes: int = 0, d2h_bytes: int = 0) -> None:
