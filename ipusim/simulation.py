@@ -36,8 +36,7 @@ class Timeline:
     @property
     def items(self) -> int:
         """Samples processed over all calls and replicas."""
-        run = self.run
-        return (self.steps * run.replicas * run.device_iterations * run.gradient_accumulation
+        return (self.steps * self.run.replicas * self.run.micro_batches_per_step
                 * self.work.micro_batch_size)
 
     @property

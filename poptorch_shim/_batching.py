@@ -48,11 +48,6 @@ class StepShape:
             return replica % self.input_groups
         return replica // self.input_group_size
 
-    @property
-    def per_replica(self) -> int:
-        """Micro-batches each replica runs in one call."""
-        return self.device_iterations * self.gradient_accumulation
-
 
 def batch_size_of(args: Any) -> int:
     """The first dimension shared by the tensor inputs (0-d tensors are ignored)."""
