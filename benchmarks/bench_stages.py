@@ -13,56 +13,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 from poptorch_shim._staged import StagedModel
-from poptorch_shim.blocks import Block
+from poptorch_shim.runner import install_aliases
 from poptorch_shim.strategies import PipelinedExecution
 
+# The guide's Network as the parallel-execution scenario writes it: a PopTorch
+# script's module (it does `import poptorch`), found from the repository root.
+install_aliases()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scenarios.parallel_execution import Network, TrainingModelWithLoss  # noqa: E402
+
 BLOCKS = ("B1", "B2", "B3", "B4")
-
-
-class Network(nn.Module):
-    """The batching guide's Network (seed 001, listing 4.5)."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer1 = nn.Linear(784, 784)
-        self.layer2 = nn.Linear(784, 784)
-        self.layer3 = nn.Linear(784, 128)
-        self.layer4 = nn.Linear(128, 10)
-        self.softmax = nn.Softmax(1)
-
-    def forward(self, x):
-        x = x.view(-1, 784)
-        with Block("B1"):
-            x = self.layer1(x)
-        with Block("B2"):
-            x = self.layer2(x)
-        with Block("B3"):
-            x = self.layer3(x)
-        with Block("B4"):
-            x = self.layer4(x)
-            x = self.softmax(x)
-        return x
-
-
-class TrainingModelWithLoss(nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-        self.loss = nn.CrossEntropyLoss()
-
-    def forward(self, args, loss_inputs=None):
-        output = self.model(args)
-        if loss_inputs is None:
-            return output
-        with Block("B4"):
-            loss = self.loss(output, loss_inputs)
-        return output, loss
 
 
 def timed(step, model: nn.Module) -> float:
