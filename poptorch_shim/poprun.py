@@ -34,12 +34,14 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from poptorch_shim._device import available_ipus
 from poptorch_shim.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them
+REAP_SECONDS = 5.0  # how long poprun waits for killed processes to be gone
 _PYTHON = re.compile(r"python[0-9.]*$")
 _PR_SET_PDEATHSIG = 1
 
@@ -143,6 +145,36 @@ def _die_with_parent():
     return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _live_members(groups: set[int]) -> list[int]:
+    """The processes, zombies aside, whose process group is one of ``groups``.
+
+    Read from /proc; where there is none (not Linux), signalling the group
+    with signal 0 says whether any member remains.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        live = []
+        for group in groups:
+            try:
+                os.killpg(group, 0)
+                live.append(group)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return live
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone while we looked
+        state, group = fields[0], int(fields[2])
+        if group in groups and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def _signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -221,6 +253,26 @@ class Run:
             self.stop_deadline = time.monotonic() + GRACE_SECONDS
         self._signal_all(signum)
 
+    def _kill_leftovers(self) -> None:
+        """SIGKILL what the instances left behind and wait until it is gone.
+
+        A kill is delivered asynchronously: without the wait, poprun could
+        return while a grandchild (a data loader worker, a shell's child) is
+        still running.
+        """
+        groups = {process.pid for process in self.processes}
+        deadline = time.monotonic() + REAP_SECONDS
+        while True:
+            self._signal_all(signal.SIGKILL)
+            left = _live_members(groups)
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                print(f"poprun: process(es) {', '.join(map(str, left))} of the run did not "
+                      f"stop within {REAP_SECONDS:g} s of SIGKILL.", file=sys.stderr)
+                return
+            time.sleep(0.01)
+
     def abandon(self) -> None:
         """Kill and reap the instances started so far (when another could not start)."""
         self._signal_all(signal.SIGKILL)
@@ -251,7 +303,7 @@ class Run:
             if code != 0 and failure is None and self.stop_deadline is None:
                 failure = (index, code, sorted(running))
                 self.stop()
-        self._signal_all(signal.SIGKILL)  # whatever the instances left behind
+        self._kill_leftovers()
         for thread in self.threads:
             thread.join(timeout=2.0)
         return self._report(failure)
