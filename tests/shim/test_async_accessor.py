@@ -343,7 +343,9 @@ def test_keyboard_interrupt_in_the_loop_leaves_the_accessor_usable(no_leaks):
     with pytest.raises(KeyboardInterrupt):
         for item in accessor:
             if item[0].item() == 2:
-                os.kill(os.getpid(), signal.SIGINT)
+                # To the main thread itself: os.kill may hand the signal to
+                # another thread, and the loop could end before it is seen.
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     assert values(accessor) == list(range(6))
     accessor.terminate()
 
