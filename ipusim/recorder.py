@@ -30,7 +30,6 @@ KINDS = COMPUTE_KINDS + (
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
 _DTYPES = {"bytes": np.float64, "flops": np.float64}  # the other columns are int64
-_KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
 
 
 class Recorder:
@@ -45,23 +44,40 @@ class Recorder:
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
         """The events as a DataFrame sorted by start time, with replica and instance.
 
-        Built column by column and sorted as numpy arrays: far faster than
-        ``DataFrame.from_records`` on millions of tuples, and the dtypes hold
-        even when there are no rows.
+        The tuples become one 2-D object array in a single C pass, and each
+        column is converted from it with ``astype``: several times faster
+        than ``DataFrame.from_records`` on millions of tuples, and the dtypes
+        hold even when there are no rows.
         """
-        rows = self.rows
+        table = np.array(self.rows, dtype=object).reshape(-1, len(COLUMNS))
         columns = {}
         for index, name in enumerate(COLUMNS):
-            values = [row[index] for row in rows]
             if name == "kind":
-                columns[name] = np.fromiter(map(_KIND_CODES.__getitem__, values), np.int8,
-                                            len(values))
+                columns[name] = pd.Categorical(table[:, index], categories=KINDS).codes
+                if (columns[name] < 0).any():
+                    unknown = sorted(set(table[columns[name] < 0, index]))
+                    raise ValueError(f"event kinds {unknown} are not among {KINDS}")
             else:
-                columns[name] = np.array(values, dtype=_DTYPES.get(name, np.int64))
-        order = np.lexsort((columns["ipu"], columns["start_ps"]))  # stable: by start, then IPU
+                columns[name] = table[:, index].astype(_DTYPES.get(name, np.int64))
+        order = _by_start_then_ipu(columns["start_ps"], columns["ipu"])
         columns = {name: values[order] for name, values in columns.items()}
         columns["kind"] = pd.Categorical.from_codes(columns["kind"], categories=KINDS)
         frame = pd.DataFrame(columns)
         frame.insert(3, "replica", frame["ipu"] // ipus_per_replica)
         frame.insert(4, "instance", instance)
         return frame
+
+
+def _by_start_then_ipu(start: np.ndarray, ipu: np.ndarray) -> np.ndarray:
+    """The stable order by start time, then IPU.
+
+    One stable sort of ``start * num_ipus + ipu`` (a radix sort, fast on the
+    nearly sorted record) where that key cannot overflow; ``lexsort`` else.
+    """
+    if len(start) == 0:
+        return np.arange(0)
+    width = int(ipu.max()) + 1
+    if int(ipu.min()) >= 0 and int(start.min()) >= 0 and \
+            int(start.max()) < np.iinfo(np.int64).max // width:
+        return np.argsort(start * width + ipu, kind="stable")
+    return np.lexsort((ipu, start))
