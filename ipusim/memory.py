@@ -57,10 +57,10 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
             for ipu in range(work.ipus_per_replica)}
     for k, stage in enumerate(stages):
         row = rows[stage.ipu]
-        weights_on_chip = not offload.weights and run.execution is not Execution.PHASED
+        weights_on_chip = not offload.weights and not run.execution.phased
         if weights_on_chip:
             row["weights"] += stage.weight_bytes
-        if run.training and not offload.optimizer and run.execution is not Execution.PHASED:
+        if run.training and not offload.optimizer and not run.execution.phased:
             row["optimizer"] += stage.optimizer_bytes
         if run.training and run.gradient_accumulation > 1 and not offload.accumulators:
             row["accumulators"] += stage.weight_bytes
@@ -73,7 +73,7 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
         else:
             row["stash"] += stage.stash_bytes * max(depth, 1)
         row["code"] += model.code_bytes_per_op * (stage.forward.ops + stage.backward.ops)
-    if run.execution is Execution.PHASED:  # one phase's state on chip at a time
+    if run.execution.phased:  # one phase's state on chip at a time
         for stage in stages:
             row = rows[stage.ipu]
             row["weights"] = max(row["weights"], stage.weight_bytes + stage.optimizer_bytes)

@@ -74,7 +74,7 @@ class RunConfig:
         """The stages as the schedule runs them: consecutive stages on one IPU
         merge (as PopART does), except in phased execution, where each stage
         is a phase of its own."""
-        return work if self.execution is Execution.PHASED else work.merged()
+        return work if self.execution.phased else work.merged()
 
     def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None) -> None:
         """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs.

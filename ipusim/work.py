@@ -70,6 +70,12 @@ class Execution(enum.Enum):
     SHARDED = "sharded"        # one stage at a time, micro-batch after micro-batch
     PIPELINED = "pipelined"    # PopART's pipeline: all stages busy on different micro-batches
     PHASED = "phased"          # serial phased: each phase streams its weights in, runs, streams out
+    PARALLEL_PHASED = "parallel_phased"  # phases alternate between two IPU groups, ping-pong
+
+    @property
+    def phased(self) -> bool:
+        """Whether each stage is a phase whose state is streamed in and out."""
+        return self in (Execution.PHASED, Execution.PARALLEL_PHASED)
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,26 @@ class ParallelPhasedExecution(_PhasedExecution):
     """Phases alternate between two groups of IPUs (phase 0 on IPUs 0, 2, ...;
     phase 1 on IPUs 1, 3, ...), the default placement of stages without an IPU.
 
-    The simulator runs the phases in turn, as serial phased execution does.
+    While one group computes a phase, the other streams in the next phase's
+    state (ping-pong); with ``SyncPattern.ReplicaAndLadder`` host I/O syncs
+    only the computing group, so the two overlap.
     """
 
+    execution_kind = "parallel_phased"
     _alternate_ipus = True
+
+    def place(self, seen: Mapping[BlockId, Optional[int]],
+              computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
+        placed = super().place(seen, computing)
+        phase_of = {block: number for number, phase in enumerate(self._phases)
+                    for stage in phase.stages for block in stage.blocks}
+        for stage in placed:
+            number = phase_of.get(stage.blocks[0]) if stage.blocks else None
+            if number is not None and stage.ipu % 2 != number % 2:
+                parity = "even" if number % 2 == 0 else "odd"
+                raise ValueError(
+                    f"ParallelPhasedExecution: phase {number} places stage {stage.name!r} on "
+                    f"IPU {stage.ipu}, but even phases must run on even IPUs and odd phases on "
+                    f"odd IPUs. Place it on an {parity} IPU (for example "
+                    f"strategy.stage({stage.blocks[0]!r}).ipu({stage.ipu - 1 if stage.ipu else 1})).")
+        return placed

@@ -34,6 +34,8 @@ SCENARIOS = {
         "--batch-size", "16", "--device-iterations", "1", "100", "--samples", "8000",
         "--max-steps", "10"]),
     "sync_patterns": ("sync_patterns.py", ["--max-steps", "2"]),
+    "sync_patterns_phased": ("sync_patterns.py", ["--strategy", "parallel-phased",
+                                                  "--max-steps", "2"]),
 }
 
 

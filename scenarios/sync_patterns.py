@@ -7,6 +7,12 @@ copy to IPU 0 stalls the whole pipeline; under SinglePipeline IPU 0 meets the
 host on its own while the others compute; under ReplicaAndLadder IPUs 0 and
 2 meet it together while 1 and 3 compute. The table shows throughput, the
 share of time in host I/O and waiting in syncs, and who waits.
+
+``--strategy parallel-phased`` runs the blocks as four phases alternating
+between IPUs 0 and 1 instead (ParallelPhasedExecution, the ping-pong that
+ReplicaAndLadder is made for): each IPU streams the next phase's weights in
+while the other computes, unless a Full sync makes the computing IPU's host
+transfers wait for it.
 """
 import argparse
 
@@ -57,12 +63,18 @@ def train(dataset, pattern, args):
     opts.deviceIterations(args.device_iterations)
     opts.replicationFactor(args.replicas)
     opts.Training.gradientAccumulation(args.gradient_accumulation)
-    strategy = poptorch.PipelinedExecution("B1", "B2", "B3", "B4")
-    for ipu, block in enumerate(("B1", "B2", "B3", "B4")):
-        strategy.stage(block).ipu(ipu)
+    if args.strategy == "parallel-phased":
+        # Phase n on IPU n % 2, the default placement of parallel phases.
+        strategy = poptorch.ParallelPhasedExecution("B1", "B2", "B3", "B4")
+        name = f"sync_{pattern}_parallel_phased"
+    else:
+        strategy = poptorch.PipelinedExecution("B1", "B2", "B3", "B4")
+        for ipu, block in enumerate(("B1", "B2", "B3", "B4")):
+            strategy.stage(block).ipu(ipu)
+        name = f"sync_{pattern}"
     opts.setExecutionStrategy(strategy)
     opts.syncPattern(getattr(poptorch.SyncPattern, pattern))
-    opts.modelName(f"sync_{pattern}")
+    opts.modelName(name)
 
     training_data = poptorch.DataLoader(opts, dataset, batch_size=args.batch_size,
                                         shuffle=True, drop_last=True)
@@ -81,9 +93,9 @@ def train(dataset, pattern, args):
     return summary, per_ipu["sync_wait_share"].tolist()
 
 
-def print_table(results):
+def print_table(results, strategy):
     full = results["Full"][0]["throughput(items/s)"]
-    print("\nSync patterns, the same pipelined training (simulated):")
+    print(f"\nSync patterns, the same {strategy} training (simulated):")
     print(f"{'pattern':<18}{'items/s':>10}{'vs Full':>9}{'host I/O':>10}{'sync wait':>11}"
           f"{'bubble':>8}  sync wait per IPU")
     for pattern, (summary, waits) in results.items():
@@ -99,6 +111,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patterns", nargs="+", choices=PATTERNS, default=list(PATTERNS),
                         help="sync patterns to compare (all three)")
+    parser.add_argument("--strategy", choices=["pipelined", "parallel-phased"],
+                        default="pipelined", help="how the four blocks run (pipelined)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--gradient-accumulation", type=int, default=16,
                         help="micro-batches per weight update (16; at least 7 for 4 stages)")
@@ -119,7 +133,7 @@ def main():
     dataset = torch.utils.data.TensorDataset(images, labels)
 
     results = {pattern: train(dataset, pattern, args) for pattern in args.patterns}
-    print_table(results)
+    print_table(results, args.strategy)
 
 
 if __name__ == "__main__":

@@ -192,8 +192,16 @@ def _sync(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
         advice.append("Under SyncPattern.Full every host transfer stalls every IPU: "
                       "opts.syncPattern(poptorch.SyncPattern.SinglePipeline) lets each IPU meet "
                       "the host on its own while the others compute.")
-    advice.append("SyncPattern.ReplicaAndLadder lets two halves of the IPUs alternate between "
-                  "host I/O and compute (ping-pong, made for phased execution).")
+    if run.execution is Execution.PHASED and timeline.work.ipus_per_replica > 1:
+        advice.append("Serial phased execution streams each phase's state in while its IPUs "
+                      "wait: poptorch.ParallelPhasedExecution with SyncPattern.ReplicaAndLadder "
+                      "streams the next phase into the other half of the IPUs while this one "
+                      "computes (ping-pong).")
+    elif run.execution is Execution.PARALLEL_PHASED and \
+            run.sync_pattern is not SyncPattern.REPLICA_AND_LADDER:
+        advice.append("SyncPattern.ReplicaAndLadder lets the two halves of the IPUs alternate "
+                      "between host I/O and compute, the ping-pong parallel phased execution "
+                      "is made for.")
     advice.append(_balance_advice(timeline))
     return (f"The IPUs spend {n['sync_wait_share']:.0%} of the time waiting in syncs "
             f"(sync pattern {run.sync_pattern.value}).", advice)

@@ -15,6 +15,7 @@ _EMITTERS = {
     Execution.SHARDED: emit_sharded,
     Execution.PIPELINED: emit_pipelined,
     Execution.PHASED: emit_phased,
+    Execution.PARALLEL_PHASED: emit_phased,
 }
 
 

@@ -14,7 +14,7 @@ from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
 from ipusim.run_config import RunConfig
 from ipusim.sync_groups import gs1_group, gs2_group
-from ipusim.work import Cost, Execution, Work
+from ipusim.work import Cost, Work
 
 
 class Copy(NamedTuple):
@@ -116,7 +116,7 @@ class ProgramBuilder:
 
         None in phased execution: its phases stream all their state already.
         """
-        if self.run.execution is Execution.PHASED:
+        if self.run.execution.phased:
             return 0
         stage, offload = self.stages[index], self.run.offload
         accumulating = self.run.gradient_accumulation > 1

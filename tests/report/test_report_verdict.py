@@ -85,7 +85,19 @@ def test_sharded_ipus_waiting_for_each_other_are_sync_bound():
     assert verdict.sync_wait_share > 0.4
     text = " ".join(verdict.advice)
     assert "PipelinedExecution" in text and "SinglePipeline" in text
-    assert "ReplicaAndLadder" in text
+    assert "ReplicaAndLadder" not in text, "ping-pong is for phased execution"
+
+
+@pytest.mark.parametrize("execution, advised", [
+    (Execution.PHASED, "poptorch.ParallelPhasedExecution with SyncPattern.ReplicaAndLadder"),
+    (Execution.PARALLEL_PHASED, "SyncPattern.ReplicaAndLadder lets the two halves")])
+def test_phased_execution_is_advised_to_ping_pong(execution, advised):
+    work = Work(tuple(Stage(f"P{k}", k % 2, Cost(flops=1e9), Cost(flops=2e9),
+                            weight_bytes=10**8) for k in range(4)), micro_batch_size=4,
+                input_bytes_per_sample=10**5)
+    run = RunConfig(execution=execution, gradient_accumulation=2)
+    verdict = bottleneck(simulate(work, run, system_spec("mk2", 2)))
+    assert advised in " ".join(verdict.advice) or advised in verdict.headline
 
 
 def test_sync_waits_explained_by_the_bubble_do_not_count_as_sync():

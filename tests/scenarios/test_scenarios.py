@@ -179,6 +179,17 @@ def test_full_sync_is_the_slowest_pattern(scenario):
     result.assert_reports([f"sync_{pattern}" for pattern in rows])
 
 
+def test_parallel_phases_ping_pong_unless_a_full_sync_holds_them(scenario):
+    result = scenario(*SYNC_PATTERNS, "--strategy", "parallel-phased")
+    rows = {row[0]: row for row in result.table("Sync patterns")}
+    rates = {pattern: row[1] for pattern, row in rows.items()}
+    # Two IPUs: a GS1 group per half is a GS1 group per IPU.
+    assert rates["ReplicaAndLadder"] == rates["SinglePipeline"] > rates["Full"]
+    assert rows["Full"][4] > rows["ReplicaAndLadder"][4], "Full must wait longest in syncs"
+    assert all(len(row) == 6 + 2 for row in rows.values()), "a sync wait for each of 2 IPUs"
+    result.assert_reports([f"sync_{pattern}_parallel_phased" for pattern in rows])
+
+
 # -- seed 002: the data-loading tutorial ---------------------------------------------------------
 TUTORIAL = ("tutorial_data_loading.py", "--samples", "640", "--max-steps", "1", "--workers", "1",
             "--device-iterations", "5")

@@ -117,7 +117,7 @@ def test_strategy_api_as_in_poptorch():
     assert strategy.stage("B2").blocks == ("B2", "B3")
     assert (PipelinedExecution.execution_kind, ShardedExecution.execution_kind,
             SerialPhasedExecution.execution_kind, ParallelPhasedExecution.execution_kind) == (
-        "pipelined", "sharded", "phased", "phased")
+        "pipelined", "sharded", "phased", "parallel_phased")
     phased = SerialPhasedExecution(Phase(Stage("A"), Stage("B")), ["C", "D"], "E")
     phased.phase(0).ipus(0, 1)
     assert phased.stage("B")._ipu == 1
@@ -167,6 +167,17 @@ def test_phased_stages_default_to_their_place_in_the_phase_and_never_merge():
     parallel = ParallelPhasedExecution(["A"], Phase(Stage("B"), Stage("C")), "D")
     assert [(s.name, s.ipu) for s in parallel.place(seen, seen)] == [("A", 0), ("B", 1), ("C", 3),
                                                                      ("D", 0)]
+
+
+def test_parallel_phases_must_alternate_between_even_and_odd_ipus():
+    seen = dict.fromkeys("ABC")
+    parallel = ParallelPhasedExecution("A", "B", "C")
+    parallel.stage("B").ipu(2)
+    with pytest.raises(ValueError, match=re.escape(
+            "phase 1 places stage 'B' on IPU 2, but even phases must run on even IPUs and odd "
+            "phases on odd IPUs. Place it on an odd IPU (for example "
+            "strategy.stage('B').ipu(1))")):
+        parallel.place(seen, seen)
 
 
 def test_auto_stages_follow_the_blocks_ipus_or_their_order():

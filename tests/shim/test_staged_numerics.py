@@ -19,8 +19,8 @@ from poptorch_shim._compute import WholeModel
 from poptorch_shim._staged import StagedModel
 from poptorch_shim.blocks import Block
 from poptorch_shim.runner import install_aliases
-from poptorch_shim.strategies import (PipelinedExecution, SerialPhasedExecution,
-                                      ShardedExecution)
+from poptorch_shim.strategies import (ParallelPhasedExecution, PipelinedExecution,
+                                      SerialPhasedExecution, ShardedExecution)
 
 install_aliases()  # the guide's Network is a PopTorch script's: it does `import poptorch`
 from scenarios.parallel_execution import Network, TrainingModelWithLoss  # noqa: E402
@@ -30,7 +30,7 @@ BLOCKS = ("B1", "B2", "B3", "B4")
 
 def strategy(kind, ipus=(0, 1, 2, 3)):
     made = {"pipelined": PipelinedExecution, "sharded": ShardedExecution,
-            "phased": SerialPhasedExecution}[kind](*BLOCKS)
+            "phased": SerialPhasedExecution, "parallel": ParallelPhasedExecution}[kind](*BLOCKS)
     for block, ipu in zip(BLOCKS, ipus):
         made.stage(block).ipu(ipu)
     return made
@@ -65,7 +65,8 @@ def train_plainly(net, name, data):
 
 
 @pytest.mark.parametrize("kind,ipus", [("pipelined", (0, 1, 2, 3)), ("sharded", (0, 1, 0, 1)),
-                                       ("phased", (0, 0, 0, 0)), ("phased", (0, 0, 1, 1))])
+                                       ("phased", (0, 0, 0, 0)), ("phased", (0, 0, 1, 1)),
+                                       ("parallel", (0, 1, 0, 1))])
 @pytest.mark.parametrize("name,dtype", [("adamw", torch.float64), ("sgd", torch.float32)])
 def test_training_matches_plain_torch_on_the_whole_batch(kind, ipus, name, dtype):
     torch.manual_seed(0)
