@@ -105,6 +105,8 @@ def parameter_bytes(module: torch.nn.Module) -> int:
 class WholeModel:
     """Runs the model as one stage on one IPU."""
 
+    strategy = None  # no execution strategy: nothing to place
+
     def __init__(self, model: torch.nn.Module):
         self.model = model
 

@@ -39,8 +39,9 @@ def execution_of(strategy) -> Execution:
     return Execution(strategy.execution_kind)
 
 
-def run_config(options, training: bool, num_stages: int) -> RunConfig:
-    """PopTorch options as an ipusim :class:`RunConfig`."""
+def run_config(options, training: bool, num_stages: int, strategy=None) -> RunConfig:
+    """PopTorch options as an ipusim :class:`RunConfig`; ``strategy`` is the
+    execution strategy the model runs under (None: one stage)."""
     mode = options.resolved_output_mode(training)
     period = options.output_return_period if mode == enums.OutputMode.EveryN else _OUTPUT_PERIOD[mode]
 
@@ -48,7 +49,7 @@ def run_config(options, training: bool, num_stages: int) -> RunConfig:
         settings = options.TensorLocations.location(kind)
         return settings is not None and settings.on_chip is False
 
-    execution = execution_of(options.execution_strategy)
+    execution = execution_of(strategy)
     return RunConfig(
         training=training,
         replicas=options.replication_factor,
@@ -74,11 +75,11 @@ _POPTORCH_NAMES = {
 }
 
 
-def check_layout(options, training: bool, layout: list[tuple[str, int]]) -> None:
-    """Check the stages' placement (name, IPU) against the options and the
-    simulated system before any compute, with PopTorch's wording."""
+def check_layout(options, training: bool, layout: list[tuple[str, int]], strategy=None) -> None:
+    """Check the stages' placement (name, IPU) under ``strategy`` against the
+    options and the simulated system before any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
-    run = run_config(options, training, len(layout))
+    run = run_config(options, training, len(layout), strategy)
     run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
 
 
@@ -120,7 +121,8 @@ class SimulatedDevice:
     """One compiled model on the simulated system: a step per call."""
 
     def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
-                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
+                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
+                 strategy=None):
         self.work = Work(
             tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
@@ -130,7 +132,7 @@ class SimulatedDevice:
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = run_config(options, training, len(stages))
+        self.run = run_config(options, training, len(stages), strategy)
         self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":

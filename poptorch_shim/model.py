@@ -15,6 +15,7 @@ import torch
 
 from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
+from poptorch_shim.blocks import BlockRecorder, recording
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
@@ -67,8 +68,8 @@ class PoplarExecutor:
             options.replication_factor, options.input_group_size,
             orthogonal_groups=options.input_group_type == enums.CommGroupType.Orthogonal)
 
-    def _make_runner(self, model: torch.nn.Module):
-        strategy = self._options.execution_strategy
+    def _make_runner(self, model: torch.nn.Module, strategy=None):
+        strategy = strategy or self._options.execution_strategy
         if strategy is None:
             return WholeModel(model)
         from poptorch_shim._staged import StagedModel
@@ -124,17 +125,31 @@ class PoplarExecutor:
 
     def _compile(self, first_micro_batch: tuple) -> None:
         first_args, first_kwargs = first_micro_batch
-        probe = copy.deepcopy(self._runner)
-        with _mode(probe.model, self._training):
-            check_layout(self._options, self._training,
-                         probe.stage_layout(first_args, first_kwargs))
-            stages, output = probe.profile(first_args, first_kwargs, self._training)
+        stages, output, blocks = self._profile(first_args, first_kwargs)
+        if self._runner.strategy is None and blocks:
+            # PopTorch's default strategy: a model with Blocks is pipelined,
+            # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
+            from poptorch_shim.strategies import PipelinedExecution
+            self._runner = self._make_runner(self._user_model, PipelinedExecution())
+            stages, output, _ = self._profile(first_args, first_kwargs)
         self._device = SimulatedDevice(
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
-            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
+            strategy=self._runner.strategy)
         profiling.register(self)
         self._attached = True
+
+    def _profile(self, args: tuple, kwargs: dict) -> tuple[list, Any, list[str]]:
+        """Check the stage layout and measure one micro-batch on a copy of the
+        runner: the stages' profiles, the output and the Blocks it started."""
+        probe = copy.deepcopy(self._runner)
+        recorder = BlockRecorder()
+        with _mode(probe.model, self._training), recording(recorder):
+            check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
+                         probe.strategy)
+            stages, output = probe.profile(args, kwargs, self._training)
+        return stages, output, list(recorder.ipus)
 
     def __call__(self, *args, **kwargs) -> Any:
         if self._device is not None and not self._attached:

@@ -170,3 +170,53 @@ def test_a_stage_on_an_ipu_the_system_lacks_is_named():
     with pytest.raises(ValueError, match=re.escape(
             "Stage 'B4' is placed on IPU 5 but the system has num_ipus=4 (IPUs 0..3)")):
         train_one_step(opts)
+
+
+class BlocksWithIpus(nn.Module):
+    """Two blocks that name their IPUs, as a PopTorch user writes them without
+    setting an execution strategy."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, 10)
+
+    def forward(self, x, target):
+        with Block("encoder", ipu_id=0):
+            x = self.first(x).relu()
+        with Block("head", ipu_id=1):
+            x = self.second(x)
+            return x, nn.functional.cross_entropy(x, target)
+
+
+def test_blocks_without_a_strategy_are_pipelined_as_poptorch_does_by_default():
+    torch.manual_seed(0)
+    net = BlocksWithIpus()
+    reference = BlocksWithIpus()
+    reference.load_state_dict(net.state_dict())
+    options = Options()
+    options.Training.gradientAccumulation(GA)
+    model = trainingModel(net, options, torch.optim.SGD(net.parameters(), lr=0.1))
+    x, target = torch.randn(GA * MICRO_BATCH, WIDTH), torch.randint(0, 10, (GA * MICRO_BATCH,))
+    model(x, target)
+    # PipelinedExecution(AutoStage.SameAsIpu): a stage per IPU the blocks name.
+    assert [(s.name, s.ipu) for s in model.device.work.stages] == [("encoder", 0), ("head", 1)]
+    assert model.device.run.execution.value == "pipelined"
+    events = model.timeline.events
+    assert events.loc[events["kind"] == "forward", "ipu"].unique().tolist() == [0, 1]
+    assert events["cycle"].max() + 1 == GA + 3 - 1  # G + P - 1 cycles, P = 2F - 1 = 3
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    nn.functional.cross_entropy(reference(x, target)[0], target).backward()
+    optimizer.step()
+    for trained, expected in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(trained, expected, atol=1e-5, rtol=0)
+
+
+def test_default_pipelining_asks_for_the_pipeline_depth_poptorch_asks_for():
+    options = Options()
+    options.Training.gradientAccumulation(2)
+    net = BlocksWithIpus()
+    model = trainingModel(net, options, torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match=re.escape(
+            "gradientAccumulation must be greater than or equal to the number of pipeline "
+            "stages (3) when using poptorch.PipelinedExecution")):
+        model(torch.randn(2 * MICRO_BATCH, WIDTH), torch.randint(0, 10, (2 * MICRO_BATCH,)))

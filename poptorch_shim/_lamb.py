@@ -1,0 +1,66 @@
+"""``LAMB``, PopTorch's layer-wise adaptive optimizer, written out in full
+because torch has no LAMB to subclass; re-exported by :mod:`poptorch_shim.optim`.
+"""
+from typing import Iterable, Optional, Tuple
+
+import torch
+
+from poptorch_shim._optimizer_base import (_PopTorchOptimizer, _adam_direction,
+                                           _check_positive, _explicit, _set_accum_types)
+
+_FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
+
+
+class LAMB(_PopTorchOptimizer, torch.optim.Optimizer):
+    """Layer-wise Adaptive Moments (You et al. 2019, "Large Batch Optimization
+    for Deep Learning: Training BERT in 76 minutes").
+
+    Per weight tensor: Adam moments (bias-corrected unless
+    ``bias_correction=False``), the update ``u = m / (sqrt(v) + eps) + wd * w``,
+    and the step ``w -= lr * phi(||w||) / ||u|| * u`` with
+    ``phi(z) = min(z, max_weight_norm)``; the trust ratio is 1 when either norm
+    is zero. ``max_weight_norm`` defaults to PopTorch's 65500 (pass
+    ``math.inf`` to disable the clamp) and can be set per parameter group.
+    """
+    _global_attrs = ("bias_correction", "accum_type", "first_order_momentum_accum_type",
+                     "second_order_momentum_accum_type")
+
+    def __init__(self, params: Iterable, lr: Optional[float] = None,
+                 betas: Optional[Tuple[float, float]] = None, eps: Optional[float] = None,
+                 weight_decay: Optional[float] = None,
+                 bias_correction: Optional[bool] = None,
+                 loss_scaling: Optional[float] = None,
+                 max_weight_norm: Optional[float] = None,
+                 accum_type: Optional[torch.dtype] = None,
+                 first_order_momentum_accum_type: Optional[torch.dtype] = None,
+                 second_order_momentum_accum_type: Optional[torch.dtype] = None) -> None:
+        explicit = _explicit(locals())
+        defaults = dict(lr=1e-3 if lr is None else lr,
+                        betas=(0.9, 0.999) if betas is None else tuple(betas),
+                        eps=1e-8 if eps is None else eps,
+                        weight_decay=1e-2 if weight_decay is None else weight_decay,
+                        max_weight_norm=_FP16_MAX if max_weight_norm is None
+                        else max_weight_norm)
+        torch.optim.Optimizer.__init__(self, params, defaults)
+        for i, group in enumerate(self.param_groups):
+            _check_positive(f"max_weight_norm (group {i})", group["max_weight_norm"],
+                            "It caps the weight norm in LAMB's trust ratio; pass a positive "
+                            "value, or math.inf for no cap.")
+        self.bias_correction = True if bias_correction is None else bool(bias_correction)
+        _set_accum_types(self, accum_type, first_order_momentum_accum_type,
+                         second_order_momentum_accum_type)
+        self._finish_init(explicit, loss_scaling)
+
+    def _update(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                update = _adam_direction(self.state[p], p.grad, group["betas"],
+                                         group["eps"], self.bias_correction)
+                update.add_(p, alpha=group["weight_decay"])
+                weight_norm = torch.linalg.vector_norm(p).clamp(max=group["max_weight_norm"])
+                update_norm = torch.linalg.vector_norm(update)
+                trust = 1.0 if weight_norm == 0 or update_norm == 0 \
+                    else float(weight_norm / update_norm)
+                p.add_(update, alpha=-group["lr"] * trust)
