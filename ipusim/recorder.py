@@ -30,6 +30,7 @@ KINDS = COMPUTE_KINDS + (
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
 _DTYPES = {"bytes": np.float64, "flops": np.float64}  # the other columns are int64
+_CHUNK = 1 << 16  # rows converted at a time by Recorder.to_frame
 
 
 class Recorder:
@@ -44,21 +45,27 @@ class Recorder:
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
         """The events as a DataFrame sorted by start time, with replica and instance.
 
-        The tuples become one 2-D object array in a single C pass, and each
-        column is converted from it with ``astype``: several times faster
-        than ``DataFrame.from_records`` on millions of tuples, and the dtypes
-        hold even when there are no rows.
+        The tuples become 2-D object arrays (a single C pass each) a chunk
+        at a time, small enough to stay in cache, and each column is
+        converted from them with ``astype``: several times faster than
+        ``DataFrame.from_records`` on millions of tuples, and the dtypes hold
+        even when there are no rows.
         """
-        table = np.array(self.rows, dtype=object).reshape(-1, len(COLUMNS))
-        columns = {}
-        for index, name in enumerate(COLUMNS):
-            if name == "kind":
-                columns[name] = pd.Categorical(table[:, index], categories=KINDS).codes
-                if (columns[name] < 0).any():
-                    unknown = sorted(set(table[columns[name] < 0, index]))
-                    raise ValueError(f"event kinds {unknown} are not among {KINDS}")
-            else:
-                columns[name] = table[:, index].astype(_DTYPES.get(name, np.int64))
+        rows, n = self.rows, len(self.rows)
+        columns = {name: np.empty(n, np.int8 if name == "kind" else _DTYPES.get(name, np.int64))
+                   for name in COLUMNS}
+        for first in range(0, n, _CHUNK):
+            table = np.array(rows[first:first + _CHUNK], dtype=object).reshape(-1, len(COLUMNS))
+            part = slice(first, first + len(table))
+            for index, name in enumerate(COLUMNS):
+                if name == "kind":
+                    codes = pd.Categorical(table[:, index], categories=KINDS).codes
+                    if (codes < 0).any():
+                        unknown = sorted(set(table[codes < 0, index]))
+                        raise ValueError(f"event kinds {unknown} are not among {KINDS}")
+                    columns[name][part] = codes
+                else:
+                    columns[name][part] = table[:, index]
         order = _by_start_then_ipu(columns["start_ps"], columns["ipu"])
         columns = {name: values[order] for name, values in columns.items()}
         columns["kind"] = pd.Categorical.from_codes(columns["kind"], categories=KINDS)

@@ -7,10 +7,13 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from ipusim import Cost
@@ -57,19 +60,63 @@ def _is_marked(tensor: torch.Tensor) -> bool:
     return tensor.grad_fn is not None and type(tensor.grad_fn).__name__ == "_IdentityLossBackward"
 
 
-def _is_loss(tensor: torch.Tensor) -> bool:
-    """Whether a tensor came out of a torch loss function or identity_loss."""
+#: Names of the torch loss functions: the functions of ``torch.nn.functional``
+#: that the loss modules of ``torch.nn.modules.loss`` call. They are every
+#: public name ending in ``_loss`` (``l1_loss``, ``nll_loss``, ...), every one
+#: naming a ``cross_entropy`` (``binary_cross_entropy_with_logits``,
+#: ``linear_cross_entropy``, ...) and ``kl_div``.
+LOSS_FUNCTION_NAMES: frozenset[str] = frozenset(
+    name for name in dir(F)
+    if not name.startswith("_") and (name.endswith("_loss") or "cross_entropy" in name)
+) | {"kl_div"}
+
+_LOSS_FUNCTIONS: frozenset[Callable] = frozenset(getattr(F, name) for name in LOSS_FUNCTION_NAMES)
+
+
+class LossRecorder(TorchFunctionMode):
+    """Records, while entered, the tensors that torch loss functions return,
+    for :func:`find_loss`: ``with LossRecorder() as losses: output = model(x)``.
+
+    A loss function's autograd node need not say "Loss" (``F.l1_loss`` ends in
+    a mean), so losses are known by the call that made them. Only the loss
+    functions are looked at; every other call passes straight through. A
+    loss function calling another runs with this mode off, and either way
+    only the tensor handed back counts. Tensors are held weakly, by identity.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._losses: weakref.WeakValueDictionary[int, torch.Tensor] = \
+            weakref.WeakValueDictionary()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _LOSS_FUNCTIONS and isinstance(out, torch.Tensor):
+            self._losses[id(out)] = out
+        return out
+
+    def __contains__(self, tensor: object) -> bool:
+        # by identity: a tensor's == compares values
+        return self._losses.get(id(tensor)) is tensor
+
+
+def _is_loss(tensor: torch.Tensor, losses: Optional[LossRecorder]) -> bool:
+    """Whether a tensor came out of a torch loss function: one ``losses``
+    recorded, or one whose autograd node is named for a loss."""
+    if losses is not None and tensor in losses:
+        return True
     return tensor.grad_fn is not None and "Loss" in type(tensor.grad_fn).__name__
 
 
-def find_loss(output: Any) -> torch.Tensor:
+def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tensor:
     """The loss of a training model's output.
 
     The output itself if it is one tensor; otherwise, as PopTorch finds it by
     the operator that produced it, the one output marked with
-    ``poptorch.identity_loss``, else the one computed by a loss function, else
-    the only single-element output that requires grad. Anything ambiguous is
-    an error, never a guess.
+    ``poptorch.identity_loss``, else the one computed by a loss function
+    (recorded in ``losses`` while the forward ran, or named so by its
+    autograd node), else the only single-element output that requires grad.
+    Anything ambiguous is an error, never a guess.
     """
     if isinstance(output, torch.Tensor):
         candidates = [output]
@@ -77,13 +124,13 @@ def find_loss(output: Any) -> torch.Tensor:
         candidates = [leaf for leaf in tree_flatten(output)[0]
                       if isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad]
         marked = [leaf for leaf in candidates if _is_marked(leaf)]
-        losses = marked or [leaf for leaf in candidates if _is_loss(leaf)]
-        if len(losses) > 1:
+        found = marked or [leaf for leaf in candidates if _is_loss(leaf, losses)]
+        if len(found) > 1:
             raise RuntimeError(
-                f"The model returns {len(losses)} losses; PopTorch trains on one. Combine them "
+                f"The model returns {len(found)} losses; PopTorch trains on one. Combine them "
                 "into a single loss, e.g. `return out, poptorch.identity_loss(loss_a + loss_b, "
                 "reduction='sum')`")
-        candidates = losses or candidates
+        candidates = found or candidates
         if len(candidates) > 1:
             raise RuntimeError(
                 f"The model returns {len(candidates)} single-element tensors that require grad "
@@ -119,20 +166,22 @@ class WholeModel:
         if not training:
             with torch.no_grad():
                 return self.model(*args, **kwargs)
-        output = self.model(*args, **kwargs)
-        (find_loss(output) * loss_scale).backward()
+        with LossRecorder() as losses:
+            output = self.model(*args, **kwargs)
+        (find_loss(output, losses) * loss_scale).backward()
         return output
 
     def profile(self, args: tuple, kwargs: dict,
                 training: bool) -> tuple[list[StageProfile], Any]:
         """Measure one micro-batch (on whatever model this runner holds): the
         stages' costs, and the output."""
-        with torch.set_grad_enabled(training), measure() as forward:
+        with torch.set_grad_enabled(training), measure() as forward, \
+                LossRecorder() as losses:
             output = self.model(*args, **kwargs)
         backward_cost = Cost()
         if training:
             with measure() as backward:
-                find_loss(output).backward()
+                find_loss(output, losses).backward()
             backward_cost = backward.cost
         stage = StageProfile("model", 0, forward.cost, backward_cost,
                              activation_bytes=tensor_bytes(output),

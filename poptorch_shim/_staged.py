@@ -30,7 +30,7 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost
-from poptorch_shim._compute import StageProfile, find_loss
+from poptorch_shim._compute import LossRecorder, StageProfile, find_loss
 from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._eager_stages import EagerStages, activation_bytes
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
@@ -332,9 +332,10 @@ class StagedModel:
             with torch.no_grad():
                 results, _ = plan.forward(flat, grad=False)
             return plan.output(flat, results)
-        results, boundaries = plan.forward(flat, grad=True)
+        with LossRecorder() as losses:
+            results, boundaries = plan.forward(flat, grad=True)
         output = plan.output(flat, results)
-        plan.backward(results, boundaries, find_loss(output), loss_scale)
+        plan.backward(results, boundaries, find_loss(output, losses), loss_scale)
         return output
 
     def profile(self, args: tuple, kwargs: dict,
@@ -344,10 +345,10 @@ class StagedModel:
         if isinstance(plan, EagerStages):
             return plan.profile(args, kwargs, training)
         forward: list[Measurement] = []
-        with torch.set_grad_enabled(training):
+        with torch.set_grad_enabled(training), LossRecorder() as losses:
             results, boundaries = plan.forward(flat, grad=training, probes=forward)
         output = plan.output(flat, results)
         backward = [Measurement(Cost()) for _ in plan.stages]
         if training:
-            plan.backward(results, boundaries, find_loss(output), 1.0, probes=backward)
+            plan.backward(results, boundaries, find_loss(output, losses), 1.0, probes=backward)
         return plan.profiles(results, forward, backward), output

@@ -21,7 +21,8 @@ REPORTS = HERE.parent / "reports"
 # one worker per core of a small host, where the tutorial used 8), the guide's
 # four-block Network pipelined over four IPUs, the guide's batching examples
 # (device iterations, replication, gradient accumulation, the asynchronous
-# accessor) on smaller datasets and a few steps, and the three sync patterns.
+# accessor) on smaller datasets and a few steps, and the three sync patterns,
+# under pipelining and under parallel phased execution (the ping-pong).
 SCENARIOS = {
     "tutorial_data_loading": ("tutorial_data_loading.py", [
         "--max-steps", "1", "--workers", str(min(8, os.cpu_count() or 1))]),
