@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ipusim._gc import cyclic_gc_paused
+
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
 KINDS = COMPUTE_KINDS + (
     "host_to_device", "device_to_host", "host_link_wait", "ipu_copy", "all_reduce",
@@ -51,6 +53,10 @@ class Recorder:
         ``DataFrame.from_records`` on millions of tuples, and the dtypes hold
         even when there are no rows.
         """
+        with cyclic_gc_paused():
+            return self._frame(ipus_per_replica, instance)
+
+    def _frame(self, ipus_per_replica: int, instance: int) -> pd.DataFrame:
         rows, n = self.rows, len(self.rows)
         columns = {name: np.empty(n, np.int8 if name == "kind" else _DTYPES.get(name, np.int64))
                    for name in COLUMNS}

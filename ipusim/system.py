@@ -7,11 +7,11 @@ are :class:`~ipusim.sync_groups.Barrier` objects shared by their members.
 """
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 
 import simpy
 
+from ipusim._gc import cyclic_gc_paused
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
 from ipusim.recorder import Recorder
@@ -67,15 +67,8 @@ class System:
         done = [self.env.event() for _ in programs]
         for ipu, (program, finished) in enumerate(zip(programs, done)):
             self._inbox[ipu].put((program, finished))
-        # The cyclic garbage collector would rescan the growing event record
-        # again and again (a fifth of the run); a run leaves no cycles behind.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with cyclic_gc_paused():  # else it rescans the growing event record again and again
             self.env.run(until=simpy.AllOf(self.env, done))
-        finally:
-            if collecting:
-                gc.enable()
         return self.env.now
 
     def wait_until(self, time_ps: int, ipus: Sequence[int], step: int) -> None:

@@ -1,6 +1,7 @@
 """Schedules: from a work description to one program per IPU, call by call."""
 from __future__ import annotations
 
+from ipusim._gc import cyclic_gc_paused
 from ipusim.cost_model import CostModel
 from ipusim.hardware import SystemSpec
 from ipusim.program import Instruction
@@ -22,9 +23,10 @@ _EMITTERS = {
 def build_step(work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel,
                step: int) -> list[list[Instruction]]:
     """The per-IPU programs of one call to the model (index ``step``)."""
-    builder = ProgramBuilder(work, run, spec, cost, step)
-    builder.host_call()
-    _EMITTERS[run.execution](builder)
+    with cyclic_gc_paused():
+        builder = ProgramBuilder(work, run, spec, cost, step)
+        builder.host_call()
+        _EMITTERS[run.execution](builder)
     return builder.programs
 
 
