@@ -171,7 +171,7 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
     f = figures(timeline)
     rows = [
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
-        ("Latency of one micro-batch", f"{f['latency(us)']:,.1f} µs"),
+        ("Latency of a micro-batch (mean)", f"{f['latency(us)']:,.1f} µs"),
         ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
         ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"),
         ("Host I/O share", f"{f['host_io_share']:.1%}"),

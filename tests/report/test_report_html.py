@@ -22,7 +22,7 @@ def test_shows_the_verdict_and_the_figures(pipeline_timeline):
     verdict = bottleneck(pipeline_timeline, loader_items_per_s=12345.0)
     assert "ipusim report — my model" in page
     assert f'<span class="badge">{verdict.kind}</span>' in page
-    for name in ("Throughput", "Latency of one micro-batch", "Utilisation", "Pipeline bubble",
+    for name in ("Throughput", "Latency of a micro-batch (mean)", "Utilisation", "Pipeline bubble",
                  "Host I/O share", "Sync wait share", "Simulated duration",
                  "Data loader throughput"):
         assert f"<th>{name}" in page
