@@ -5,6 +5,7 @@ micro-batches of an iteration, each first loading its weights from
 streaming memory; backward phases run in reverse, each loading its weights
 and optimizer state, computing the gradients, updating the weights and
 storing them back. In inference the forward phases are the whole step.
+What an IPU still holds from the last phase it ran is not streamed again.
 
 Serial phased execution does each of these in turn. Parallel phased
 execution alternates the phases between two groups of IPUs and plays
@@ -20,16 +21,30 @@ from ipusim.schedule.builder import Copy, ProgramBuilder
 from ipusim.work import Execution
 
 
-class _Streams:
-    """Which phases' state is on chip already, so nothing is streamed twice."""
+class _OnChip:
+    """Which phase's state each IPU holds, so that none is streamed in twice.
+
+    An IPU keeps the weights (and, once loaded, the optimizer state) of the
+    last phase it ran until another phase replaces them; storing state back
+    to streaming memory leaves the on-chip copy in place. Nothing is assumed
+    to survive from one call to the next.
+    """
 
     def __init__(self, b: ProgramBuilder):
-        self.b, self.loaded = b, set()
+        self.b = b
+        self.phase: dict[int, int] = {}          # IPU -> the phase whose state it holds
+        self.with_optimizer: dict[int, bool] = {}
 
-    def load(self, k: int, nbytes: int) -> None:
-        if k not in self.loaded:
-            self.b.stream("stream_in", k, nbytes)
-            self.loaded.add(k)
+    def load(self, k: int, optimizer: bool) -> None:
+        """Stream in what phase ``k`` needs that its IPU does not hold yet."""
+        stage = self.b.stages[k]
+        held = self.phase.get(stage.ipu) == k
+        nbytes = 0 if held else stage.weight_bytes
+        if optimizer and not (held and self.with_optimizer[stage.ipu]):
+            nbytes += stage.optimizer_bytes
+        self.b.stream("stream_in", k, nbytes)
+        self.with_optimizer[stage.ipu] = optimizer or (held and self.with_optimizer[stage.ipu])
+        self.phase[stage.ipu] = k
 
 
 def emit_phased(b: ProgramBuilder) -> None:
@@ -37,6 +52,7 @@ def emit_phased(b: ProgramBuilder) -> None:
     run, stages = b.run, b.stages
     parallel = run.execution is Execution.PARALLEL_PHASED
     last = len(stages) - 1
+    on_chip = _OnChip(b)
 
     def elsewhere(k: int, other: int) -> bool:
         """Whether phase ``other`` exists and runs on another IPU than phase ``k``."""
@@ -45,11 +61,10 @@ def emit_phased(b: ProgramBuilder) -> None:
     per_iteration = run.gradient_accumulation
     for iteration in range(run.device_iterations):
         mbs = range(iteration * per_iteration, (iteration + 1) * per_iteration)
-        forward = _Streams(b)
         for k, stage in enumerate(stages):
-            forward.load(k, stage.weight_bytes)
-            if elsewhere(k, k + 1):
-                forward.load(k + 1, stages[k + 1].weight_bytes)
+            on_chip.load(k, optimizer=False)
+            if elsewhere(k, k + 1):  # the other group loads the next phase meanwhile
+                on_chip.load(k + 1, optimizer=False)
             for mb in mbs:
                 if k == 0:
                     b.host_input(mb)
@@ -60,24 +75,19 @@ def emit_phased(b: ProgramBuilder) -> None:
                 b.exchange([Copy(stage.ipu, stage.activation_bytes * len(mbs), k, mbs[0])])
         if not run.training:
             continue
-
-        def state(k: int) -> int:
-            # The last phase's weights are still on chip: only its optimizer state comes in.
-            return stages[k].optimizer_bytes + (stages[k].weight_bytes if k < last else 0)
-
-        backward = _Streams(b)
         for k in range(last, -1, -1):
             stage = stages[k]
-            backward.load(k, state(k))
+            on_chip.load(k, optimizer=True)
             if elsewhere(k, k - 1):
-                backward.load(k - 1, state(k - 1))
+                on_chip.load(k - 1, optimizer=True)
             for mb in mbs:
                 b.compute("backward", k, mb)
-            hand_on = k > 0 and stages[k - 1].ipu != stage.ipu
-            copy = [Copy(stage.ipu, stages[k - 1].activation_bytes * len(mbs), k, mbs[0])]
-            if hand_on and parallel:  # the next phase starts while this one updates
-                b.exchange(copy)
+            # The gradients of phase k - 1's outputs, when they cross to another IPU.
+            gradients = ([Copy(stage.ipu, stages[k - 1].activation_bytes * len(mbs), k, mbs[0])]
+                         if k > 0 and stages[k - 1].ipu != stage.ipu else [])
+            if gradients and parallel:  # the next phase starts while this one updates
+                b.exchange(gradients)
             b.weight_update([k])
             b.stream("stream_out", k, stage.weight_bytes + stage.optimizer_bytes)
-            if hand_on and not parallel:
-                b.exchange(copy)
+            if gradients and not parallel:
+                b.exchange(gradients)

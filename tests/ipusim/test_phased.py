@@ -35,8 +35,9 @@ def test_phases_on_one_ipu_stay_separate_stages():
 
 # Parallel phased execution: ping-pong between two groups of IPUs ------------
 def alternating(phases=4, ipus=2, stream_mb=(20, 20, 20, 20)):
-    """Phases alternating between the even and the odd IPUs (``ipus`` in all,
-    ``ipus // 2`` stages a phase), with tutorial-sized inputs."""
+    """``phases`` groups of ``ipus // 2`` stages (each stage a phase of its
+    own in ipusim), the groups alternating between the even and the odd IPUs,
+    with tutorial-sized inputs."""
     per_phase = ipus // 2
     stages = tuple(Stage(f"P{k}.{i}", ipu=2 * i + k % 2, forward=Cost(flops=2e10),
                          backward=Cost(flops=4e10), weight_bytes=stream_mb[k] * MB,
@@ -69,6 +70,21 @@ def test_parallel_phases_stream_and_compute_exactly_what_serial_phases_do(traini
     pd.testing.assert_series_equal(moved[Execution.PHASED], moved[Execution.PARALLEL_PHASED])
     pd.testing.assert_series_equal(moved[Execution.PHASED, "count"],
                                    moved[Execution.PARALLEL_PHASED, "count"])
+
+
+def test_an_ipu_streams_in_only_what_it_does_not_hold_yet():
+    """Stages on IPUs 0, 1, 0, 1, each with 20 MB of weights and 40 MB of
+    optimizer state, two iterations. The first backward pass finds phases 2
+    and 3 still on chip (only their optimizer state comes in); the second
+    forward pass finds phases 0 and 1 there and streams nothing for them."""
+    run = RunConfig(execution=Execution.PARALLEL_PHASED, gradient_accumulation=2,
+                    device_iterations=2, synthetic_data=True)
+    events = timeline_of(alternating(), run).events
+    moved = events.groupby(["kind", "stage"], observed=True)["bytes"].sum() / MB
+    # forward 1 + backward 1 + forward 2 + backward 2
+    assert moved["stream_in"].to_dict() == {0: 20 + 60 + 0 + 60, 1: 20 + 60 + 0 + 60,
+                                            2: 20 + 40 + 20 + 40, 3: 20 + 40 + 20 + 40}
+    assert moved["stream_out"].to_dict() == {k: 2 * 60 for k in range(4)}
 
 
 @pytest.mark.parametrize("training", [True, False])
