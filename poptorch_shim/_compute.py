@@ -8,13 +8,14 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 from __future__ import annotations
 
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import TreeSpec, tree_flatten
 
 from ipusim import Cost
 from poptorch_shim._cost_probe import measure, tensor_bytes
@@ -108,6 +109,21 @@ def _is_loss(tensor: torch.Tensor, losses: Optional[LossRecorder]) -> bool:
     return tensor.grad_fn is not None and "Loss" in type(tensor.grad_fn).__name__
 
 
+def _feeds(term: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` was computed from ``term`` (its autograd node is upstream)."""
+    target, seen = term.grad_fn, set()
+    pending = [tensor.grad_fn]
+    while pending and target is not None:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        if node is target:
+            return True
+        seen.add(id(node))
+        pending.extend(upstream for upstream, _ in node.next_functions)
+    return False
+
+
 def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tensor:
     """The loss of a training model's output.
 
@@ -115,8 +131,10 @@ def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tenso
     the operator that produced it, the one output marked with
     ``poptorch.identity_loss``, else the one computed by a loss function
     (recorded in ``losses`` while the forward ran, or named so by its
-    autograd node), else the only single-element output that requires grad.
-    Anything ambiguous is an error, never a guess.
+    autograd node) that no other output was computed from, else the only
+    single-element output that requires grad. Anything ambiguous is an
+    error, never a guess: a loss logged beside the total it is a term of
+    does not make that total the loss, nor itself.
     """
     if isinstance(output, torch.Tensor):
         candidates = [output]
@@ -124,7 +142,9 @@ def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tenso
         candidates = [leaf for leaf in tree_flatten(output)[0]
                       if isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad]
         marked = [leaf for leaf in candidates if _is_marked(leaf)]
-        found = marked or [leaf for leaf in candidates if _is_loss(leaf, losses)]
+        found = marked or [leaf for leaf in candidates if _is_loss(leaf, losses)
+                           and not any(other is not leaf and _feeds(leaf, other)
+                                       for other in candidates)]
         if len(found) > 1:
             raise RuntimeError(
                 f"The model returns {len(found)} losses; PopTorch trains on one. Combine them "
@@ -134,14 +154,43 @@ def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tenso
         if len(candidates) > 1:
             raise RuntimeError(
                 f"The model returns {len(candidates)} single-element tensors that require grad "
-                "and none comes from a loss function: mark the one to train on with "
-                "poptorch.identity_loss(loss, reduction='none')")
+                "and none is the output of a loss function that no other output depends on: "
+                "mark the one to train on with poptorch.identity_loss(loss, reduction='none')")
     if not candidates or not candidates[-1].requires_grad or candidates[-1].numel() != 1:
         raise RuntimeError(
             "A training model must return its loss: a single-element tensor that requires "
             "grad, alone or among the model's outputs, e.g. "
             "`return output, self.loss(output, target)`")
     return candidates[-1]
+
+
+class LossFinder:
+    """Finds a training model's loss in its outputs: on the first call by the
+    operator that made it (:func:`find_loss`), afterwards at the same place in
+    the outputs, as PopTorch fixes the loss when it compiles. Watching the loss
+    functions costs every torch call a little, so only the first call does."""
+
+    def __init__(self) -> None:
+        self._where: Optional[tuple[TreeSpec, int]] = None  # output structure, leaf index
+
+    @contextmanager
+    def watching(self) -> Iterator[Optional[LossRecorder]]:
+        """Record the loss functions' results while the forward runs, until the
+        loss has been found once."""
+        if self._where is not None:
+            yield None
+            return
+        with LossRecorder() as losses:
+            yield losses
+
+    def find(self, output: Any, losses: Optional[LossRecorder]) -> torch.Tensor:
+        """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
+        leaves, spec = tree_flatten(output)
+        if self._where is not None and self._where[0] == spec:
+            return leaves[self._where[1]]
+        loss = find_loss(output, losses)
+        self._where = (spec, next(i for i, leaf in enumerate(leaves) if leaf is loss))
+        return loss
 
 
 def parameter_bytes(module: torch.nn.Module) -> int:
@@ -156,6 +205,7 @@ class WholeModel:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
+        self.loss_finder = LossFinder()
 
     def stage_layout(self, args: tuple, kwargs: dict) -> list[tuple[str, int]]:
         """The stages (name, IPU) a micro-batch runs through, known before any compute."""
@@ -166,9 +216,9 @@ class WholeModel:
         if not training:
             with torch.no_grad():
                 return self.model(*args, **kwargs)
-        with LossRecorder() as losses:
+        with self.loss_finder.watching() as losses:
             output = self.model(*args, **kwargs)
-        (find_loss(output, losses) * loss_scale).backward()
+        (self.loss_finder.find(output, losses) * loss_scale).backward()
         return output
 
     def profile(self, args: tuple, kwargs: dict,

@@ -20,7 +20,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
-from poptorch_shim._compute import LossRecorder, StageProfile, WholeModel, find_loss
+from poptorch_shim._compute import (LossFinder, LossRecorder, StageProfile, WholeModel,
+                                    find_loss)
 from poptorch_shim._cost_probe import _TrafficCounter, tensor_bytes
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import _ExecutionStrategy
@@ -115,6 +116,7 @@ class EagerStages(WholeModel):
     def __init__(self, model: torch.nn.Module, strategy: _ExecutionStrategy, args: tuple,
                  kwargs: dict):
         self.model = model
+        self.loss_finder = LossFinder()
         # Find the blocks with a forward pass on a copy, leaving the model and
         # the random generator as they were.
         recorder, attribution = BlockRecorder(), _Attribution()

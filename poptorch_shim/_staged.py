@@ -30,7 +30,7 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost
-from poptorch_shim._compute import LossRecorder, StageProfile, find_loss
+from poptorch_shim._compute import LossFinder, LossRecorder, StageProfile, find_loss
 from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._eager_stages import EagerStages, activation_bytes
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
@@ -283,6 +283,7 @@ class StagedModel:
                 f"{strategy!r} ({type(strategy).__name__}).")
         self.model = model
         self.strategy = strategy
+        self.loss_finder = LossFinder()
         self._plans: dict[Any, _GraphPlan | EagerStages] = {}
 
     def __deepcopy__(self, memo: dict) -> "StagedModel":
@@ -332,10 +333,10 @@ class StagedModel:
             with torch.no_grad():
                 results, _ = plan.forward(flat, grad=False)
             return plan.output(flat, results)
-        with LossRecorder() as losses:
+        with self.loss_finder.watching() as losses:
             results, boundaries = plan.forward(flat, grad=True)
         output = plan.output(flat, results)
-        plan.backward(results, boundaries, find_loss(output, losses), loss_scale)
+        plan.backward(results, boundaries, self.loss_finder.find(output, losses), loss_scale)
         return output
 
     def profile(self, args: tuple, kwargs: dict,

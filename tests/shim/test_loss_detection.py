@@ -124,10 +124,24 @@ def test_the_recorder_knows_the_tensor_a_loss_function_returned_and_holds_it_wea
     assert dead() is None
 
 
+@pytest.mark.parametrize("accumulation", [1, 3])
 @pytest.mark.parametrize("loss", [l1, bce_with_logits, kl, nn.L1Loss()], ids=name)
-def test_the_loss_function_is_trained_on_beside_an_auxiliary_scalar(loss):
+def test_the_loss_function_is_trained_on_beside_an_auxiliary_scalar(loss, accumulation):
+    """With several micro-batches, the later ones find the loss where the first did."""
     torch.manual_seed(0)
-    assert_trains_like_plain_torch(WithAuxiliary(loss), options(), lambda outputs: outputs[1])
+    assert_trains_like_plain_torch(WithAuxiliary(loss), options(accumulation),
+                                   lambda outputs: outputs[1])
+
+
+def test_a_loss_logged_beside_the_total_it_is_a_term_of_is_ambiguous():
+    class LoggedTerm(WithAuxiliary):
+        def forward(self, x, target):
+            out = self.fc(x)
+            term = l1(out, target)
+            return out.pow(2).mean() + 0.1 * term, term
+
+    with pytest.raises(RuntimeError, match="returns 2 single-element tensors.*identity_loss"):
+        poptorch.trainingModel(LoggedTerm(l1), options())(*data())
 
 
 def test_two_loss_functions_are_two_losses():
