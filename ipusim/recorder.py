@@ -47,11 +47,10 @@ class Recorder:
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
         """The events as a DataFrame sorted by start time, with replica and instance.
 
-        The tuples become 2-D object arrays (a single C pass each) a chunk
-        at a time, small enough to stay in cache, and each column is
-        converted from them with ``astype``: several times faster than
-        ``DataFrame.from_records`` on millions of tuples, and the dtypes hold
-        even when there are no rows.
+        The tuples become 2-D object arrays (a single C pass each) a chunk of
+        a few megabytes at a time, and each column is cast from them into
+        its typed array: several times faster than ``DataFrame.from_records``
+        on millions of tuples, and the dtypes hold even when there are no rows.
         """
         with cyclic_gc_paused():
             return self._frame(ipus_per_replica, instance)
@@ -84,8 +83,8 @@ class Recorder:
 def _by_start_then_ipu(start: np.ndarray, ipu: np.ndarray) -> np.ndarray:
     """The stable order by start time, then IPU.
 
-    One stable sort of ``start * num_ipus + ipu`` (a radix sort, fast on the
-    nearly sorted record) where that key cannot overflow; ``lexsort`` else.
+    One stable sort of ``start * num_ipus + ipu`` (numpy's timsort, fast on
+    the nearly sorted record) where that key cannot overflow; ``lexsort`` else.
     """
     if len(start) == 0:
         return np.arange(0)

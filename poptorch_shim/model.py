@@ -130,7 +130,7 @@ class PoplarExecutor:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             from poptorch_shim.strategies import PipelinedExecution
-            self._runner = self._make_runner(self._user_model, PipelinedExecution())
+            self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             stages, output, _ = self._profile(first_args, first_kwargs)
         self._device = SimulatedDevice(
             self._options, self._training, stages, batch_size_of(first_micro_batch),

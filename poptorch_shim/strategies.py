@@ -157,6 +157,7 @@ class PipelinedExecution(_ExecutionStrategy):
     """
 
     execution_kind = "pipelined"
+    _by_default = False  # the strategy PopTorch uses when none is set
 
     def __init__(self, *args: Union[BlockId, Stage, list, AutoStage]):
         self._auto: Optional[AutoStage] = AutoStage.SameAsIpu if not args else None
@@ -164,6 +165,14 @@ class PipelinedExecution(_ExecutionStrategy):
             self._auto, args = args[0], ()
         where = type(self).__name__
         super().__init__([_as_stage(arg, where) for arg in args])
+
+    @classmethod
+    def default(cls) -> "PipelinedExecution":
+        """PopTorch's strategy for a model whose options set none:
+        ``PipelinedExecution(AutoStage.SameAsIpu)``."""
+        strategy = cls(AutoStage.SameAsIpu)
+        strategy._by_default = True
+        return strategy
 
     def _check_blocks(self, seen):
         if self._auto is None:
@@ -177,11 +186,14 @@ class PipelinedExecution(_ExecutionStrategy):
         by_ipu: dict[int, list[BlockId]] = {}
         for block, ipu in seen.items():
             if ipu is None:
+                how = (" (by the default execution strategy, PipelinedExecution(AutoStage."
+                       "SameAsIpu): no strategy was set)" if self._by_default else "")
                 raise ValueError(
-                    f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for "
-                    f"block {block!r}: give it one with poptorch.Block({block!r}, ipu_id=...), "
-                    f"list the stages explicitly, e.g. {type(self).__name__}({list(seen)}), or "
-                    "use poptorch.AutoStage.AutoIncrement.")
+                    f"poptorch.AutoStage.SameAsIpu was selected{how} but no IPU was specified "
+                    f"for block {block!r}: give it one with poptorch.Block({block!r}, "
+                    f"ipu_id=...), list the stages explicitly, e.g. opts.setExecutionStrategy("
+                    f"{type(self).__name__}({list(seen)})), or use "
+                    "poptorch.AutoStage.AutoIncrement.")
             by_ipu.setdefault(ipu, []).append(block)
         return [(Stage(*by_ipu[ipu]), ipu) for ipu in sorted(by_ipu)]
 

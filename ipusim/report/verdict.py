@@ -178,7 +178,7 @@ def _balance_advice(timeline: Timeline) -> str:
         return (f"The stages are balanced (the slowest takes {ratio:.2f}x the fastest per "
                 "micro-batch): moving layers between them will not help.")
     why = ("the slowest stage sets the pace of every cycle" if timeline.run.execution
-           is Execution.PIPELINED else "the other IPUs wait while it runs")
+           is Execution.PIPELINED else "the next stage cannot start until it ends")
     return (f"Rebalance the stages: stage {slowest} takes {times[slowest]:,.1f} µs per "
             f"micro-batch, {ratio:.1f}x stage {fastest}; {why}.")
 

@@ -220,3 +220,20 @@ def test_default_pipelining_asks_for_the_pipeline_depth_poptorch_asks_for():
             "gradientAccumulation must be greater than or equal to the number of pipeline "
             "stages (3) when using poptorch.PipelinedExecution")):
         model(torch.randn(2 * MICRO_BATCH, WIDTH), torch.randint(0, 10, (2 * MICRO_BATCH,)))
+
+
+def test_blocks_without_ipus_and_without_a_strategy_are_told_where_the_rule_comes_from():
+    class NoIpus(BlocksWithIpus):
+        def forward(self, x, target):
+            with Block("encoder"):
+                x = self.first(x).relu()
+            with Block("head"):
+                return nn.functional.cross_entropy(self.second(x), target)
+
+    net = NoIpus()
+    model = trainingModel(net, Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match=re.escape(
+            "AutoStage.SameAsIpu was selected (by the default execution strategy, "
+            "PipelinedExecution(AutoStage.SameAsIpu): no strategy was set) but no IPU was "
+            "specified for block 'encoder'")):
+        model(torch.randn(MICRO_BATCH, WIDTH), torch.randint(0, 10, (MICRO_BATCH,)))
