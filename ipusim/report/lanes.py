@@ -11,15 +11,15 @@ import pandas as pd
 
 from ipusim.recorder import COMPUTE_KINDS
 
-LANES = ("compute", "host I/O", "exchange", "sync")
+LANES = ("compute", "host I/O", "exchange / streaming", "sync")
 
 LANE_OF = {
     "forward": "compute", "backward": "compute", "recompute": "compute",
     "weight_update": "compute",
     "host_to_device": "host I/O", "device_to_host": "host I/O", "host_call": "host I/O",
     "host_link_wait": "host I/O",
-    "ipu_copy": "exchange", "all_reduce": "exchange",
-    "stream_in": "exchange", "stream_out": "exchange",
+    "ipu_copy": "exchange / streaming", "all_reduce": "exchange / streaming",
+    "stream_in": "exchange / streaming", "stream_out": "exchange / streaming",
     "sync_wait": "sync",
 }
 

@@ -16,7 +16,7 @@ from ipusim.memory import MemoryModel, memory_per_ipu
 from ipusim.recorder import KINDS
 from ipusim.report.verdict import Verdict, bottleneck, host_link_occupancy
 from ipusim.simulation import Timeline
-from ipusim.work import Work
+from ipusim.work import Execution, Work
 
 MB = 1e6
 MAX_STEP_ROWS = 20
@@ -173,7 +173,8 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
         ("Latency of a micro-batch (mean)", f"{f['latency(us)']:,.1f} µs"),
         ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
-        ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"),
+        ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"
+         if timeline.run.execution is Execution.PIPELINED else "— (not pipelined)"),
         ("Host I/O share", f"{f['host_io_share']:.1%}"),
         ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
         ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
