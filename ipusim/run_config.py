@@ -6,10 +6,10 @@ are the ones PopTorch and PopART make, with the same numbers in the message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ipusim.sync_groups import SyncPattern
-from ipusim.work import Execution, Work
+from ipusim.work import Cost, Execution, Stage, Work
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,12 @@ class RunConfig:
         """Replicas over all instances: the width of the gradient all-reduce."""
         return self.replicas * self.instances
 
-    def scheduled(self, work: Work) -> Work:
+    def scheduled(self, work: Work, derived_update: Callable[[Stage], Cost] | None = None) -> Work:
         """The stages as the schedule runs them: consecutive stages on one IPU
         merge (as PopART does), except in phased execution, where each stage
-        is a phase of its own."""
-        return work if self.execution.phased else work.merged()
+        is a phase of its own. ``derived_update`` prices the weight update of
+        a stage that gives none (see :meth:`Work.merged`)."""
+        return work if self.execution.phased else work.merged(derived_update)
 
     def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None) -> None:
         """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs.

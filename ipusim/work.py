@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,20 @@ class Work:
         """Device-to-host bytes of one micro-batch."""
         return self.output_bytes_per_sample * self.micro_batch_size
 
-    def merged(self) -> "Work":
-        """Merge consecutive stages on the same IPU into one, as PopART does."""
+    def merged(self, derived_update: Callable[[Stage], Cost] | None = None) -> "Work":
+        """Merge consecutive stages on the same IPU into one, as PopART does.
+
+        A stage without an explicit update cost has one derived by the cost
+        model (``derived_update``); merged with a stage that gives its own,
+        the merged update is the sum of both. Callers that want only the
+        stages' structure (names, IPUs, bytes) may leave ``derived_update``
+        out; the schedule, which prices the update, passes it.
+        """
+        def update(stage: Stage) -> Cost:
+            if stage.update is not None:
+                return stage.update
+            return derived_update(stage) if derived_update is not None else Cost()
+
         out: list[Stage] = []
         for stage in self.stages:
             if out and out[-1].ipu == stage.ipu:
@@ -126,7 +139,7 @@ class Work:
                     recompute=(None if prev.recompute is None and stage.recompute is None
                                else prev.recompute_cost + stage.recompute_cost),
                     update=(None if prev.update is None and stage.update is None
-                            else (prev.update or Cost()) + (stage.update or Cost())),
+                            else update(prev) + update(stage)),
                     activation_bytes=stage.activation_bytes,
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,

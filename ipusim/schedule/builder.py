@@ -43,7 +43,7 @@ class ProgramBuilder:
     """Accumulates the per-IPU programs of one step."""
 
     def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int):
-        self.work = run.scheduled(work)
+        self.work = run.scheduled(work, cost.update_cost)
         self.run = run
         self.spec = spec
         self.cost = cost

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipusim import Cost, CostModel, Execution, RunConfig, Stage, Work, simulate, system_spec
+from ipusim import (DEFAULT, Cost, CostModel, Execution, RunConfig, Stage, SystemSpec, Work,
+                    simulate, system_spec)
 from ipusim.metrics import pipeline_slots
 from ipusim.schedule import pipeline_stages
 
@@ -211,3 +212,19 @@ def test_pipelining_beats_sharding_on_equal_stages():
     overhead = CostModel().call_overhead_ps
     # Ideally 32 x 4 stage times against 32 + 6 cycles of one stage time: 3.4 times faster.
     assert pipelined_run.duration_ps - overhead < (sharded.duration_ps - overhead) / 3
+
+
+def test_a_merged_stage_updates_what_both_parts_would():
+    """One stage gives its update cost, the other leaves it to the cost model:
+    merged on one IPU, the update costs the sum of the two."""
+    explicit = Cost(flops=5e9, bytes=1e8, ops=3)
+    stages = (Stage("A", 0, Cost(flops=1e9), Cost(flops=2e9), weight_bytes=10**8, update=explicit),
+              Stage("B", 0, Cost(flops=1e9), Cost(flops=2e9), weight_bytes=3 * 10**8))
+    run = RunConfig(synthetic_data=True)
+    events = simulate(Work(stages), run, SystemSpec(num_ipus=1)).events
+    update = events[events["kind"] == "weight_update"]
+    expected = explicit + DEFAULT.update_cost(stages[1])
+    assert len(update) == 1
+    assert update["flops"].iloc[0] == expected.flops
+    assert (update["end_ps"] - update["start_ps"]).iloc[0] == DEFAULT.compute_ps(
+        expected, SystemSpec(num_ipus=1).ipu)
