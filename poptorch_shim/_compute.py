@@ -226,12 +226,12 @@ class WholeModel:
         """Measure one micro-batch (on whatever model this runner holds): the
         stages' costs, and the output."""
         with torch.set_grad_enabled(training), measure() as forward, \
-                LossRecorder() as losses:
+                self.loss_finder.watching() as losses:
             output = self.model(*args, **kwargs)
         backward_cost = Cost()
         if training:
             with measure() as backward:
-                find_loss(output, losses).backward()
+                self.loss_finder.find(output, losses).backward()
             backward_cost = backward.cost
         stage = StageProfile("model", 0, forward.cost, backward_cost,
                              activation_bytes=tensor_bytes(output),

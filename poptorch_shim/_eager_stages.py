@@ -20,8 +20,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
-from poptorch_shim._compute import (LossFinder, LossRecorder, StageProfile, WholeModel,
-                                    find_loss)
+from poptorch_shim._compute import StageProfile, WholeModel
 from poptorch_shim._cost_probe import _TrafficCounter, tensor_bytes
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import _ExecutionStrategy
@@ -115,8 +114,7 @@ class EagerStages(WholeModel):
 
     def __init__(self, model: torch.nn.Module, strategy: _ExecutionStrategy, args: tuple,
                  kwargs: dict):
-        self.model = model
-        self.loss_finder = LossFinder()
+        super().__init__(model)
         # Find the blocks with a forward pass on a copy, leaving the model and
         # the random generator as they were.
         recorder, attribution = BlockRecorder(), _Attribution()
@@ -133,10 +131,10 @@ class EagerStages(WholeModel):
         forward, backward, attribution = _Charges(), _Charges(), _Attribution()
         recorder = BlockRecorder(on_start=lambda mark: forward.switch(mark.user_id))
         with torch.set_grad_enabled(training), recording(recorder), forward.active(None), \
-                attribution, LossRecorder() as losses:
+                attribution, self.loss_finder.watching() as losses:
             output = self.model(*args, **kwargs)
         if training:
-            loss = find_loss(output, losses)
+            loss = self.loss_finder.find(output, losses)
             hooks = [node.register_prehook(lambda grads, b=block: backward.switch(b))
                      for node, block in attribution.nodes.items()]
             try:

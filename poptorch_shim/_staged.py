@@ -30,7 +30,7 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost
-from poptorch_shim._compute import LossFinder, LossRecorder, StageProfile, find_loss
+from poptorch_shim._compute import LossFinder, StageProfile
 from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._eager_stages import EagerStages, activation_bytes
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
@@ -346,10 +346,11 @@ class StagedModel:
         if isinstance(plan, EagerStages):
             return plan.profile(args, kwargs, training)
         forward: list[Measurement] = []
-        with torch.set_grad_enabled(training), LossRecorder() as losses:
+        with torch.set_grad_enabled(training), self.loss_finder.watching() as losses:
             results, boundaries = plan.forward(flat, grad=training, probes=forward)
         output = plan.output(flat, results)
         backward = [Measurement(Cost()) for _ in plan.stages]
         if training:
-            plan.backward(results, boundaries, find_loss(output, losses), 1.0, probes=backward)
+            loss = self.loss_finder.find(output, losses)
+            plan.backward(results, boundaries, loss, 1.0, probes=backward)
         return plan.profiles(results, forward, backward), output

@@ -15,13 +15,14 @@ import torch
 
 from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
-from poptorch_shim.blocks import BlockRecorder, recording
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
+from poptorch_shim.blocks import BlockRecorder, recording
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
+from poptorch_shim.strategies import PipelinedExecution
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
 
@@ -129,7 +130,6 @@ class PoplarExecutor:
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
-            from poptorch_shim.strategies import PipelinedExecution
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             stages, output, _ = self._profile(first_args, first_kwargs)
         self._device = SimulatedDevice(
