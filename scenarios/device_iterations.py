@@ -63,6 +63,18 @@ class ExampleDataset(torch.utils.data.Dataset):
 model_batch_size = 2
 
 
+def add_loop_arguments(parser, samples):
+    """The options of :func:`run_guide_loop` that the guide's listings share:
+    the dataset length (``samples`` by default), a cap on the calls and the
+    guide's per-call print."""
+    parser.add_argument("--samples", type=int, default=samples,
+                        help=f"ExampleDataset length ({samples:,}, as in the guide)")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="cap the calls to the model per case (default: one epoch)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the guide's per-call line (label, output, loss)")
+
+
 def run_guide_loop(opts, dataset, max_steps, verbose):
     """The guide's training loop, shared by its listings 4.2-4.4.
 
@@ -139,12 +151,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device-iterations", type=int, nargs="+", default=[1, 10, 100],
                         help="device-iteration counts to compare (1 10 100)")
-    parser.add_argument("--samples", type=int, default=10000,
-                        help="ExampleDataset length (10,000, as in the guide)")
-    parser.add_argument("--max-steps", type=int, default=None,
-                        help="cap the calls to the model per count (default: one epoch)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print the guide's per-call line (label, output, loss)")
+    add_loop_arguments(parser, samples=10000)
     args = parser.parse_args()
     if not poptorch.ipuHardwareIsAvailable():
         print("Replicated top level graphs are not supported on the IPU model")

@@ -11,7 +11,8 @@ in weight updates ("update/compute" in the table).
 import argparse
 
 import poptorch
-from device_iterations import ExampleDataset, model_batch_size, run_guide_loop
+from device_iterations import (ExampleDataset, add_loop_arguments, model_batch_size,
+                               run_guide_loop)
 
 
 def train(dataset, device_iterations, accumulation, max_steps, verbose):
@@ -66,12 +67,7 @@ def main():
                         help="accumulation counts to compare (1 8; the guide uses 8)")
     parser.add_argument("--device-iterations", type=int, default=400,
                         help="device iterations (400, as in the guide)")
-    parser.add_argument("--samples", type=int, default=100000,
-                        help="ExampleDataset length (100,000, as in the guide)")
-    parser.add_argument("--max-steps", type=int, default=None,
-                        help="cap the calls to the model per case (default: one epoch)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print the guide's per-call line (label, output, loss)")
+    add_loop_arguments(parser, samples=100000)
     args = parser.parse_args()
 
     dataset = ExampleDataset(shape=[3, 2], length=args.samples)

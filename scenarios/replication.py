@@ -10,7 +10,7 @@ import argparse
 import sys
 
 import poptorch
-from device_iterations import ExampleDataset, run_guide_loop
+from device_iterations import ExampleDataset, add_loop_arguments, run_guide_loop
 
 
 def train(dataset, replicas, device_iterations, synthetic, max_steps, verbose):
@@ -57,12 +57,7 @@ def main():
                         help="replication factors to compare (1 2 4)")
     parser.add_argument("--device-iterations", type=int, default=100,
                         help="device iterations (100, as in the guide)")
-    parser.add_argument("--samples", type=int, default=100000,
-                        help="ExampleDataset length (100,000, as in the guide)")
-    parser.add_argument("--max-steps", type=int, default=None,
-                        help="cap the calls to the model per case (default: one epoch)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print the guide's per-call line (label, output, loss)")
+    add_loop_arguments(parser, samples=100000)
     args = parser.parse_args()
     if not poptorch.ipuHardwareIsAvailable(max(args.replicas)):
         print(f"{max(args.replicas)} IPUs are needed for {max(args.replicas)} replicas")
