@@ -10,10 +10,10 @@ from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpe
 from ipusim.run_config import Offload, RunConfig
 from ipusim.simulation import Simulation, Timeline, simulate
 from ipusim.sync_groups import SyncPattern
-from ipusim.work import Cost, Execution, Stage, Work
+from ipusim.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 
 __all__ = [
     "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",
-    "Cost", "CostModel", "Execution", "IPUSpec", "Offload", "RunConfig", "Simulation", "Stage",
+    "Cost", "CostModel", "Execution", "IPUSpec", "Kernel", "KernelKind", "Offload", "RunConfig", "Simulation", "Stage",
     "SyncPattern", "SystemSpec", "Timeline", "Work", "simulate", "system_spec",
 ]

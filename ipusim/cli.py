@@ -14,6 +14,7 @@ from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
 PROGRESS_ENV = "IPUSIM_PROGRESS"
+TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
 
 _DESCRIPTION = """\
 Simulate Graphcore IPU systems running real PopTorch programs, and read the
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
-        usage="ipusim run [-h] [--report DIR] [--no-progress] SCRIPT [-- SCRIPT_ARGS ...]",
+        usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] SCRIPT "
+              "[-- SCRIPT_ARGS ...]",
         description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
                     "PopTorch shim. Arguments after -- are passed to the script.",
         epilog="example: ipusim run train.py --report reports/ -- --epochs 1",
@@ -55,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report", metavar="DIR",
                      help="write an autoReport directory per model under DIR "
                           f"(sets {REPORT_DIR_ENV})")
+    run.add_argument("--timing-only", action="store_true",
+                     help="simulate without computing: measure each stage once on fake "
+                          "tensors; outputs hold NaN and weights are not updated "
+                          f"(sets {TIMING_ONLY_ENV}=1)")
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bar of the simulated calls on stderr")
     run.set_defaults(handler=_run)
@@ -124,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
 
     report = str(Path(args.report).resolve()) if args.report else None
     progress = None if args.no_progress else "1"
-    with _environment(REPORT_DIR_ENV, report), _environment(PROGRESS_ENV, progress):
+    timing_only = "1" if args.timing_only else None
+    with _environment(REPORT_DIR_ENV, report), _environment(PROGRESS_ENV, progress), \
+            _environment(TIMING_ONLY_ENV, timing_only):
         status = run_script(args.script, args.script_args)
     if report:
         written = sorted(path.parent for path in Path(report).glob("*/profile.json"))

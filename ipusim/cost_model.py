@@ -1,15 +1,20 @@
-"""The cost model: FLOPs and bytes in, simulated picoseconds out.
+"""The cost model: operators, FLOPs and bytes in, simulated picoseconds out.
 
 This is the only place that turns work into time. Every constant is a named,
-documented field of :class:`CostModel`; :data:`CALIBRATED_MK2` is the profile
-fitted to the data-loading tutorial's measured table (see the README).
+documented field of :class:`CostModel`. A measured model's operators are
+priced one by one by :mod:`ipusim.operator_model` from their shapes and the
+tile's figures; a hand-written :class:`~ipusim.work.Cost` with FLOPs and
+bytes alone is priced by a roofline. :data:`CALIBRATED_MK2` is the profile
+whose few free parameters come from the data-loading tutorial's measured
+table (see the README).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ipusim.hardware import IPUSpec, SystemSpec
-from ipusim.work import Cost, Stage
+from ipusim.operator_model import kernel_cycles
+from ipusim.work import Cost, Kernel, KernelKind, Stage
 
 PS_PER_S = 10**12
 PS_PER_US = 10**6
@@ -24,16 +29,33 @@ def to_ps(seconds: float) -> int:
 class CostModel:
     """Parameters of a roofline compute model and of the links' transfer costs."""
 
-    precision: str = field(default="fp32", metadata={"help": "arithmetic precision: fp32 or fp16"})
+    precision: str = field(
+        default="fp32", metadata={"help": "roofline only: the precision of a hand-written cost "
+                                          "(fp32 or fp16); measured operators carry their own"})
     flops_efficiency: float = field(
-        default=0.039, metadata={"help": "fraction of peak FLOP/s that operators reach; fitted "
-                                         "to the tutorial's small CNN (few-channel convolutions "
-                                         "and batch-16 matmuls leave most AMP units idle)"})
+        default=0.039, metadata={"help": "roofline only: fraction of peak FLOP/s a hand-written "
+                                         "cost reaches"})
     memory_efficiency: float = field(
-        default=0.5, metadata={"help": "fraction of peak SRAM bandwidth that operators reach"})
+        default=0.5, metadata={"help": "roofline only: fraction of peak SRAM bandwidth a "
+                                       "hand-written cost reaches"})
+    half_partials: bool = field(
+        default=False, metadata={"help": "fp16 matmuls accumulate in fp16 partials, on all the "
+                                         "AMP's conv units (PopTorch's default is fp32 partials: "
+                                         "half of them on Mk2)"})
+    amp_worker_overhead_cycles: float = field(
+        default=29, metadata={"help": "worker cycles each AMP pass costs beyond its outputs "
+                                      "(PopLibs' 1x1 conv worker estimate: 41 cycles for 3 "
+                                      "outputs at 4 a piece)"})
+    amp_pass_overhead_cycles: float = field(
+        default=26, metadata={"help": "supervisor cycles per AMP pass besides loading the "
+                                      "weights (PopLibs: 19 per output group, 7 per pass)"})
+    compute_set_cycles: float = field(
+        default=7000, metadata={"help": "fixed cycles of one compute set beyond its work: its "
+                                        "sync, exchange set-up and vertex launches (from the "
+                                        "tutorial's measured table)"})
     op_overhead_cycles: int = field(
-        default=2000, metadata={"help": "fixed cycles per operator: its compute sets, syncs "
-                                        "and on-chip exchange"})
+        default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
+                                        "hand-written cost"})
     ipu_sync_cycles: int = field(
         default=300, metadata={"help": "cycles of a sync between IPUs (GS2)"})
     host_sync_ps: int = field(
@@ -65,7 +87,8 @@ class CostModel:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"CostModel.{name} must be in (0, 1], got {value!r}")
-        for name in ("op_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
+        for name in ("op_overhead_cycles", "compute_set_cycles", "amp_worker_overhead_cycles",
+                     "amp_pass_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
                      "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:
@@ -73,20 +96,35 @@ class CostModel:
 
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
-        """Time of ``cost`` on one IPU: fixed operator overhead plus a roofline."""
+        """Time of ``cost`` on one IPU: its operators priced from their shapes
+        (:mod:`ipusim.operator_model`), or a roofline with a fixed overhead
+        per operator for a cost that lists none."""
+        if cost.kernels:
+            cycles = sum(count * kernel_cycles(kernel, ipu, self) for kernel, count in cost.kernels)
+            return cost.time_ps + to_ps(cycles / ipu.clock_hz)
         flop_s = cost.flops / (ipu.peak_flops(self.precision) * self.flops_efficiency)
         mem_s = cost.bytes / (ipu.memory_bandwidth * self.memory_efficiency)
         overhead_s = cost.ops * self.op_overhead_cycles / ipu.clock_hz
         return cost.time_ps + to_ps(overhead_s + max(flop_s, mem_s))
 
     def update_cost(self, stage: Stage) -> Cost:
-        """The weight update of ``stage``: given, or derived from its weight bytes."""
+        """The weight update of ``stage``: given, or derived from its weight bytes.
+
+        A measured stage's update is a vector operator over the weights and
+        the optimizer state it reads and writes, priced like its other
+        operators.
+        """
         if stage.update is not None:
             return stage.update
         if stage.weight_bytes == 0:
             return Cost()
-        return Cost(flops=self.update_flops_per_weight_byte * stage.weight_bytes,
-                    bytes=self.update_bytes_per_weight_byte * stage.weight_bytes, ops=1)
+        flops = self.update_flops_per_weight_byte * stage.weight_bytes
+        nbytes = self.update_bytes_per_weight_byte * stage.weight_bytes
+        if not stage.forward.kernels:
+            return Cost(flops=flops, bytes=nbytes, ops=1)
+        update = Kernel(KernelKind.ELEMENTWISE, width=4, elements=int(nbytes) // 4,
+                        bytes=int(nbytes))
+        return Cost(flops=flops, bytes=nbytes, ops=1, kernels=((update, 1),))
 
     # Links -----------------------------------------------------------------
     def ipu_sync_ps(self, ipu: IPUSpec) -> int:

@@ -25,12 +25,44 @@ class IPUSpec:
     ipu_links: int = field(metadata={"help": "number of IPU-Links to other IPUs"})
     ipu_link_bandwidth: float = field(
         metadata={"help": "bandwidth of one IPU-Link in each direction, bytes/s"})
+    # The tile, as PopLibs' cycle estimators describe it (see ipusim.operator_model).
+    amp_units_half: int = field(
+        default=16, metadata={"help": "AMP conv units per tile, fp16 inputs and fp16 partials"})
+    amp_units_half_float_partials: int = field(
+        default=8, metadata={"help": "AMP conv units per tile, fp16 inputs and fp32 partials"})
+    amp_units_float: int = field(
+        default=8, metadata={"help": "AMP conv units per tile, fp32 inputs"})
+    amp_input_bytes: int = field(
+        default=32, metadata={"help": "input-channel bytes one AMP pass consumes per output "
+                                      "(4 loads of 64 bits: 16 halves or 8 floats)"})
+    amp_cycles_per_output: int = field(
+        default=4, metadata={"help": "tile cycles per output vector of an AMP pass, steady state"})
+    workers: int = field(default=6, metadata={"help": "hardware worker threads per tile"})
+    vector_bytes_per_cycle: int = field(
+        default=8, metadata={"help": "bytes the vector unit processes per tile cycle (64 bits)"})
+    exchange_bytes_per_cycle: int = field(
+        default=4, metadata={"help": "bytes one tile receives from the exchange per cycle"})
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name != "name" and not value > 0:
                 raise ValueError(f"IPUSpec.{f.name} must be positive, got {value!r}")
+
+    def amp_units(self, width: int, half_partials: bool) -> int:
+        """AMP conv units per tile for inputs of ``width`` bytes (output channels per pass)."""
+        if width > 2:
+            return self.amp_units_float
+        return self.amp_units_half if half_partials else self.amp_units_half_float_partials
+
+    def amp_macs_per_cycle(self, width: int, half_partials: bool) -> float:
+        """Multiply-accumulates per tile cycle the AMP reaches at full occupancy.
+
+        Mk2: 16 halves x 16 units / 4 cycles = 64, i.e. 1,472 tiles x 64 x 2
+        FLOPs x 1.33 GHz = 250 TFLOP/s; fp32 8 x 8 / 4 = 16 (62.5 TFLOP/s).
+        """
+        inputs = self.amp_input_bytes // min(width, 4)
+        return inputs * self.amp_units(width, half_partials) / self.amp_cycles_per_output
 
     @property
     def sram_bytes(self) -> int:
@@ -73,6 +105,11 @@ MK1_GC2 = IPUSpec(
     memory_bandwidth=45e12,
     ipu_links=10,
     ipu_link_bandwidth=10 * GB,
+    # PopLibs' Mk1 defaults (include/popnn/Net.hpp): 8 conv units for half
+    # inputs with either partials, 4 for float (32 and 8 MACs a cycle).
+    amp_units_half=8,
+    amp_units_half_float_partials=8,
+    amp_units_float=4,
 )
 
 BOW = IPUSpec(

@@ -13,23 +13,86 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 
+class KernelKind(str, enum.Enum):
+    """How the IPU runs an operator: which unit of the tile does the work."""
+
+    MATMUL = "matmul"                  # the AMP: matmuls, and convolutions as implicit GEMM
+    ELEMENTWISE = "elementwise"        # vector unit, about one 64-bit vector a cycle
+    TRANSCENDENTAL = "transcendental"  # vector unit: exp, log, tanh, sigmoid, GELU, softmax
+    DIVIDE = "divide"                  # vector unit: divide, sqrt, rsqrt
+    NORMALISE = "normalise"            # batch/group/layer norm: statistics, then whitening
+    DATA = "data"                      # gathers, scatters, copies: exchange-bound
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One operator as the IPU would run it, for the operator-level compute model.
+
+    A matmul is ``groups`` independent products of an (m x k) by a (k x n)
+    matrix; a convolution is one in implicit-GEMM form (m output positions, k
+    input channels times kernel taps, n output channels). The other kinds work
+    on ``elements`` elements. ``width`` is the bytes of one input element: 2
+    for fp16/bf16, 4 for fp32. ``bytes`` is everything read and written.
+    """
+
+    kind: KernelKind
+    width: int = 4
+    m: int = 0
+    k: int = 0
+    n: int = 0
+    groups: int = 1
+    elements: int = 0
+    bytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", KernelKind(self.kind))
+        if self.width not in (1, 2, 4, 8):
+            raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
+        for name in ("m", "k", "n", "elements", "bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Kernel.{name} must not be negative, got {getattr(self, name)!r}")
+        if self.groups < 1:
+            raise ValueError(f"Kernel.groups must be at least 1, got {self.groups!r}")
+
+
+def _merge_kernels(*lists: tuple[tuple[Kernel, int], ...]) -> tuple[tuple[Kernel, int], ...]:
+    """Kernel counts of several costs added together, identical kernels counted once."""
+    counts: dict[Kernel, int] = {}
+    for kernels in lists:
+        for kernel, count in kernels:
+            counts[kernel] = counts.get(kernel, 0) + count
+    return tuple(counts.items())
+
+
 @dataclass(frozen=True)
 class Cost:
-    """The cost of one piece of compute on one micro-batch."""
+    """The cost of one piece of compute on one micro-batch.
+
+    A cost measured from a real model lists its operators as ``kernels``
+    (each with how many times it runs), and the cost model prices them one by
+    one; a hand-written cost gives only ``flops`` and ``bytes``, priced by a
+    roofline. ``flops``, ``bytes`` and ``ops`` are kept either way for the
+    reports.
+    """
 
     flops: float = field(default=0.0, metadata={"help": "floating-point operations"})
     bytes: float = field(default=0.0, metadata={"help": "bytes read and written in SRAM"})
     ops: int = field(default=0, metadata={"help": "operators (compute sets), each a BSP superstep"})
     time_ps: int = field(default=0, metadata={"help": "fixed extra time in picoseconds"})
+    kernels: tuple[tuple[Kernel, int], ...] = field(
+        default=(), metadata={"help": "the operators, as (kernel, times it runs); empty: "
+                                      "priced from flops and bytes"})
 
     def __post_init__(self) -> None:
         for name in ("flops", "bytes", "ops", "time_ps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Cost.{name} must not be negative, got {getattr(self, name)!r}")
+        object.__setattr__(self, "kernels", tuple(self.kernels))
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.flops + other.flops, self.bytes + other.bytes,
-                    self.ops + other.ops, self.time_ps + other.time_ps)
+                    self.ops + other.ops, self.time_ps + other.time_ps,
+                    _merge_kernels(self.kernels, other.kernels))
 
 
 @dataclass(frozen=True)

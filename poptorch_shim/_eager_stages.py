@@ -61,8 +61,10 @@ class _Charges:
         now = (float(self._flops.get_total_flops()), float(self._traffic.bytes),
                self._traffic.ops)
         flops, nbytes, ops = (a - b for a, b in zip(now, self._mark))
+        kernels = tuple(self._traffic.take_kernels().items())
         if ops or flops or nbytes:
-            self.costs[self._block] = self.costs.get(self._block, Cost()) + Cost(flops, nbytes, ops)
+            self.costs[self._block] = (self.costs.get(self._block, Cost())
+                                       + Cost(flops, nbytes, ops, kernels=kernels))
         self._block, self._mark = block, now
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -307,7 +307,8 @@ class _SimulationOptions(OptionsGroup):
               OptionSpec("num_ipus", None, (int,), "system", minimum=1, nullable=True),
               OptionSpec("overrides", {}, (dict,), "system"),
               OptionSpec("cost_overrides", {}, (dict,), "costModel"),
-              OptionSpec("loader_rate", None, (int, float), "loaderRate", nullable=True))
+              OptionSpec("loader_rate", None, (int, float), "loaderRate", nullable=True),
+              OptionSpec("timing_only", False, (bool,), "timingOnly"))
 
     @setter
     def system(self, preset: str = "mk2", num_ipus: Optional[int] = None,
@@ -333,6 +334,17 @@ class _SimulationOptions(OptionsGroup):
         """Override cost-model parameters by keyword (replacing earlier ones)."""
         _check_plain(f"{self._path}.costModel", overrides)
         self._set("cost_overrides", overrides)
+        return self
+
+    @setter
+    def timingOnly(self, enabled: bool = True) -> "_SimulationOptions":
+        """Simulate without computing: each stage is measured once on fake
+        tensors (shapes and dtypes, no data), every micro-batch of every
+        replica is then only simulated. Outputs keep PopTorch's shapes and
+        dtypes but hold NaN (floating point) or zeros, and the weights are
+        not updated. ``IPUSIM_TIMING_ONLY=1`` turns it on for every model."""
+        check_value(self._path, self._store.spec("timing_only"), enabled)
+        self._set("timing_only", enabled)
         return self
 
     @setter

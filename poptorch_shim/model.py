@@ -4,7 +4,9 @@ Each call takes one step's worth of data, runs real torch compute for every
 micro-batch of every replica (forward, and in training backward with the
 gradients reduced over micro-batches and replicas), applies one weight
 update per device iteration, advances the simulated IPU system by one step
-and returns the outputs the output mode asks for.
+and returns the outputs the output mode asks for. A timing-only model
+(``Options.Simulation.timingOnly``) measures its stages once on fake
+tensors and then only simulates.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
 from poptorch_shim._compute import WholeModel
+from poptorch_shim._fake import fake_inputs, placeholder_outputs
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
@@ -62,6 +65,8 @@ class PoplarExecutor:
         if training:
             check_ipu_optimizer(self._optimizer)
         self._runner = self._make_runner(model)
+        self._timing_only = options.sim_timing_only
+        self._placeholder: Any = None  # a timing-only model's output for each micro-batch
         self._device: SimulatedDevice | None = None
         self._attached = False
         self._shape = StepShape(
@@ -132,6 +137,8 @@ class PoplarExecutor:
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             stages, output, _ = self._profile(first_args, first_kwargs)
+        if self._timing_only:
+            self._placeholder = placeholder_outputs(output)
         self._device = SimulatedDevice(
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
@@ -142,10 +149,12 @@ class PoplarExecutor:
 
     def _profile(self, args: tuple, kwargs: dict) -> tuple[list, Any, list[str]]:
         """Check the stage layout and measure one micro-batch on a copy of the
-        runner: the stages' profiles, the output and the Blocks it started."""
+        runner: the stages' profiles, the output and the Blocks it started.
+        Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
         probe = copy.deepcopy(self._runner)
         recorder = BlockRecorder()
-        with _mode(probe.model, self._training), recording(recorder):
+        with _mode(probe.model, self._training), recording(recorder), \
+                fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
             check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
                          probe.strategy)
             stages, output = probe.profile(args, kwargs, self._training)
@@ -158,7 +167,11 @@ class PoplarExecutor:
         if self._device is None:
             self._compile(micro_batches[0])
         self._check_micro_batch_size(micro_batches[0])
-        outputs = self._run_step(micro_batches)
+        if self._timing_only:
+            rows = len(micro_batches) // self._shape.input_groups
+            outputs = [self._placeholder] * (rows * self._shape.replicas)
+        else:
+            outputs = self._run_step(micro_batches)
         self._device.step()
         if self._across_instances:
             align_clock(self._device.simulation)

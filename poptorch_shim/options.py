@@ -31,6 +31,9 @@ from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
 from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
 from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
+#: Set to 1 to run every model timing-only (``ipusim run --timing-only`` does).
+TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
+
 logger = logging.getLogger(__name__)
 
 
@@ -292,6 +295,13 @@ class Options(OptionsGroup):
     @property
     def sim_loader_rate(self) -> Optional[float]:
         return self._simulation._store.get("loader_rate")
+
+    @property
+    def sim_timing_only(self) -> bool:
+        """Whether models run timing-only: ``Simulation.timingOnly`` or
+        ``IPUSIM_TIMING_ONLY=1`` in the environment."""
+        return (self._simulation._store.get("timing_only")
+                or os.environ.get(TIMING_ONLY_ENV, "") not in ("", "0"))
 
     # -- use, copy, print ---------------------------------------------------------------
     def _freeze(self) -> None:

@@ -1,0 +1,38 @@
+"""Fake tensors for timing-only runs: measure a model without computing it.
+
+Under torch's ``FakeTensorMode`` a tensor has a shape, a dtype and a device
+but no data, and every operator only works out its output's metadata. The
+cost probe's FLOP counter, dispatch mode and saved-tensor hooks see the same
+operators on fake tensors as on real ones, so a stage is measured in the
+time it takes to trace it, whatever the size of the model or the batch.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map_only
+
+
+@contextmanager
+def fake_inputs(value: Any, enabled: bool = True) -> Iterator[Any]:
+    """Within the block, ``value`` with its tensors made fake and torch in
+    fake mode (parameters stay real: the mode accepts them as inputs). With
+    ``enabled`` False, ``value`` as it is and torch as usual."""
+    if not enabled:
+        yield value
+        return
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield tree_map_only(torch.Tensor, mode.from_tensor, value)
+
+
+def placeholder_outputs(output: Any) -> Any:
+    """Real tensors with the shapes and dtypes of a (fake) output: NaN where
+    the dtype is floating point, zeros otherwise. Call it outside fake mode."""
+    def placeholder(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.is_floating_point() or tensor.is_complex():
+            return torch.full(tensor.shape, float("nan"), dtype=tensor.dtype)
+        return torch.zeros(tensor.shape, dtype=tensor.dtype)
+    return tree_map_only(torch.Tensor, placeholder, output)
