@@ -124,6 +124,14 @@ def tensor_bytes(value) -> int:
                if isinstance(leaf, torch.Tensor))
 
 
+def _does_work(func, out) -> bool:
+    """Whether an aten call computes or moves data (not a view, a reshape, or a
+    query of metadata such as the ``prim.device`` calls fake tensors make)."""
+    return (func.namespace == "aten" and not func.is_view
+            and func.overloadpacket.__name__.rstrip("_") not in _FREE_OPS
+            and bool(_tensors(out)))
+
+
 class _TrafficCounter(TorchDispatchMode):
     """Counts operators, the bytes they read and write, and their kernels."""
 
@@ -136,7 +144,7 @@ class _TrafficCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.overloadpacket.__name__.rstrip("_") not in _FREE_OPS and not func.is_view:
+        if _does_work(func, out):
             self.ops += 1
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
             for kernel in kernels_of(func, args, kwargs, out):
