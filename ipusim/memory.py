@@ -47,6 +47,15 @@ def stash_depth(stage: int, num_stages: int, run: RunConfig) -> int:
     return 1
 
 
+def recomputes(run: RunConfig, depth: int) -> bool:
+    """Whether a stage with ``depth`` micro-batches in flight recomputes its
+    forward: a pipeline's last stage runs its backward straight after its
+    forward, so it has nothing to recompute."""
+    if not (run.training and run.recompute):
+        return False
+    return depth > 1 if run.execution is Execution.PIPELINED else not run.execution.phased
+
+
 def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
                    model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each IPU of one replica needs, by category, against its capacity."""
@@ -61,15 +70,18 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
         if weights_on_chip:
             row["weights"] += stage.weight_bytes
         if run.training and not offload.optimizer and not run.execution.phased:
-            row["optimizer"] += stage.optimizer_bytes
+            row["optimizer"] += stage.optimizer_bytes / run.optimizer_shards
         if run.training and run.gradient_accumulation > 1 and not offload.accumulators:
             row["accumulators"] += stage.weight_bytes
         depth = stash_depth(k, len(stages), run)
         if offload.activations:
             depth = min(depth, 1)
-        if run.recompute and run.execution is Execution.PIPELINED and depth > 1:
+        if recomputes(run, depth):
+            # Each micro-batch in flight keeps its input and checkpoints; the one
+            # being backpropagated also holds one recomputed segment.
             inputs = work.input_bytes if k == 0 else stages[k - 1].activation_bytes
-            row["stash"] += stage.stash_bytes + inputs * (depth - 1)
+            kept = inputs + stage.checkpoint_bytes
+            row["stash"] += kept * (depth - 1) + stage.recompute_stash_bytes
         else:
             row["stash"] += stage.stash_bytes * max(depth, 1)
         row["code"] += model.code_bytes_per_op * (stage.forward.ops + stage.backward.ops)
@@ -97,5 +109,5 @@ def check_fits(table: pd.DataFrame) -> None:
                 f"Out of memory on IPU {ipu}: the model needs {row['total'] / MB:.1f} MB "
                 f"({parts}) but the IPU has {row['capacity'] / MB:.1f} MB of SRAM. Try "
                 "spreading the blocks over more IPUs, recomputation "
-                "(RecomputationType.Pipelined), offloading weights or optimizer state to "
+                "(RecomputationType.Pipeline), offloading weights or optimizer state to "
                 "streaming memory (TensorLocations), or a smaller micro-batch")

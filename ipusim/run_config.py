@@ -20,6 +20,7 @@ class Offload:
     optimizer: bool = False
     accumulators: bool = False
     activations: bool = False
+    sharded_optimizer: bool = False  # replicated tensor sharding: 1/replicas of the state each
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,10 @@ class RunConfig:
                                  metadata={"help": "how the stages share the IPUs in time"})
     sync_pattern: SyncPattern = field(default=SyncPattern.FULL, metadata={"help": "host I/O sync groups"})
     synthetic_data: bool = field(default=False, metadata={"help": "no host<->device stream copies"})
-    recompute: bool = field(default=False, metadata={"help": "pipeline recomputation of the forward"})
+    recompute: bool = field(
+        default=False, metadata={"help": "recompute the forward before the backward, keeping "
+                                         "only stage inputs and checkpoints (pipelined and "
+                                         "sharded execution)"})
     instances: int = field(
         default=1, metadata={"help": "host processes (poprun instances) whose replicas all-reduce "
                                      "together"})
@@ -64,6 +68,12 @@ class RunConfig:
         if self.output_period == 0:
             return micro_batch == self.micro_batches_per_step - 1
         return (micro_batch + 1) % self.output_period == 0
+
+    @property
+    def optimizer_shards(self) -> int:
+        """Replicas the optimizer state is split across (1 without replicated
+        tensor sharding): each holds, streams and updates its share."""
+        return self.total_replicas if self.offload.sharded_optimizer else 1
 
     @property
     def total_replicas(self) -> int:

@@ -113,14 +113,27 @@ class Stage:
         default=0, metadata={"help": "activations kept for the backward, one micro-batch"})
     weight_bytes: int = field(default=0, metadata={"help": "parameters held by the stage"})
     optimizer_bytes: int = field(default=0, metadata={"help": "optimizer state of the stage"})
+    checkpoint_bytes: int = field(
+        default=0, metadata={"help": "recomputation checkpoints of one micro-batch: what "
+                                     "recomputation keeps besides the stage's input"})
+    segment_stash_bytes: int | None = field(
+        default=None, metadata={"help": "the most activations recomputing one segment between "
+                                        "checkpoints holds; None: stash_bytes (one segment)"})
 
     def __post_init__(self) -> None:
         if not isinstance(self.ipu, int) or self.ipu < 0:
             raise ValueError(f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
-        for name in ("activation_bytes", "stash_bytes", "weight_bytes", "optimizer_bytes"):
+        for name in ("activation_bytes", "stash_bytes", "weight_bytes", "optimizer_bytes",
+                     "checkpoint_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(
                     f"Stage {self.name!r}: {name} must not be negative, got {getattr(self, name)!r}")
+
+    @property
+    def recompute_stash_bytes(self) -> int:
+        """Activations held while one micro-batch is recomputed and backpropagated."""
+        segment = self.stash_bytes if self.segment_stash_bytes is None else self.segment_stash_bytes
+        return self.checkpoint_bytes + segment
 
     @property
     def recompute_cost(self) -> Cost:
@@ -206,7 +219,12 @@ class Work:
                     activation_bytes=stage.activation_bytes,
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,
-                    optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes)
+                    optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes,
+                    checkpoint_bytes=prev.checkpoint_bytes + stage.checkpoint_bytes,
+                    segment_stash_bytes=(
+                        None if prev.segment_stash_bytes is None and stage.segment_stash_bytes is None
+                        else max(prev.recompute_stash_bytes - prev.checkpoint_bytes,
+                                 stage.recompute_stash_bytes - stage.checkpoint_bytes)))
             out.append(stage)
         return Work(tuple(out), self.micro_batch_size, self.input_bytes_per_sample,
                     self.output_bytes_per_sample)

@@ -15,6 +15,7 @@ from poptorch_shim.enums import (AutoStage, CommGroupType, DataLoaderMode, MeanR
                                  SyncPattern)
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
+from poptorch_shim.recomputation import recomputationCheckpoint
 from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedExecution,
                                       SerialPhasedExecution, ShardedExecution, Stage)
 
@@ -42,5 +43,5 @@ __all__ = [
     "RecomputationType", "ReductionType", "SerialPhasedExecution", "ShardedExecution",
     "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "identity_loss",
     "inferenceModel",
-    "ipuHardwareIsAvailable", "optim", "removeBlocks", "trainingModel",
+    "ipuHardwareIsAvailable", "optim", "recomputationCheckpoint", "removeBlocks", "trainingModel",
 ]

@@ -32,6 +32,8 @@ class StageProfile:
     activation_bytes: int
     stash_bytes: int
     weight_bytes: int
+    checkpoint_bytes: int = 0
+    segment_stash_bytes: int | None = None
 
 
 class _IdentityLoss(torch.autograd.Function):
@@ -236,5 +238,7 @@ class WholeModel:
         stage = StageProfile("model", 0, forward.cost, backward_cost,
                              activation_bytes=tensor_bytes(output),
                              stash_bytes=forward.saved_bytes,
-                             weight_bytes=parameter_bytes(self.model))
+                             weight_bytes=parameter_bytes(self.model),
+                             checkpoint_bytes=forward.checkpoint_bytes,
+                             segment_stash_bytes=forward.segment_bytes)
         return [stage], output

@@ -21,11 +21,13 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Kernel, KernelKind
+from poptorch_shim.recomputation import observing
 
-# Operators that only reshape or alias their input move no data on an IPU.
+# Operators that only reshape, alias or allocate move no data on an IPU.
 _FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "permute", "expand",
              "unsqueeze", "squeeze", "alias", "reshape", "slice", "select", "as_strided",
-             "lift_fresh", "clone"}
+             "lift_fresh", "clone", "empty", "empty_like", "empty_strided", "new_empty",
+             "new_empty_strided"}
 
 
 # How the IPU runs the other aten operators (by overload packet name); the rest
@@ -124,12 +126,16 @@ def tensor_bytes(value) -> int:
                if isinstance(leaf, torch.Tensor))
 
 
-def _does_work(func, out) -> bool:
-    """Whether an aten call computes or moves data (not a view, a reshape, or a
-    query of metadata such as the ``prim.device`` calls fake tensors make)."""
-    return (func.namespace == "aten" and not func.is_view
-            and func.overloadpacket.__name__.rstrip("_") not in _FREE_OPS
-            and bool(_tensors(out)))
+def _does_work(func, args: tuple, out) -> bool:
+    """Whether an aten call computes or moves data on the IPU: not a view, a
+    reshape, an allocation, a query of metadata (the ``prim.device`` calls
+    fake tensors make), nor one-element bookkeeping such as BatchNorm's
+    ``num_batches_tracked += 1``, which the IPU program folds into its loop."""
+    if func.namespace != "aten" or func.is_view \
+            or func.overloadpacket.__name__.rstrip("_") in _FREE_OPS:
+        return False
+    outputs = _tensors(out)
+    return bool(outputs) and any(t.numel() > 1 for t in _tensors(args) + outputs)
 
 
 class _TrafficCounter(TorchDispatchMode):
@@ -144,7 +150,7 @@ class _TrafficCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if _does_work(func, out):
+        if _does_work(func, args, out):
             self.ops += 1
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
             for kernel in kernels_of(func, args, kwargs, out):
@@ -157,12 +163,27 @@ class _TrafficCounter(TorchDispatchMode):
         return kernels
 
 
+def activation_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor autograd saves, unless it is a parameter or a view of
+    one: an IPU keeps its weights anyway and stashes only activations."""
+    base = tensor if tensor._base is None else tensor._base
+    return 0 if isinstance(base, torch.nn.Parameter) else tensor.numel() * tensor.element_size()
+
+
 @dataclass
 class Measurement:
-    """What one measured region cost; filled in when its ``with`` block ends."""
+    """What one measured region cost; filled in when its ``with`` block ends.
+
+    ``saved_bytes`` are the activations autograd keeps for the backward;
+    ``checkpoint_bytes`` those marked with ``recomputationCheckpoint``, and
+    ``segment_bytes`` the most saved between two checkpoints: what
+    recomputing one segment holds at once.
+    """
 
     cost: Cost = field(default_factory=Cost)
     saved_bytes: int = 0
+    checkpoint_bytes: int = 0
+    segment_bytes: int = 0
 
 
 @contextmanager
@@ -171,14 +192,22 @@ def measure() -> Iterator[Measurement]:
     result = Measurement()
     flops = FlopCounterMode(display=False)
     traffic = _TrafficCounter()
-    saved = [0]
+    segment = [0]
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        saved[0] += tensor.numel() * tensor.element_size()
+        nbytes = activation_bytes(tensor)
+        result.saved_bytes += nbytes
+        segment[0] += nbytes
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), flops, traffic:
+    def checkpoint(tensors: tuple[torch.Tensor, ...]) -> None:
+        result.checkpoint_bytes += tensor_bytes(tensors)
+        result.segment_bytes = max(result.segment_bytes, segment[0])
+        segment[0] = 0
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), observing(checkpoint), \
+            flops, traffic:
         yield result
+    result.segment_bytes = max(result.segment_bytes, segment[0])
     result.cost = Cost(flops=float(flops.get_total_flops()), bytes=float(traffic.bytes),
                        ops=traffic.ops, kernels=tuple(traffic.kernels.items()))
-    result.saved_bytes = saved[0]

@@ -12,6 +12,7 @@ import warnings
 from dataclasses import replace
 
 import pandas as pd
+import torch
 from tqdm import tqdm
 
 import ipusim
@@ -49,6 +50,10 @@ def run_config(options, training: bool, num_stages: int, strategy=None) -> RunCo
         settings = options.TensorLocations.location(kind)
         return settings is not None and settings.on_chip is False
 
+    def sharded(kind: str) -> bool:
+        settings = options.TensorLocations.location(kind)
+        return settings is not None and settings.replicated_tensor_sharding is True
+
     execution = execution_of(strategy)
     return RunConfig(
         training=training,
@@ -59,10 +64,14 @@ def run_config(options, training: bool, num_stages: int, strategy=None) -> RunCo
         execution=execution,
         sync_pattern=ipusim.SyncPattern(options.sync_pattern.name),
         synthetic_data=options.synthetic_data,
-        recompute=(training and execution is Execution.PIPELINED and num_stages > 1
-                   and options.recomputation != enums.RecomputationType.NoRecompute),
+        # PopART recomputes a pipeline stage by stage (a one-stage pipeline has
+        # nothing to recompute) and a sharded or single-IPU model as a whole.
+        recompute=(training and options.recomputation != enums.RecomputationType.NoRecompute
+                   and (execution is Execution.SHARDED
+                        or execution is Execution.PIPELINED and num_stages > 1)),
         offload=Offload(weights=offloaded("weight"), optimizer=offloaded("optimizer"),
-                        accumulators=offloaded("accumulator"), activations=offloaded("activation")),
+                        accumulators=offloaded("accumulator"), activations=offloaded("activation"),
+                        sharded_optimizer=sharded("optimizer")),
         output_period=period)
 
 
@@ -113,8 +122,11 @@ def _warn_if_out_of_memory(memory: pd.DataFrame) -> None:
 
 
 def cost_model(options) -> ipusim.CostModel:
-    """The calibrated Mk2 cost model with the options' overrides."""
-    return replace(ipusim.CALIBRATED_MK2, **options.sim_cost_overrides)
+    """The calibrated Mk2 cost model with the options' partials type
+    (``Precision.setPartialsType``) and overrides."""
+    half_partials = options.Precision.partials_type == torch.float16
+    return replace(ipusim.CALIBRATED_MK2, half_partials=half_partials,
+                   **options.sim_cost_overrides)
 
 
 class SimulatedDevice:
@@ -126,7 +138,8 @@ class SimulatedDevice:
         self.work = Work(
             tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
-                        weight_bytes=s.weight_bytes,
+                        weight_bytes=s.weight_bytes, checkpoint_bytes=s.checkpoint_bytes,
+                        segment_stash_bytes=s.segment_stash_bytes,
                         optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio) if training else 0)
                   for s in stages),
             micro_batch_size=micro_batch_size,

@@ -21,15 +21,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
 from poptorch_shim._compute import StageProfile, WholeModel
-from poptorch_shim._cost_probe import _TrafficCounter, tensor_bytes
+from poptorch_shim._cost_probe import _TrafficCounter, activation_bytes, tensor_bytes
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import _ExecutionStrategy
-
-
-def activation_bytes(tensor: torch.Tensor) -> int:
-    """Bytes of a tensor autograd saves, unless it is a parameter or a view of one."""
-    base = tensor if tensor._base is None else tensor._base
-    return 0 if isinstance(base, torch.nn.Parameter) else tensor.numel() * tensor.element_size()
 
 
 class _Charges:

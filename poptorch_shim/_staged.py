@@ -20,9 +20,9 @@ import copy
 import functools
 import operator
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -32,7 +32,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from ipusim import Cost
 from poptorch_shim._compute import LossFinder, StageProfile
 from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
-from poptorch_shim._eager_stages import EagerStages, activation_bytes
+from poptorch_shim._eager_stages import EagerStages
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
 from poptorch_shim.strategies import PlacedStage, _ExecutionStrategy
 
@@ -41,23 +41,6 @@ _INPUT, _STAGE, _CONST = range(3)   # where a stage's input comes from
 _IN_PLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.imul,
                        operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow,
                        operator.imatmul, operator.iand, operator.ior, operator.ixor)
-
-
-@contextmanager
-def _probe() -> Iterator[Measurement]:
-    """``measure()`` the block, counting as saved only activations: autograd
-    also keeps parameters (and views of them) for the backward, but a
-    pipeline stashes activations, never weights."""
-    saved = [0]
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        saved[0] += activation_bytes(tensor)
-        return tensor
-
-    with measure() as result:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield result
-    result.saved_bytes = saved[0]
 
 
 class _BlockTracer(fx.Tracer):
@@ -140,7 +123,7 @@ class _GraphPlan:
                 else:
                     value = ref[1]
                 values.append(value)
-            with _probe() if probes is not None else nullcontext() as probe:
+            with measure() if probes is not None else nullcontext() as probe:
                 results.append(stage.module(*values))
             if probes is not None:
                 probes.append(probe)
@@ -171,7 +154,7 @@ class _GraphPlan:
                 if grad is not None:
                     roots.append(out)
                     grads.append(grad)
-            with _probe() if probes is not None else nullcontext() as probe:
+            with measure() if probes is not None else nullcontext() as probe:
                 if roots:
                     torch.autograd.backward(roots, grads)
             if probes is not None:
@@ -198,7 +181,9 @@ class _GraphPlan:
                         tensor_bytes([results[src][j] for src, j in self.crossing[k]]))
             profiles.append(StageProfile(stage.placed.name, stage.placed.ipu, forward[k].cost,
                                          backward[k].cost, activation_bytes=crossing,
-                                         stash_bytes=forward[k].saved_bytes, weight_bytes=weights))
+                                         stash_bytes=forward[k].saved_bytes, weight_bytes=weights,
+                                         checkpoint_bytes=forward[k].checkpoint_bytes,
+                                         segment_stash_bytes=forward[k].segment_bytes))
         return profiles
 
 

@@ -88,6 +88,10 @@ class ProgramBuilder:
     def weight_update(self, stages: list[int] | None = None, cycle: int = -1) -> None:
         """All-reduce the gradients across replicas, then update the stages' weights.
 
+        With the optimizer state sharded across replicas the all-reduce is a
+        reduce-scatter and, after each replica updates its share, an
+        all-gather of the weights: the same bytes over the IPU-Links.
+
         ``stages`` defaults to every stage; phased execution updates one phase at a time.
         """
         indices = range(len(self.stages)) if stages is None else stages
@@ -98,11 +102,12 @@ class ProgramBuilder:
             times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
                      for g in grads]
             self._collective("all_reduce", max(times), times, grads, cycle)
+        shards = self.run.optimizer_shards  # each replica updates its share of the weights
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
             self.stream("stream_in", index, offloaded, cycle)
             self.busy(self.stages[index].ipu, "weight_update", index, -1, cycle,
-                      price.update_ps, price.update)
+                      -(-price.update_ps // shards), price.update)
             self.stream("stream_out", index, offloaded, cycle)
 
     def load_offloaded_weights(self) -> None:
@@ -121,7 +126,7 @@ class ProgramBuilder:
         stage, offload = self.stages[index], self.run.offload
         accumulating = self.run.gradient_accumulation > 1
         return ((stage.weight_bytes if offload.weights else 0)
-                + (stage.optimizer_bytes if offload.optimizer else 0)
+                + (stage.optimizer_bytes // self.run.optimizer_shards if offload.optimizer else 0)
                 + (stage.weight_bytes if offload.accumulators and accumulating else 0))
 
     def stream(self, kind: str, index: int, nbytes: int, cycle: int = -1) -> None:

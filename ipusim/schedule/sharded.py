@@ -2,8 +2,9 @@
 
 A single-IPU model is the one-stage case. Each micro-batch streams in, runs
 forward stage by stage (activations copied to the next stage's IPU), streams
-its outputs back, then runs backward in reverse; after the gradient
-accumulation count of micro-batches the weights are updated.
+its outputs back, then runs backward in reverse, each stage recomputing its
+forward first when recomputation is on; after the gradient accumulation
+count of micro-batches the weights are updated.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def emit_sharded(b: ProgramBuilder) -> None:
             if not run.training:
                 continue
             for k in range(last, -1, -1):
+                if run.recompute:
+                    b.compute("recompute", k, mb)
                 b.compute("backward", k, mb)
                 if k > 0 and stages[k - 1].ipu != stages[k].ipu:
                     b.exchange([Copy(stages[k].ipu, stages[k - 1].activation_bytes, k, mb)])

@@ -166,9 +166,13 @@ def test_every_micro_batch_is_computed_once_per_pass(scenario):
 
     assert computed("forward") == everything
     assert computed("backward") == (everything if run.training else set())
-    recomputes = run.training and run.recompute and run.execution is Execution.PIPELINED
-    assert computed("recompute") == (
-        {key for key in everything if key[3] < stages - 1} if recomputes else set())
+    # A pipeline recomputes every stage but the last; sharded execution every stage.
+    recomputed = set()
+    if run.training and run.recompute and run.execution is Execution.PIPELINED:
+        recomputed = {key for key in everything if key[3] < stages - 1}
+    elif run.training and run.recompute and run.execution is Execution.SHARDED:
+        recomputed = everything
+    assert computed("recompute") == recomputed
     updates = events[events["kind"] == "weight_update"]
     assert len(updates) == (run.replicas * steps * run.device_iterations * stages
                             if run.training else 0)

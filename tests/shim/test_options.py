@@ -112,6 +112,7 @@ SETTERS = [
     Case("Simulation.costModel", lambda: (),
          lambda o: o.sim_cost_overrides, {}),
     Case("Simulation.loaderRate", lambda: (51_700,), lambda o: o.sim_loader_rate, 51_700),
+    Case("Simulation.timingOnly", lambda: (True,), lambda o: o.sim_timing_only, True),
 ]
 
 
@@ -225,6 +226,7 @@ BAD_CALLS = [
     ("Simulation.system", ("mk2", 0), ValueError, ["num_ipus", "got 0"]),
     ("Simulation.loaderRate", (0,), ValueError, ["items_per_second", "got 0"]),
     ("Simulation.loaderRate", ("fast",), TypeError, ["loader_rate", "'fast'"]),
+    ("Simulation.timingOnly", ("yes",), TypeError, ["timing_only", "'yes'"]),
 ]
 
 

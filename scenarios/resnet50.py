@@ -1,0 +1,110 @@
+"""ResNet-50 training on a Bow Pod16, as Graphcore ran it, timing-only.
+
+The configuration is ``resnet50`` of graphcore/examples
+(vision/cnns/pytorch/train/configs.yml): 16 replicas of one IPU each,
+micro-batch 18, gradient accumulation 57, fp16 weights and activations with
+fp16 partials, SGD with momentum, 8-bit images normalised on the IPU, and
+recomputation checkpoints at the residual additions. Run it with ``python -m
+poptorch_shim scenarios/resnet50.py`` (``--size reduced`` for a small model).
+
+It runs timing-only (``opts.Simulation.timingOnly``): the model is measured
+once on fake tensors and every micro-batch is simulated, so a step takes
+seconds where computing it on a CPU would take an hour.
+"""
+import argparse
+import time
+
+import torch
+from torch import nn
+
+import poptorch
+from scenarios.models import Bottleneck, resnet50
+
+# (width, layers, image size) of each size.
+SIZES = {"50": (64, (3, 4, 6, 3), 224), "reduced": (8, (1, 1, 1, 1), 32)}
+
+
+class NormalisedResNet(nn.Module):
+    """Takes 8-bit images, as Graphcore's input pipeline sends them, and
+    normalises them on the IPU in the model's dtype."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+
+    def forward(self, images, labels=None):
+        images = ((images.to(self.mean.dtype) - self.mean) / self.std)
+        return self.model(images, labels)
+
+
+def checkpoint_residuals(model: nn.Module) -> None:
+    """Keep each bottleneck's output (after its residual addition) for the
+    backward and recompute the rest, as Graphcore's manual recomputation does."""
+    for module in model.modules():
+        if isinstance(module, Bottleneck):
+            module.register_forward_hook(
+                lambda module, inputs, output: poptorch.recomputationCheckpoint(output))
+
+
+def options(args) -> poptorch.Options:
+    """Graphcore's ResNet-50 training options for a Bow Pod16."""
+    opts = poptorch.Options()
+    opts.Simulation.system("bow", 16)
+    opts.Simulation.timingOnly(True)
+    opts.replicationFactor(args.replicas)
+    opts.deviceIterations(1)
+    opts.Training.gradientAccumulation(args.gradient_accumulation)
+    opts.Precision.setPartialsType(torch.half)
+    opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.RecomputeAll))
+    opts.outputMode(poptorch.OutputMode.Final)
+    return opts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="50")
+    parser.add_argument("--replicas", type=int, default=16)
+    parser.add_argument("--gradient-accumulation", type=int, default=57)
+    parser.add_argument("--micro-batch", type=int, default=18)
+    parser.add_argument("--steps", type=int, default=1)
+    args = parser.parse_args()
+
+    width, layers, image_size = SIZES[args.size]
+    start = time.perf_counter()
+    model = NormalisedResNet(resnet50(width=width, layers=layers)).half()
+    checkpoint_residuals(model)
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=2.0, momentum=0.9, loss_scaling=128)
+    training = poptorch.trainingModel(model, options(args), optimizer)
+    samples = args.micro_batch * args.replicas * args.gradient_accumulation
+    # One step's batch: a timing-only run reads only its shape and dtype, so one
+    # image stands for all of them (a stride-0 view, no memory for the rest).
+    images = torch.randint(0, 256, (1, 3, image_size, image_size), dtype=torch.uint8)
+    images = images.expand(samples, -1, -1, -1)
+    labels = torch.randint(0, 1000, (samples,))
+    built = time.perf_counter()
+    training.compile(images, labels)
+    measured = time.perf_counter()
+    for _ in range(args.steps):
+        training(images, labels)
+    simulated = time.perf_counter()
+
+    timeline = training.timeline
+    step_ms = timeline.duration_ps / args.steps / 1e9
+    print(f"ResNet-{args.size} training, {args.replicas} replicas, micro-batch "
+          f"{args.micro_batch}, gradient accumulation {args.gradient_accumulation}, image "
+          f"{image_size}, Bow, timing-only")
+    print(f"throughput: {timeline.throughput():.0f} images/s (simulated)")
+    print(f"step time: {step_ms:.1f} ms (simulated)")
+    print(f"wall time: build {built - start:.1f} s, measure {measured - built:.1f} s, "
+          f"simulate {simulated - measured:.1f} s for {args.steps} step(s)")
+    print("\nPer IPU (replica 0):")
+    print(timeline.per_ipu().head(1).round(3).to_string())
+    print("\nMemory per IPU (MB):")
+    print((training.device.memory.drop(columns="capacity") / 1e6).round(1).to_string())
+    training.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Timing-only runs, precision and recomputation: what real models need.
+
+A timing-only model is measured once on fake tensors and then only
+simulated; its timeline must be exactly the one a full run gives, since the
+measured operators are the same. The cost follows the dtype the model really
+runs in, and recomputation trades stash memory for a second forward.
+"""
+import copy
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+
+import poptorch_shim as poptorch
+from ipusim import KernelKind
+from poptorch_shim._cost_probe import measure
+from poptorch_shim._fake import fake_inputs
+from poptorch_shim.blocks import Block
+from poptorch_shim.strategies import PipelinedExecution
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class SmallCNN(nn.Module):
+    """Convolutions, BatchNorm, a residual and a loss: the kinds of operator a real model has."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.norm = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x, labels=None):
+        x = poptorch.recomputationCheckpoint(torch.relu(self.norm(self.conv1(x))))
+        x = poptorch.recomputationCheckpoint(x + torch.relu(self.conv2(x)))
+        logits = self.fc(x.mean(dim=(2, 3)))
+        if labels is None:
+            return logits
+        return logits, nn.functional.cross_entropy(logits, labels)
+
+
+def options(timing_only: bool, **extra) -> poptorch.Options:
+    opts = poptorch.Options()
+    opts.deviceIterations(2)
+    opts.replicationFactor(2)
+    opts.Training.gradientAccumulation(3)
+    opts.Simulation.timingOnly(timing_only)
+    for name, value in extra.items():
+        getattr(opts, name)(value)
+    return opts
+
+
+def batch(samples: int = 4 * 2 * 2 * 3, dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.randn(samples, 3, 8, 8, dtype=dtype), torch.randint(0, 10, (samples,))
+
+
+def run(timing_only: bool, calls: int = 2, model=None, opts=None):
+    torch.manual_seed(1)
+    model = model or SmallCNN()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    training = poptorch.trainingModel(model, opts or options(timing_only),
+                                      torch.optim.SGD(model.parameters(), lr=0.1))
+    outputs = [training(*batch()) for _ in range(calls)]
+    return training, outputs, before, model
+
+
+def test_a_timing_only_run_simulates_exactly_what_a_full_run_does():
+    full, full_out, _, _ = run(False)
+    fake, fake_out, before, model = run(True)
+    pd.testing.assert_frame_equal(fake.timeline.events, full.timeline.events)
+    assert fake.cycleCount() == full.cycleCount() if fake.options.log_cycle_count else True
+    assert fake.getLatency() == full.getLatency()
+    # PopTorch's shapes and dtypes, NaN where a full run has numbers.
+    for real, placeholder in zip(full_out[-1], fake_out[-1]):
+        assert placeholder.shape == real.shape and placeholder.dtype == real.dtype
+        assert torch.isnan(placeholder).all() and not torch.isnan(real).any()
+    # The weights are not updated, nor do gradients appear on them.
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_environment_turns_timing_only_on(monkeypatch):
+    monkeypatch.setenv("IPUSIM_TIMING_ONLY", "1")
+    training, outputs, _, _ = run(False, calls=1)
+    assert torch.isnan(outputs[0][0]).all()
+    monkeypatch.setenv("IPUSIM_TIMING_ONLY", "0")
+    assert not poptorch.Options().sim_timing_only
+
+
+def test_ipusim_run_timing_only_reaches_the_script(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import torch, poptorch
+        model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+        print("nan" if torch.isnan(model(torch.ones(3, 4))).all() else "numbers")
+    """))
+    out = [subprocess.run([sys.executable, "-m", "ipusim", "run", *flags, str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+           for flags in (["--timing-only", "--no-progress"], ["--no-progress"])]
+    assert [o.stdout.strip() for o in out] == ["nan", "numbers"], [o.stderr for o in out]
+
+
+def test_timing_only_measures_a_staged_model_stage_by_stage():
+    class Staged(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(32, 32) for _ in range(4))
+
+        def forward(self, x, target=None):
+            for i, layer in enumerate(self.layers):
+                with Block(f"B{i}"):
+                    x = poptorch.recomputationCheckpoint(torch.relu(layer(x)))
+            return x if target is None else (x, nn.functional.mse_loss(x, target))
+
+    def staged_run(timing_only):
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(8)
+        opts.setExecutionStrategy(PipelinedExecution("B0", "B1", "B2", "B3"))
+        opts.Simulation.timingOnly(timing_only)
+        torch.manual_seed(0)
+        model = Staged()
+        training = poptorch.trainingModel(model, opts)
+        training(torch.randn(8 * 2, 32), torch.randn(8 * 2, 32))
+        return training
+
+    full, fake = staged_run(False), staged_run(True)
+    assert fake.device.work == full.device.work
+    assert all(stage.checkpoint_bytes == 2 * 32 * 4 for stage in full.device.work.stages)
+    pd.testing.assert_frame_equal(fake.timeline.events, full.timeline.events)
+
+
+def test_measuring_on_fake_tensors_costs_what_real_tensors_do():
+    model, (x, labels) = SmallCNN(), batch(4)
+    twin = copy.deepcopy(model)
+    with measure() as real:
+        model(x, labels)[1].backward()
+    with fake_inputs((x, labels)) as (fx, flabels), measure() as fake:
+        twin(fx, flabels)[1].backward()
+    assert fake.cost == real.cost
+    assert (fake.saved_bytes, fake.checkpoint_bytes, fake.segment_bytes) == \
+        (real.saved_bytes, real.checkpoint_bytes, real.segment_bytes)
+
+
+def test_the_model_dtype_is_the_precision_it_is_priced_at():
+    def compute_us(dtype, partials=None):
+        opts = poptorch.Options()
+        opts.Simulation.timingOnly(True)
+        if partials is not None:
+            opts.Precision.setPartialsType(partials)
+        model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 1024)).to(dtype)
+        inference = poptorch.inferenceModel(model, opts)
+        inference(torch.randn(4096, 1024, dtype=dtype))
+        stage = inference.device.work.stages[0]
+        widths = {k.width for k, _ in stage.forward.kernels if k.kind is KernelKind.MATMUL}
+        events = inference.timeline.events
+        busy = events[events["kind"] == "forward"]
+        return widths, float((busy["end_ps"] - busy["start_ps"]).sum())
+
+    (w32, fp32), (w16, fp16) = compute_us(torch.float32), compute_us(torch.float16)
+    _, half_partials = compute_us(torch.float16, torch.float16)
+    assert (w32, w16) == ({4}, {2})
+    assert fp16 < fp32 / 1.5                  # the 16-bit peak is four times the fp32 one
+    assert half_partials < fp16               # fp32 partials use half the conv units on Mk2
+
+
+def test_autocast_is_priced_in_the_dtype_it_computes_in():
+    model = nn.Linear(256, 256)
+    x = torch.randn(64, 256)
+    with torch.autocast("cpu", dtype=torch.bfloat16), measure() as result:
+        model(x)
+    assert {k.width for k, _ in result.cost.kernels if k.kind is KernelKind.MATMUL} == {2}
+
+
+def test_recomputation_keeps_checkpoints_instead_of_the_stash():
+    def compiled(recompute: bool):
+        opts = options(True)
+        if recompute:
+            opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.RecomputeAll))
+        training, _, _, _ = run(True, calls=1, opts=opts)
+        return training
+
+    plain, recomputed = compiled(False), compiled(True)
+    stage = plain.device.work.stages[0]
+    assert 0 < stage.checkpoint_bytes and stage.segment_stash_bytes < stage.stash_bytes
+    assert recomputed.device.memory["stash"][0] == stage.checkpoint_bytes + \
+        stage.segment_stash_bytes < plain.device.memory["stash"][0]
+    kinds = recomputed.timeline.events["kind"].value_counts()
+    micro_batches = 2 * 3 * 2  # iterations x accumulation x replicas
+    assert kinds["recompute"] == kinds["forward"] == micro_batches
+    assert "recompute" not in plain.timeline.events["kind"].values
+    assert recomputed.timeline.duration_ps > plain.timeline.duration_ps
+
+
+def test_a_block_less_model_stashes_activations_not_weights():
+    """Autograd saves the weights of a Linear for its backward; the IPU holds
+    them as weights, so a single-stage model's stash counts only activations,
+    as the same model inside one Block does."""
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
+    x = torch.randn(8, 256)
+    with measure() as result:
+        model(x).sum().backward()
+    activations = 4 * 8 * 256 * 4  # each layer's input
+    assert result.saved_bytes == activations
+
+
+def test_sharding_the_optimizer_state_divides_it_across_replicas():
+    def compiled(sharded: bool):
+        opts = options(True)
+        opts.TensorLocations.setOptimizerLocation(
+            poptorch.TensorLocationSettings().useOnChipStorage(False)
+            .useReplicatedTensorSharding(sharded))
+        model = SmallCNN()
+        training = poptorch.trainingModel(
+            model, opts, torch.optim.Adam(model.parameters()))
+        training(*batch())
+        return training
+
+    plain, sharded = compiled(False), compiled(True)
+    def streamed(training):
+        events = training.timeline.events
+        return events[events["kind"] == "stream_in"]["bytes"].sum()
+    assert streamed(sharded) == pytest.approx(streamed(plain) / 2, rel=0.01)
+    assert plain.device.memory["optimizer"][0] == sharded.device.memory["optimizer"][0] == 0
