@@ -22,7 +22,8 @@ REPORTS = HERE.parent / "reports"
 # four-block Network pipelined over four IPUs, the guide's batching examples
 # (device iterations, replication, gradient accumulation, the asynchronous
 # accessor) on smaller datasets and a few steps, and the three sync patterns,
-# under pipelining and under parallel phased execution (the ping-pong).
+# under pipelining and under parallel phased execution (the ping-pong), and
+# ResNet-50 and BERT-Large at full size on a Bow Pod16, timing-only.
 SCENARIOS = {
     "tutorial_data_loading": ("tutorial_data_loading.py", [
         "--max-steps", "1", "--workers", str(min(8, os.cpu_count() or 1))]),
@@ -37,6 +38,8 @@ SCENARIOS = {
     "sync_patterns": ("sync_patterns.py", ["--max-steps", "2"]),
     "sync_patterns_phased": ("sync_patterns.py", ["--strategy", "parallel-phased",
                                                   "--max-steps", "2"]),
+    "resnet50": ("resnet50.py", []),
+    "bert_large": ("bert_large.py", []),
 }
 
 

@@ -254,3 +254,26 @@ def test_offloading_the_optimizer_frees_sram(scenario):
 def test_main_job_help_lists_the_scenarios():
     output = run(["-m", "scenarios.main", "--help"])
     assert "tutorial_data_loading" in output and "SCENARIO" in output
+
+
+# -- real models at Pod scale, timing-only ------------------------------------------------------
+def _figure(output: str, name: str) -> float:
+    match = re.search(rf"^{name}: ([\d.]+)", output, re.MULTILINE)
+    assert match, f"no {name!r} line in:\n{output}"
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("script, args, samples_per_step, ipus_per_replica", [
+    ("resnet50.py", ["--size", "reduced", "--gradient-accumulation", "8"], 16 * 8 * 18, 1),
+    ("bert_large.py", ["--size", "reduced", "--gradient-accumulation", "16"], 4 * 16 * 8, 4),
+])
+def test_real_models_run_timing_only_on_a_bow_pod16(scenario, script, args, samples_per_step,
+                                                    ipus_per_replica):
+    result = scenario(script, *args)
+    throughput = _figure(result.output, "throughput")
+    step_ms = _figure(result.output, "step time")
+    assert throughput == pytest.approx(samples_per_step / (step_ms / 1e3), rel=0.01)
+    rows = result.table("Per IPU")
+    assert [row[0] for row in rows[1:]] == list(range(ipus_per_replica))  # after the index header
+    assert all(0 < row[7] <= 1 for row in rows[1:]), "utilisation is a share of the step"
+    result.assert_reports(["training"])

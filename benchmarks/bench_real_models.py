@@ -1,0 +1,107 @@
+"""Timing-only runs of the real-model scenarios: what measuring and simulating cost.
+
+For ResNet-50 (16 replicas, micro-batch 18, gradient accumulation 57) and
+BERT-Large phase 1 (4 replicas x 4-IPU pipeline, micro-batch 8, gradient
+accumulation 2048) on a Bow Pod16, with Graphcore's options, it times in wall
+seconds, over several repeats from a freshly wrapped model each time:
+
+- measuring: ``compile()`` of a timing-only model, which traces forward and
+  backward of one micro-batch on fake tensors (goal: under 30 s for BERT-Large);
+- simulating one training step of every micro-batch of every replica
+  (goal: under 2 s for BERT-Large), with the rows it records;
+- the baseline a full run pays instead: real torch compute of one
+  micro-batch's forward and backward on this CPU (fp32, the same model and
+  micro-batch), and what a whole step of them would take.
+
+Prints only; it asserts nothing. ``--skip-baseline`` leaves out the real
+compute (about a minute for BERT-Large on two cores).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from poptorch_shim.runner import install_aliases
+
+install_aliases()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import poptorch  # noqa: E402
+from scenarios import bert_large, resnet50  # noqa: E402
+from scenarios.models import synthetic_bert_batch  # noqa: E402
+
+
+def resnet_case():
+    model = resnet50.build()
+    samples = 18 * 16 * 57
+    def wrap():
+        m = copy.deepcopy(model)
+        return poptorch.trainingModel(m, resnet50.options(), poptorch.optim.SGD(
+            m.parameters(), lr=2.0, momentum=0.9, loss_scaling=128))
+    return "ResNet-50", wrap, resnet50.step_batch(samples), 18, samples // 18
+
+
+def bert_case():
+    model = bert_large.build()
+    samples = 8 * 4 * 2048
+    def wrap():
+        m = copy.deepcopy(model)
+        return poptorch.trainingModel(m, bert_large.options(), poptorch.optim.LAMB(
+            m.parameters(), lr=0.006, weight_decay=0.01))
+    return "BERT-Large", wrap, synthetic_bert_batch(samples), 8, samples // 8
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):6.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def real_micro_batch_s(wrap, batch, micro_batch: int) -> float:
+    """Wall seconds of real fp32 forward + backward of one micro-batch."""
+    model = wrap().model.float().train()
+    args = [t[:micro_batch] for t in batch]
+    if args[0].dtype == torch.uint8:  # the images: a real copy of one micro-batch
+        args[0] = args[0].contiguous()
+    start = time.perf_counter()
+    output = model(*args)
+    output[-1].backward()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--models", nargs="*", default=["resnet50", "bert_large"],
+                        choices=["resnet50", "bert_large"])
+    args = parser.parse_args()
+    cases = {"resnet50": resnet_case, "bert_large": bert_case}
+    for key in args.models:
+        name, wrap, batch, micro_batch, micro_batches = cases[key]()
+        measure, simulate, rows = [], [], 0
+        for _ in range(args.repeats):
+            training = wrap()
+            start = time.perf_counter()
+            training.compile(*batch)
+            measure.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            training(*batch)
+            simulate.append(time.perf_counter() - start)
+            rows = len(training.timeline.events)
+            rate = training.timeline.throughput()
+        print(f"\n{name}: {micro_batches} micro-batches of {micro_batch} per step "
+              f"({rate:.0f} items/s simulated)")
+        print(f"  measure (fake tensors, one micro-batch): {spread(measure)}")
+        print(f"  simulate one step ({rows:,} rows):       {spread(simulate)}")
+        if not args.skip_baseline:
+            real = real_micro_batch_s(wrap, batch, micro_batch)
+            print(f"  baseline, real compute of one micro-batch: {real:6.2f} s; a full run "
+                  f"computes {micro_batches:,} of them a step: {real * micro_batches / 3600:.1f} h")
+
+
+if __name__ == "__main__":
+    main()
