@@ -94,7 +94,7 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
     data = table[["weights", "optimizer", "accumulators", "stash"]].sum(axis=1)
     table["exchange"] = data * model.exchange_fraction
     table["total"] = table.sum(axis=1)
-    table["capacity"] = float(spec.ipu.sram_bytes)
+    table["capacity"] = float(run.compute_ipu(spec.ipu).sram_bytes)  # I/O tiles hold buffers
     table.index.name = "ipu"
     return table
 

@@ -41,6 +41,8 @@ class HostIO(NamedTuple):
     micro_batch: int
     step: int
     cycle: int
+    overlap: bool = False   # on the I/O tiles: no sync, compute waits only for its data
+    prefetch: bool = False  # overlapped: also start the next micro-batch's input copy
 
 
 class Exchange(NamedTuple):

@@ -27,7 +27,7 @@ from ipusim._gc import cyclic_gc_paused
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
 KINDS = COMPUTE_KINDS + (
     "host_to_device", "device_to_host", "host_link_wait", "ipu_copy", "all_reduce",
-    "sync_wait", "host_call", "stream_in", "stream_out")
+    "sync_wait", "host_call", "stream_in", "stream_out", "io_tiles_copy")
 
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")

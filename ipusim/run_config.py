@@ -5,9 +5,10 @@ are the ones PopTorch and PopART make, with the same numbers in the message.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from ipusim.hardware import IPUSpec
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Cost, Execution, Stage, Work
 
@@ -43,6 +44,12 @@ class RunConfig:
         default=1, metadata={"help": "host processes (poprun instances) whose replicas all-reduce "
                                      "together"})
     offload: Offload = field(default=Offload(), metadata={"help": "tensors in streaming memory"})
+    io_tiles: int = field(
+        default=0, metadata={"help": "tiles of each IPU kept for I/O; compute gets the rest"})
+    overlap_io: bool = field(
+        default=False, metadata={"help": "stream copies run on the I/O tiles while the "
+                                         "compute tiles work: inputs double-buffered, outputs "
+                                         "sent in the background"})
     output_period: int = field(
         default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
 
@@ -51,6 +58,10 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.io_tiles, int) or self.io_tiles < 0:
+            raise ValueError(f"io_tiles must be a non-negative integer, got {self.io_tiles!r}")
+        if self.overlap_io and not self.io_tiles:
+            raise ValueError("overlap_io needs I/O tiles to copy on: set io_tiles (32 or more)")
         if not isinstance(self.output_period, int) or self.output_period < 0:
             raise ValueError(f"output_period must be a non-negative integer, got {self.output_period!r}")
         if not self.training and self.gradient_accumulation != 1:
@@ -86,6 +97,15 @@ class RunConfig:
         is a phase of its own. ``derived_update`` prices the weight update of
         a stage that gives none (see :meth:`Work.merged`)."""
         return work if self.execution.phased else work.merged(derived_update)
+
+    def compute_ipu(self, ipu: IPUSpec) -> IPUSpec:
+        """The IPU its compute runs on: the tiles not kept for I/O."""
+        if not self.io_tiles:
+            return ipu
+        if self.io_tiles >= ipu.tiles:
+            raise ValueError(f"io_tiles={self.io_tiles} leaves no compute tiles on an IPU of "
+                             f"{ipu.tiles} tiles")
+        return replace(ipu, tiles=ipu.tiles - self.io_tiles)
 
     def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None) -> None:
         """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs.

@@ -36,6 +36,16 @@ class HostLink:
         return start, self.d2h_free_at
 
 
+class _IOTiles:
+    """What one IPU's I/O tiles have in flight during a call."""
+
+    __slots__ = ("input_ready", "outputs_sent")
+
+    def __init__(self) -> None:
+        self.input_ready: int | None = None  # when the input fetched ahead arrives
+        self.outputs_sent = 0                # when the last output reaches the host
+
+
 class System:
     """A simulated IPU system that keeps its clock across calls."""
 
@@ -108,6 +118,7 @@ class System:
         while True:
             program, finished = yield self._inbox[ipu].get()
             busy_until = env.now
+            io = _IOTiles()
             for ins in program:
                 kind = type(ins)
                 if kind is Busy:
@@ -120,6 +131,9 @@ class System:
                 if busy_until > now:
                     yield timeout(busy_until - now)
                     now = busy_until
+                if kind is HostIO and ins.overlap:
+                    busy_until = self._overlapped_copies(ipu, link, ins, now, io)
+                    continue
                 sync = self._sync(ins.group, ins.sync)
                 if sync is not None:
                     arrived = now
@@ -145,6 +159,7 @@ class System:
                     if busy_until > arrived:
                         record((arrived, busy_until, ipu, "sync_wait", -1, -1, ins.step,
                                 ins.cycle, 0, 0.0))
+            busy_until = max(busy_until, io.outputs_sent)  # a call returns with its outputs
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
             finished.succeed()
@@ -154,6 +169,35 @@ class System:
         if len(group) > 1:
             return self._barrier(group).wait(delay)
         return self.env.timeout(delay) if delay else None
+
+    def _overlapped_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int,
+                           io: "_IOTiles") -> int:
+        """Stream copies on the I/O tiles: the compute tiles wait only until this
+        micro-batch's input is in (fetched ahead during the last one, or now),
+        then go on while the next input and the outputs move. Returns when the
+        compute tiles can go on."""
+        record = self.recorder.rows.append
+        ready = now
+        if ins.h2d:
+            if io.input_ready is None:  # nothing fetched ahead: fetch it now
+                start, ready = link.reserve_h2d(now, ins.h2d)
+                record((start, ready, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
+                        ins.cycle, ins.h2d_bytes, 0.0))
+            else:
+                ready, io.input_ready = max(now, io.input_ready), None
+            if ready > now:
+                record((now, ready, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
+                        ins.cycle, 0, 0.0))
+            if ins.prefetch:  # the next micro-batch has the same shapes
+                start, io.input_ready = link.reserve_h2d(ready, ins.h2d)
+                record((start, io.input_ready, ipu, "io_tiles_copy", ins.stage,
+                        ins.micro_batch + 1, ins.step, ins.cycle, ins.h2d_bytes, 0.0))
+        if ins.d2h:
+            start, end = link.reserve_d2h(ready, ins.d2h)
+            record((start, end, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, ins.d2h_bytes, 0.0))
+            io.outputs_sent = max(io.outputs_sent, end)
+        return ready
 
     def _stream_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int) -> int:
         """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""

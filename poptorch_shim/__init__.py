@@ -15,7 +15,8 @@ from poptorch_shim.enums import (AutoStage, CommGroupType, DataLoaderMode, MeanR
                                  SyncPattern)
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
-from poptorch_shim.recomputation import recomputationCheckpoint
+from poptorch_shim.annotations import (OverlapMode, recomputationCheckpoint, set_overlap_for_input,
+                                         set_overlap_for_output)
 from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedExecution,
                                       SerialPhasedExecution, ShardedExecution, Stage)
 
@@ -43,5 +44,6 @@ __all__ = [
     "RecomputationType", "ReductionType", "SerialPhasedExecution", "ShardedExecution",
     "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "identity_loss",
     "inferenceModel",
-    "ipuHardwareIsAvailable", "optim", "recomputationCheckpoint", "removeBlocks", "trainingModel",
+    "ipuHardwareIsAvailable", "optim", "OverlapMode", "recomputationCheckpoint", "removeBlocks",
+    "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
 ]

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Kernel, KernelKind
-from poptorch_shim.recomputation import observing
+from poptorch_shim.annotations import CHECKPOINT, observing
 
 # Operators that only reshape, alias or allocate move no data on an IPU.
 _FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "permute", "expand",
@@ -200,7 +200,9 @@ def measure() -> Iterator[Measurement]:
         segment[0] += nbytes
         return tensor
 
-    def checkpoint(tensors: tuple[torch.Tensor, ...]) -> None:
+    def checkpoint(kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
+        if kind != CHECKPOINT:
+            return
         result.checkpoint_bytes += tensor_bytes(tensors)
         result.segment_bytes = max(result.segment_bytes, segment[0])
         segment[0] = 0

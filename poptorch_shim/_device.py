@@ -40,9 +40,19 @@ def execution_of(strategy) -> Execution:
     return Execution(strategy.execution_kind)
 
 
-def run_config(options, training: bool, num_stages: int, strategy=None) -> RunConfig:
+NO_IO_TILES_ERR = ("No IO tiles allocated. You must allocate at least 32 IO tiles using "
+                   "poptorch.Options().TensorLocations.numIOTiles, or leave out "
+                   "poptorch.set_overlap_for_input and set_overlap_for_output.")
+
+
+def run_config(options, training: bool, num_stages: int, strategy=None,
+               overlap_io: bool = False) -> RunConfig:
     """PopTorch options as an ipusim :class:`RunConfig`; ``strategy`` is the
-    execution strategy the model runs under (None: one stage)."""
+    execution strategy the model runs under (None: one stage), ``overlap_io``
+    whether the model asked for its stream copies to overlap compute."""
+    io_tiles = options.TensorLocations.num_io_tiles
+    if overlap_io and not io_tiles:
+        raise RuntimeError(NO_IO_TILES_ERR)
     mode = options.resolved_output_mode(training)
     period = options.output_return_period if mode == enums.OutputMode.EveryN else _OUTPUT_PERIOD[mode]
 
@@ -72,6 +82,8 @@ def run_config(options, training: bool, num_stages: int, strategy=None) -> RunCo
         offload=Offload(weights=offloaded("weight"), optimizer=offloaded("optimizer"),
                         accumulators=offloaded("accumulator"), activations=offloaded("activation"),
                         sharded_optimizer=sharded("optimizer")),
+        io_tiles=io_tiles,
+        overlap_io=overlap_io,
         output_period=period)
 
 
@@ -134,7 +146,7 @@ class SimulatedDevice:
 
     def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
-                 strategy=None):
+                 strategy=None, overlap_io: bool = False):
         self.work = Work(
             tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
@@ -145,7 +157,7 @@ class SimulatedDevice:
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = run_config(options, training, len(stages), strategy)
+        self.run = run_config(options, training, len(stages), strategy, overlap_io)
         self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":

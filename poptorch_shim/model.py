@@ -19,6 +19,7 @@ from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._fake import fake_inputs, placeholder_outputs
+from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
@@ -67,6 +68,7 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._timing_only = options.sim_timing_only
         self._placeholder: Any = None  # a timing-only model's output for each micro-batch
+        self._overlap_io = False       # the model asked for overlapped stream copies
         self._device: SimulatedDevice | None = None
         self._attached = False
         self._shape = StepShape(
@@ -143,7 +145,7 @@ class PoplarExecutor:
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-            strategy=self._runner.strategy)
+            strategy=self._runner.strategy, overlap_io=self._overlap_io)
         profiling.register(self)
         self._attached = True
 
@@ -152,12 +154,14 @@ class PoplarExecutor:
         runner: the stages' profiles, the output and the Blocks it started.
         Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
         probe = copy.deepcopy(self._runner)
-        recorder = BlockRecorder()
+        recorder, asked = BlockRecorder(), set()
         with _mode(probe.model, self._training), recording(recorder), \
+                observing(lambda kind, tensors: asked.add(kind)), \
                 fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
             check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
                          probe.strategy)
             stages, output = probe.profile(args, kwargs, self._training)
+        self._overlap_io = bool(asked & {OVERLAP_INPUT, OVERLAP_OUTPUT})
         return stages, output, list(recorder.ipus)
 
     def __call__(self, *args, **kwargs) -> Any:

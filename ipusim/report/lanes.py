@@ -20,7 +20,7 @@ LANE_OF = {
     "host_link_wait": "host I/O",
     "ipu_copy": "exchange / streaming", "all_reduce": "exchange / streaming",
     "stream_in": "exchange / streaming", "stream_out": "exchange / streaming",
-    "sync_wait": "sync",
+    "sync_wait": "sync", "io_tiles_copy": "host I/O",
 }
 
 # Categories of IPU time for the utilisation chart, in stacking order.
@@ -32,7 +32,10 @@ CATEGORY_OF = {
     "ipu_copy": "IPU copies", "all_reduce": "IPU copies",
     "stream_in": "streaming memory", "stream_out": "streaming memory",
     "sync_wait": "sync wait",
+    "io_tiles_copy": "I/O tiles (overlapped)",
 }
+# The compute tiles' time, which the utilisation chart stacks; copies on the
+# I/O tiles overlap it and are left out of the shares.
 CATEGORIES = ("compute", "host I/O", "host call", "IPU copies", "streaming memory",
               "sync wait", "idle")
 
@@ -43,7 +46,7 @@ COLOURS = {
     "host_link_wait": "#b3e7ee",
     "ipu_copy": "#8c564b", "all_reduce": "#d62728",
     "stream_in": "#bcbd22", "stream_out": "#8a8b0f",
-    "sync_wait": "#c7c7c7",
+    "sync_wait": "#c7c7c7", "io_tiles_copy": "#9edae5",
 }
 CATEGORY_COLOURS = {
     "compute": "#1f77b4", "host I/O": "#17becf", "host call": "#7f7f7f",
@@ -58,6 +61,7 @@ NAMES = {
     "host_link_wait": "queued for the host link",
     "ipu_copy": "IPU-to-IPU copy", "all_reduce": "all-reduce", "stream_in": "streaming in",
     "stream_out": "streaming out", "sync_wait": "sync wait",
+    "io_tiles_copy": "stream copy on the I/O tiles",
 }
 
 # Box labels: a letter per kind, followed by the micro-batch when there is one.

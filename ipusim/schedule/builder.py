@@ -57,7 +57,7 @@ class ProgramBuilder:
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
 
     def _price(self, stage) -> StagePrices:
-        ipu, cost = self.spec.ipu, self.cost
+        ipu, cost = self.run.compute_ipu(self.spec.ipu), self.cost
         update = cost.update_cost(stage)
         return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
                            cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
@@ -159,9 +159,16 @@ class ProgramBuilder:
             return
         pattern, n = self.run.sync_pattern, self.num_ipus
         active = set(self._physical(logical_ipu))
-        groups = {gs1_group(pattern, ipu, n) for ipu in active}
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
+        if self.run.overlap_io:
+            # The I/O tiles meet the host alone: no sync holds the compute tiles.
+            prefetch = h2d_bytes > 0 and micro_batch < self.run.micro_batches_per_step - 1
+            for ipu in active:
+                self.programs[ipu].append(HostIO((ipu,), 0, h2d, h2d_bytes, d2h, d2h_bytes, stage,
+                                                 micro_batch, self.step, cycle, True, prefetch))
+            return
+        groups = {gs1_group(pattern, ipu, n) for ipu in active}
         for group in sorted(groups):
             # One instruction for the IPUs that stream, one shared by those that only wait.
             moving = HostIO(group, self.cost.host_sync_ps, h2d, h2d_bytes, d2h, d2h_bytes,

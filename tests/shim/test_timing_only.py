@@ -229,3 +229,32 @@ def test_sharding_the_optimizer_state_divides_it_across_replicas():
         return events[events["kind"] == "stream_in"]["bytes"].sum()
     assert streamed(sharded) == pytest.approx(streamed(plain) / 2, rel=0.01)
     assert plain.device.memory["optimizer"][0] == sharded.device.memory["optimizer"][0] == 0
+
+
+class OverlappedMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+
+    def forward(self, x):
+        x = poptorch.set_overlap_for_input(x, poptorch.OverlapMode.OverlapAccumulationLoop)
+        return poptorch.set_overlap_for_output(self.layers(x),
+                                               poptorch.OverlapMode.OverlapAccumulationLoop)
+
+
+def test_overlapped_io_needs_io_tiles_and_streams_on_them():
+    torch.manual_seed(0)
+    model, x = OverlappedMLP(), torch.randn(4 * 8, 64)
+    opts = poptorch.Options()
+    opts.deviceIterations(4)
+    with pytest.raises(RuntimeError, match="No IO tiles allocated.*numIOTiles"):
+        poptorch.inferenceModel(model, opts)(x)
+    opts = poptorch.Options()
+    opts.deviceIterations(4)
+    opts.TensorLocations.numIOTiles(32)
+    inference = poptorch.inferenceModel(model, opts)
+    assert torch.equal(inference(x), model(x))
+    assert inference.device.run.overlap_io and inference.device.run.io_tiles == 32
+    kinds = inference.timeline.events["kind"].value_counts()
+    assert kinds["io_tiles_copy"] == 4 + 4  # each input in, each output out
+    assert kinds["host_to_device"] == kinds["device_to_host"] == 0
