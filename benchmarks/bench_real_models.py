@@ -36,24 +36,26 @@ from scenarios import bert_large, resnet50  # noqa: E402
 from scenarios.models import synthetic_bert_batch  # noqa: E402
 
 
-def resnet_case():
-    model = resnet50.build()
-    samples = 18 * 16 * 57
+def case(scenario, optimizer, batch: tuple, micro_batch: int):
+    """(wrap, batch, micro-batch): ``wrap()`` gives a fresh timing-only model
+    of the scenario, wrapped with Graphcore's options and ``optimizer``."""
+    model = scenario.build()
+
     def wrap():
-        m = copy.deepcopy(model)
-        return poptorch.trainingModel(m, resnet50.options(), poptorch.optim.SGD(
-            m.parameters(), lr=2.0, momentum=0.9, loss_scaling=128))
-    return "ResNet-50", wrap, resnet50.step_batch(samples), 18, samples // 18
+        copied = copy.deepcopy(model)
+        return poptorch.trainingModel(copied, scenario.options(), optimizer(copied.parameters()))
+    return wrap, batch, micro_batch
 
 
-def bert_case():
-    model = bert_large.build()
-    samples = 8 * 4 * 2048
-    def wrap():
-        m = copy.deepcopy(model)
-        return poptorch.trainingModel(m, bert_large.options(), poptorch.optim.LAMB(
-            m.parameters(), lr=0.006, weight_decay=0.01))
-    return "BERT-Large", wrap, synthetic_bert_batch(samples), 8, samples // 8
+CASES = {
+    "resnet50": ("ResNet-50", lambda: case(
+        resnet50, lambda params: poptorch.optim.SGD(params, lr=2.0, momentum=0.9,
+                                                    loss_scaling=128),
+        resnet50.step_batch(18 * 16 * 57), 18)),
+    "bert_large": ("BERT-Large", lambda: case(
+        bert_large, lambda params: poptorch.optim.LAMB(params, lr=0.006, weight_decay=0.01),
+        synthetic_bert_batch(8 * 4 * 2048), 8)),
+}
 
 
 def spread(values: list[float]) -> str:
@@ -76,12 +78,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-baseline", action="store_true")
-    parser.add_argument("--models", nargs="*", default=["resnet50", "bert_large"],
-                        choices=["resnet50", "bert_large"])
+    parser.add_argument("--models", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
-    cases = {"resnet50": resnet_case, "bert_large": bert_case}
     for key in args.models:
-        name, wrap, batch, micro_batch, micro_batches = cases[key]()
+        name, make = CASES[key]
+        wrap, batch, micro_batch = make()
+        micro_batches = len(batch[0]) // micro_batch
         measure, simulate, rows = [], [], 0
         for _ in range(args.repeats):
             training = wrap()

@@ -12,13 +12,13 @@ It runs timing-only (``opts.Simulation.timingOnly``): the model is measured
 once on fake tensors and every micro-batch is simulated, so a step takes
 seconds where computing it on a CPU would take days.
 """
-import argparse
 import time
 
 import torch
 
 import poptorch
 from scenarios.models import bert_large, synthetic_bert_batch
+from scenarios.pod_report import arguments, bow_pod16_options, run_and_report
 
 # Graphcore's published throughput on a Bow Pod16 (performance-results pages):
 # held out to judge the simulator by, never fitted to.
@@ -32,20 +32,13 @@ SIZES = {"large": (1024, 24, 16, 4096, 30528, (3, 7, 7, 7)),
 
 def options(replicas: int = 4, gradient_accumulation: int = 2048) -> poptorch.Options:
     """Graphcore's phase-1 options for a Bow Pod16."""
-    opts = poptorch.Options()
-    opts.Simulation.system("bow", 16)
-    opts.Simulation.timingOnly(True)
-    opts.replicationFactor(replicas)
-    opts.deviceIterations(1)
-    opts.Training.gradientAccumulation(gradient_accumulation)
+    opts = bow_pod16_options(replicas, gradient_accumulation)
     opts.Training.accumulationAndReplicationReductionType(poptorch.ReductionType.Mean)
     opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
     opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.Pipeline))
-    opts.Precision.setPartialsType(torch.half)
     opts.TensorLocations.setOptimizerLocation(
         poptorch.TensorLocationSettings().useOnChipStorage(False)
         .useReplicatedTensorSharding(True))
-    opts.outputMode(poptorch.OutputMode.Final)
     return opts
 
 
@@ -58,13 +51,9 @@ def build(size: str = "large") -> torch.nn.Module:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="large")
-    parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--gradient-accumulation", type=int, default=2048)
-    parser.add_argument("--micro-batch", type=int, default=8)
+    parser = arguments(__doc__.splitlines()[0], SIZES, "large", replicas=4,
+                       gradient_accumulation=2048, micro_batch=8)
     parser.add_argument("--sequence-length", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=1)
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -74,31 +63,13 @@ def main() -> None:
         model, options(args.replicas, args.gradient_accumulation), optimizer)
     samples = args.micro_batch * args.replicas * args.gradient_accumulation
     batch = synthetic_bert_batch(samples, args.sequence_length, SIZES[args.size][4])
-    built = time.perf_counter()
-    training.compile(*batch)
-    measured = time.perf_counter()
-    for _ in range(args.steps):
-        training(*batch)
-    simulated = time.perf_counter()
-
-    timeline = training.timeline
-    step_ms = timeline.duration_ps / args.steps / 1e9
-    print(f"BERT-{args.size} phase 1 (seq {args.sequence_length}), {args.replicas} replicas x "
-          f"{timeline.num_ipus // args.replicas} IPUs, micro-batch {args.micro_batch}, "
-          f"gradient accumulation {args.gradient_accumulation}, Bow, timing-only")
-    print(f"throughput: {timeline.throughput():.0f} sequences/s (simulated)")
-    print(f"step time: {step_ms:.1f} ms (simulated)")
-    if args.size == "large" and (args.replicas, args.micro_batch) == (4, 8):
-        for source, rate in PUBLISHED.items():
-            print(f"  Graphcore published {rate} sequences/s ({source}): simulated "
-                  f"{100 * (timeline.throughput() / rate - 1):+.0f}%")
-    print(f"wall time: build {built - start:.1f} s, measure {measured - built:.1f} s, "
-          f"simulate {simulated - measured:.1f} s for {args.steps} step(s)")
-    print("\nPer IPU (replica 0):")
-    table = timeline.per_ipu().head(timeline.num_ipus // args.replicas)
-    print(table.round(3).to_string())
-    training.destroy()
-
+    graphcore = args.size == "large" and (args.replicas, args.micro_batch) == (4, 8)
+    run_and_report(
+        training, batch, args.steps,
+        f"BERT-{args.size} phase 1 (seq {args.sequence_length}), {args.replicas} replicas x 4 "
+        f"IPUs, micro-batch {args.micro_batch}, gradient accumulation "
+        f"{args.gradient_accumulation}, Bow, timing-only",
+        "sequences", PUBLISHED if graphcore else {}, time.perf_counter() - start)
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,6 @@ It runs timing-only (``opts.Simulation.timingOnly``): the model is measured
 once on fake tensors and every micro-batch is simulated, so a step takes
 seconds where computing it on a CPU would take an hour.
 """
-import argparse
 import time
 
 import torch
@@ -19,6 +18,7 @@ from torch import nn
 
 import poptorch
 from scenarios.models import Bottleneck, resnet50
+from scenarios.pod_report import arguments, bow_pod16_options, run_and_report
 
 # Graphcore's published throughput on a Bow Pod16 (performance-results pages):
 # held out to judge the simulator by, never fitted to.
@@ -54,15 +54,8 @@ def checkpoint_residuals(model: nn.Module) -> None:
 
 def options(replicas: int = 16, gradient_accumulation: int = 57) -> poptorch.Options:
     """Graphcore's ResNet-50 training options for a Bow Pod16."""
-    opts = poptorch.Options()
-    opts.Simulation.system("bow", 16)
-    opts.Simulation.timingOnly(True)
-    opts.replicationFactor(replicas)
-    opts.deviceIterations(1)
-    opts.Training.gradientAccumulation(gradient_accumulation)
-    opts.Precision.setPartialsType(torch.half)
+    opts = bow_pod16_options(replicas, gradient_accumulation)
     opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.RecomputeAll))
-    opts.outputMode(poptorch.OutputMode.Final)
     return opts
 
 
@@ -83,47 +76,22 @@ def step_batch(samples: int, size: str = "50") -> tuple[torch.Tensor, torch.Tens
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="50")
-    parser.add_argument("--replicas", type=int, default=16)
-    parser.add_argument("--gradient-accumulation", type=int, default=57)
-    parser.add_argument("--micro-batch", type=int, default=18)
-    parser.add_argument("--steps", type=int, default=1)
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0], SIZES, "50", replicas=16,
+                     gradient_accumulation=57, micro_batch=18).parse_args()
 
     start = time.perf_counter()
     model = build(args.size)
     optimizer = poptorch.optim.SGD(model.parameters(), lr=2.0, momentum=0.9, loss_scaling=128)
     training = poptorch.trainingModel(
         model, options(args.replicas, args.gradient_accumulation), optimizer)
-    images, labels = step_batch(args.micro_batch * args.replicas * args.gradient_accumulation,
-                                args.size)
-    built = time.perf_counter()
-    training.compile(images, labels)
-    measured = time.perf_counter()
-    for _ in range(args.steps):
-        training(images, labels)
-    simulated = time.perf_counter()
-
-    timeline = training.timeline
-    step_ms = timeline.duration_ps / args.steps / 1e9
-    print(f"ResNet-{args.size} training, {args.replicas} replicas, micro-batch "
-          f"{args.micro_batch}, gradient accumulation {args.gradient_accumulation}, image "
-          f"{SIZES[args.size][2]}, Bow, timing-only")
-    print(f"throughput: {timeline.throughput():.0f} images/s (simulated)")
-    print(f"step time: {step_ms:.1f} ms (simulated)")
-    if args.size == "50" and (args.replicas, args.micro_batch) == (16, 18):
-        for source, rate in PUBLISHED.items():
-            print(f"  Graphcore published {rate} images/s ({source}): simulated "
-                  f"{100 * (timeline.throughput() / rate - 1):+.0f}%")
-    print(f"wall time: build {built - start:.1f} s, measure {measured - built:.1f} s, "
-          f"simulate {simulated - measured:.1f} s for {args.steps} step(s)")
-    print("\nPer IPU (replica 0):")
-    print(timeline.per_ipu().head(1).round(3).to_string())
-    print("\nMemory per IPU (MB):")
-    print((training.device.memory.drop(columns="capacity") / 1e6).round(1).to_string())
-    training.destroy()
-
+    batch = step_batch(args.micro_batch * args.replicas * args.gradient_accumulation, args.size)
+    graphcore = args.size == "50" and (args.replicas, args.micro_batch) == (16, 18)
+    run_and_report(
+        training, batch, args.steps,
+        f"ResNet-{args.size} training, {args.replicas} replicas, micro-batch {args.micro_batch}, "
+        f"gradient accumulation {args.gradient_accumulation}, image {SIZES[args.size][2]}, Bow, "
+        "timing-only",
+        "images", PUBLISHED if graphcore else {}, time.perf_counter() - start)
 
 if __name__ == "__main__":
     main()
