@@ -14,6 +14,7 @@ import copy
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from poptorch_shim import enums, profiling
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
@@ -69,6 +70,7 @@ class PoplarExecutor:
         self._timing_only = options.sim_timing_only
         self._placeholder: Any = None  # a timing-only model's output for each micro-batch
         self._overlap_io = False       # the model asked for overlapped stream copies
+        self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
         self._attached = False
         self._shape = StepShape(
@@ -133,6 +135,7 @@ class PoplarExecutor:
 
     def _compile(self, first_micro_batch: tuple) -> None:
         first_args, first_kwargs = first_micro_batch
+        self._signature = input_signature(first_micro_batch)
         stages, output, blocks = self._profile(first_args, first_kwargs)
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
@@ -171,6 +174,7 @@ class PoplarExecutor:
         if self._device is None:
             self._compile(micro_batches[0])
         self._check_micro_batch_size(micro_batches[0])
+        self._check_signature(micro_batches[0])
         if self._timing_only:
             rows = len(micro_batches) // self._shape.input_groups
             outputs = [self._placeholder] * (rows * self._shape.replicas)
@@ -181,6 +185,18 @@ class PoplarExecutor:
             align_clock(self._device.simulation)
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
+
+    def _check_signature(self, micro_batch: tuple) -> None:
+        """A compiled model runs the input shapes and dtypes it was compiled
+        (and measured) for; a new one needs a new model, as on the IPU."""
+        signature = input_signature(micro_batch)
+        if signature != self._signature:
+            raise ValueError(
+                f"The inputs of this call have the per-micro-batch shapes and dtypes "
+                f"{_describe(signature)} but the model was compiled for "
+                f"{_describe(self._signature)}: the IPU program has fixed input shapes. Give "
+                "every call inputs of the same shapes, or wrap the model again (for example "
+                "with poptorch.trainingModel or poptorch.inferenceModel) for the new ones.")
 
     def _check_micro_batch_size(self, micro_batch: tuple) -> None:
         """A compiled model runs the micro-batch size it was compiled for."""
@@ -277,6 +293,20 @@ class PoplarExecutor:
         if self._device is None or not self._device.step_durations:
             return (0.0, 0.0, 0.0)
         return self._device.latency()
+
+
+def input_signature(value: Any) -> tuple:
+    """The structure, shapes and dtypes of the tensors in ``value``: what an IPU
+    program is compiled for."""
+    leaves, spec = tree_flatten(value)
+    return (spec, tuple((tuple(leaf.shape), leaf.dtype) if isinstance(leaf, torch.Tensor)
+                        else type(leaf) for leaf in leaves))
+
+
+def _describe(signature: tuple) -> str:
+    shapes = [f"{list(leaf[0])} {str(leaf[1]).replace('torch.', '')}"
+              for leaf in signature[1] if isinstance(leaf, tuple)]
+    return "(" + ", ".join(shapes) + ")"
 
 
 def _check_output_period(options: Options, training: bool) -> None:
