@@ -129,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
     from poptorch_shim.runner import run_script
 
     report = str(Path(args.report).resolve()) if args.report else None
+    if report:
+        _check_writable(Path(report))
     progress = None if args.no_progress else "1"
     timing_only = "1" if args.timing_only else None
     with _environment(REPORT_DIR_ENV, report), _environment(PROGRESS_ENV, progress), \
@@ -142,6 +144,18 @@ def _run(args: argparse.Namespace) -> int:
             print(f"ipusim: no model wrote a profile under {report} (did the script run a "
                   "poptorch model?)", file=sys.stderr)
     return status if isinstance(status, int) else 0
+
+
+def _check_writable(directory: Path) -> None:
+    """Fail before the script runs if its reports could not be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".ipusim-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise SystemExit(f"ipusim run: error: --report {directory}: cannot write reports "
+                         f"there ({error.strerror or error})")
 
 
 def _load(directory: str):

@@ -6,26 +6,53 @@
 ``dir/<modelName | training | inference>/`` when it is destroyed and, for
 every other model that asked, when the runner finishes the script (the
 models are kept until then, so a report outlives the script's variables).
+Two models of one name (two unnamed inference models, say) write to
+``inference`` and ``inference-2``.
 """
 from __future__ import annotations
 
 import os
+import sys
+import weakref
 from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
 
 # Compiled executors whose report is still to be written.
 _pending: list = []
+# The directory each executor was given, and every directory given so far.
+_given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_taken: set[Path] = set()
+
+
+class ReportsNotWritten(RuntimeError):
+    """One or more reports could not be written; the others were."""
 
 
 def report_directory(executor) -> Path | None:
-    """Where ``executor``'s autoReport goes, or None if nobody asked for one."""
+    """Where ``executor``'s autoReport goes, or None if nobody asked for one.
+
+    The first model of a name gets ``root/name``; a later one of the same
+    name ``root/name-2`` and so on, and is told so on stderr.
+    """
+    if executor in _given:
+        return _given[executor]
     options = executor.options
     root = options.profile_dir or os.environ.get(REPORT_DIR_ENV)
     if not root:
         return None
     name = options.model_name or ("training" if executor.training else "inference")
-    return Path(root) / name
+    directory, count = Path(root) / name, 1
+    while directory in _taken:
+        count += 1
+        directory = Path(root) / f"{name}-{count}"
+    if count > 1:
+        print(f"ipusim: another model already writes its report to {Path(root) / name}; "
+              f"this one writes to {directory} (name models with Options.modelName)",
+              file=sys.stderr)
+    _taken.add(directory)
+    _given[executor] = directory
+    return directory
 
 
 def register(executor) -> None:
@@ -53,9 +80,24 @@ def write_report(executor) -> Path | None:
 
 
 def write_pending_reports() -> list[Path]:
-    """Write the reports still pending; the runner calls this at the end of a script."""
-    written = [write_report(executor) for executor in list(_pending)]
-    return [path for path in written if path is not None]
+    """Write the reports still pending, each whatever became of the others;
+    the runner calls this at the end of a script. Raises
+    :class:`ReportsNotWritten` naming every report that failed."""
+    written, failures = [], []
+    for executor in list(_pending):
+        try:
+            path = write_report(executor)
+        except Exception as error:  # noqa: BLE001 - reported below, with the others
+            if executor in _pending:
+                _pending.remove(executor)
+            failures.append(f"{report_directory(executor)}: {type(error).__name__}: {error}")
+        else:
+            if path is not None:
+                written.append(path)
+    if failures:
+        raise ReportsNotWritten(f"{len(failures)} report(s) could not be written "
+                                f"({len(written)} were): " + "; ".join(failures))
+    return written
 
 
 def _plain(values: dict) -> dict:

@@ -34,12 +34,19 @@ def run_script(path: str, argv: list[str]) -> None:
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
+    from poptorch_shim.profiling import ReportsNotWritten, write_pending_reports
+    finished = False
     try:
         runpy.run_path(str(script), run_name="__main__")
+        finished = True
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        from poptorch_shim.profiling import write_pending_reports
-        write_pending_reports()
+        try:
+            write_pending_reports()
+        except ReportsNotWritten as error:
+            if finished:
+                raise
+            print(f"ipusim: {error}", file=sys.stderr)  # the script's own error comes first
 
 
 def main(argv: list[str] | None = None) -> int:
