@@ -144,3 +144,21 @@ def test_out_of_memory_names_the_ipu_and_the_numbers():
     assert "weights 1000.0 MB" in message
     assert f"the IPU has {SPEC.ipu.sram_bytes / 1e6:.1f} MB of SRAM" in message
     assert isinstance(caught.value, ValueError)
+
+
+def test_the_out_of_memory_threshold_is_the_sram_capacity_exactly():
+    """A model one byte under what the IPU holds fits; one byte over does not."""
+    spec = system_spec("mk2", 1)
+    run = RunConfig(training=False)
+    empty = memory_per_ipu(Work((Stage("s", ipu=0),)), run, spec)
+    capacity, fixed = float(empty["capacity"][0]), float(empty["total"][0])
+    # Weights are data: they also take their exchange share (5 %).
+    fits = int((capacity - fixed) / 1.05)
+    for weights, ok in ((fits, True), (fits + 2, False)):
+        table = memory_per_ipu(Work((Stage("s", ipu=0, weight_bytes=weights),)), run, spec)
+        assert bool(table["total"][0] <= capacity) is ok
+        if ok:
+            check_fits(table)
+        else:
+            with pytest.raises(OutOfMemoryError):
+                check_fits(table)

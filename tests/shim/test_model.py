@@ -346,3 +346,20 @@ def test_profiling_with_allow_out_of_memory_simulates_and_reports_the_excess(tmp
     assert (memory["total"] > memory["capacity"]).all()
     shim.destroy()
     assert (tmp_path / "inference" / "report.html").exists()
+
+
+@pytest.mark.parametrize("mode, period, returned", [
+    (OutputMode.EveryN, 3, [2, 5]), (OutputMode.All, None, [0, 1, 2, 3, 4, 5]),
+    (OutputMode.Final, None, [5]), (OutputMode.Sum, None, [5])])
+def test_the_simulated_outputs_go_back_for_the_micro_batches_the_mode_returns(
+        mode, period, returned):
+    """Which micro-batches' outputs cross the host link, not only which the
+    shim assembles: EveryN(3) of six device iterations sends the 3rd and 6th."""
+    opts = poptorch.Options()
+    opts.deviceIterations(6)
+    opts.outputMode(mode, *([period] if period else []))
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
+    model(torch.ones(6, 4))
+    events = model.timeline.events
+    sent = events[events["kind"] == "device_to_host"]["micro_batch"].tolist()
+    assert sorted(sent) == returned
