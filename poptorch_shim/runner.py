@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 ALIASES = Path(__file__).resolve().parent / "_aliases"
 
@@ -37,7 +39,8 @@ def run_script(path: str, argv: list[str]) -> None:
     from poptorch_shim.profiling import ReportsNotWritten, write_pending_reports
     finished = False
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with _script_is_mp_main():
+            runpy.run_path(str(script), run_name="__main__")
         finished = True
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
@@ -47,6 +50,31 @@ def run_script(path: str, argv: list[str]) -> None:
             if finished:
                 raise
             print(f"ipusim: {error}", file=sys.stderr)  # the script's own error comes first
+
+
+@contextmanager
+def _script_is_mp_main() -> Iterator[None]:
+    """Let ``__mp_main__`` name the script's module while it runs, as it does
+    under plain python.
+
+    A worker process started with spawn imports the script as
+    ``__mp_main__``, so what it pickles (a dataset's exception class, say)
+    names that module; multiprocessing aliased ``__mp_main__`` to this
+    runner when it was imported, so the parent would not find the class.
+    runpy puts the script's module in ``sys.modules["__main__"]`` while it
+    runs; a module-level ``__getattr__`` on the alias looks names up there.
+    """
+    saved = sys.modules.get("__mp_main__")
+    alias = type(sys)("__mp_main__")
+    alias.__getattr__ = lambda name: getattr(sys.modules["__main__"], name)
+    sys.modules["__mp_main__"] = alias
+    try:
+        yield
+    finally:
+        if saved is None:
+            sys.modules.pop("__mp_main__", None)
+        else:
+            sys.modules["__mp_main__"] = saved
 
 
 def main(argv: list[str] | None = None) -> int:

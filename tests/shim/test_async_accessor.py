@@ -421,3 +421,40 @@ def test_nothing_outlives_the_program(tmp_path, ending, strategy):
     assert process_gone(worker)
     assert not [name for name in os.listdir("/dev/shm")
                 if name.startswith(f"ipusim-ring-{program.pid}-")]
+
+
+def test_an_exception_class_of_the_script_keeps_its_type_under_the_runner(tmp_path):
+    """The worker imports the script as __mp_main__; under ``python -m
+    poptorch_shim`` the consumer must still find the script's class."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import poptorch
+
+        class DatasetBroke(Exception):
+            pass
+
+        class Broken(torch.utils.data.Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, index):
+                if index == 3:
+                    raise DatasetBroke(f"item {index} is bad")
+                return torch.ones(2)
+
+        if __name__ == "__main__":
+            loader = poptorch.DataLoader(poptorch.Options(), Broken(), batch_size=1,
+                                         mode=poptorch.DataLoaderMode.Async)
+            try:
+                for _ in loader:
+                    pass
+            except DatasetBroke as error:
+                print("caught", type(error).__name__, "item 3 is bad" in str(error))
+            finally:
+                loader.terminate()
+    """))
+    result = subprocess.run([sys.executable, "-m", "poptorch_shim", str(script)],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=REPO)
+    assert result.stdout.strip() == "caught DatasetBroke True", result.stderr
