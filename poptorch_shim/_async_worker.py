@@ -308,10 +308,20 @@ def worker_main(conn, boxed_source: list, config: WorkerConfig) -> None:
             conn.send(("failed", WorkerFailure.capture(error, where)))
         except (OSError, EOFError):
             pass  # the host is gone: nobody left to tell
+        # A failed loader's workers get no graceful shutdown: freeing a torch
+        # DataLoader iterator would wait seconds for them.
+        _stop_children()
     finally:
         conn.close()
     producer = source = None  # frees the dataset and what it holds
     _exit_now(exit_code)
+
+
+def _stop_children() -> None:
+    """Terminate and reap the processes the dataset started (torch's workers)."""
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join()
 
 
 def _exit_now(exit_code: int) -> None:
@@ -321,9 +331,7 @@ def _exit_now(exit_code: int) -> None:
         # A torch DataLoader shuts its worker processes down when it is freed;
         # collect it in case it sits in a reference cycle.
         gc.collect()
-    for child in multiprocessing.active_children():
-        child.terminate()
-        child.join()
+    _stop_children()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)

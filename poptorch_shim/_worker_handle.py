@@ -38,6 +38,7 @@ class WorkerHandle:
         self.ring: Optional[SharedRing] = None
         self.layout: Optional[ItemLayout] = None
         self._closed = False
+        self.exitcode: Optional[int] = None  # how the worker ended, once closed
 
     @classmethod
     def start(cls, dataset: Any, config: WorkerConfig,
@@ -156,6 +157,7 @@ class WorkerHandle:
         if self.process.exitcode is None:
             self.process.kill()
             self.process.join()
+        self.exitcode = self.process.exitcode  # negative: it had to be stopped by a signal
         self.process.close()
         if self.ring is not None:
             self.ring.unlink()

@@ -458,3 +458,20 @@ def test_an_exception_class_of_the_script_keeps_its_type_under_the_runner(tmp_pa
                             capture_output=True, text=True, timeout=120,
                             cwd=REPO)
     assert result.stdout.strip() == "caught DatasetBroke True", result.stderr
+
+
+def test_a_failing_torch_worker_stops_the_loader_at_once(no_leaks):
+    """With torch's own workers inside the accessor (num_workers > 0), the
+    error reaches the consumer with the item's traceback, and the accessor's
+    worker exits by itself (code 1) instead of waiting on torch's graceful
+    shutdown until the host has to terminate it."""
+    import poptorch_shim as poptorch
+    loader = poptorch.DataLoader(poptorch.Options(), FailsAt(64, bad=10), batch_size=2,
+                                 num_workers=2, mode=poptorch.DataLoaderMode.Async)
+    handle = loader._accessor._handle
+    with pytest.raises(ValueError, match="cannot decode item 10") as caught:
+        for _ in loader:
+            pass
+    assert "__getitem__" in str(caught.value)
+    loader.terminate()
+    assert handle.exitcode == 1
