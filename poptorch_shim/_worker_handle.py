@@ -49,10 +49,8 @@ class WorkerHandle:
         with contextlib.ExitStack() as stack:
             source = dataset
             if strategy == SharingStrategy.FileSystem:
-                # Removed once the worker has loaded it (after the handshake).
-                directory = stack.enter_context(
-                    tempfile.TemporaryDirectory(prefix="ipusim-dataset-"))
-                source = _pickle_to_file(dataset, directory, strategy)
+                # Kept until the worker has loaded it (after the handshake).
+                source = _pickle_to_file(dataset, stack, strategy)
             host_conn, worker_conn = context.Pipe(duplex=True)
             process = context.Process(
                 target=worker_main, args=(worker_conn, [source], config),
@@ -164,11 +162,27 @@ class WorkerHandle:
             self.ring.release()
 
 
-def _pickle_to_file(dataset: Any, directory: str,
+def _pickle_to_file(dataset: Any, stack: contextlib.ExitStack,
                     strategy: SharingStrategy) -> DatasetFile:
-    path = os.path.join(directory, "dataset.pkl")
+    """Pickle ``dataset`` to a file that lives as long as ``stack``.
+
+    On Linux the file has no name (``O_TMPFILE``): the worker opens it
+    through ``/proc/<host pid>/fd``, and it is gone when the host closes it
+    or dies, whatever signal kills it. Elsewhere it is a named file in a
+    temporary directory, removed when ``stack`` closes.
+    """
     try:
-        with open(path, "wb") as file:
+        fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # no O_TMPFILE here, or not on this file system
+        directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipusim-dataset-"))
+        path = os.path.join(directory, "dataset.pkl")
+        file = open(path, "wb")
+    else:
+        stack.callback(os.close, fd)
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+        file = os.fdopen(os.dup(fd), "wb")
+    try:
+        with file:
             pickle.dump(dataset, file, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as error:
         raise _unpicklable(dataset, error, strategy) from error

@@ -475,3 +475,51 @@ def test_a_failing_torch_worker_stops_the_loader_at_once(no_leaks):
     assert "__getitem__" in str(caught.value)
     loader.terminate()
     assert handle.exitcode == 1
+
+
+def test_a_host_killed_during_start_up_leaves_no_pickled_dataset(tmp_path):
+    """SIGKILL (or SIGTERM) of the host while its worker unpickles the
+    dataset: the pickle had no name on disk, so nothing is left behind."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        import torch
+        from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+        from poptorch_shim.enums import SharingStrategy
+
+        class SlowToUnpickle(torch.utils.data.Dataset):
+            def __init__(self):
+                self.payload = bytes(1 << 20)
+
+            def __setstate__(self, state):
+                # In the worker: take a while, unless the host has gone.
+                parent, end = os.getppid(), time.time() + 20
+                print("unpickling", flush=True)
+                while time.time() < end and os.getppid() == parent:
+                    time.sleep(0.05)
+                self.__dict__.update(state)
+
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, index):
+                return torch.ones(2)
+
+        if __name__ == "__main__":
+            AsynchronousDataAccessor(SlowToUnpickle(),
+                                     sharing_strategy=SharingStrategy.FileSystem)
+    """))
+    env = dict(os.environ, TMPDIR=str(private_tmp), PYTHONPATH=REPO)
+    host = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=REPO)
+    try:
+        assert host.stdout.readline().strip() == "unpickling"  # the worker is reading it
+        assert list(private_tmp.iterdir()) == []               # no name on disk, even now
+        host.send_signal(signal.SIGKILL)
+        host.wait(timeout=30)
+    finally:
+        if host.poll() is None:
+            host.kill()
+    assert list(private_tmp.iterdir()) == []
