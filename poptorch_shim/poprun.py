@@ -22,6 +22,7 @@ the run outlives it.
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
 import os
 import queue
@@ -42,6 +43,12 @@ from poptorch_shim.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them
 REAP_SECONDS = 5.0  # how long poprun waits for killed processes to be gone
+# An instance that fails on a lost connection to its peers may have failed
+# because another one stopped: wait this long for the one that stopped first.
+CULPRIT_SECONDS = 3.0
+# What an instance's last words look like when it failed on a peer's account.
+PEER_LOST = re.compile(r"gloo|connection (?:closed|reset) by peer|remote worker|"
+                       r"ProcessGroup|DistBackendError|DistNetworkError", re.IGNORECASE)
 _PYTHON = re.compile(r"python[0-9.]*$")
 _PR_SET_PDEATHSIG = 1
 
@@ -199,6 +206,8 @@ class Run:
         self.lock = threading.Lock()
         self.stop_deadline: Optional[float] = None
         self.signalled: Optional[int] = None
+        self.last_words: list[collections.deque] = []  # each instance's last stderr lines
+        self.stderr_pumps: list[threading.Thread] = []
 
     # -- starting ------------------------------------------------------------
     def start(self) -> None:
@@ -210,23 +219,27 @@ class Run:
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=preexec))
         for index, process in enumerate(self.processes):
+            self.last_words.append(collections.deque(maxlen=20))
             self._thread(self._pump, index, "stdout", process.stdout)
-            self._thread(self._pump, index, "stderr", process.stderr)
+            self.stderr_pumps.append(self._thread(self._pump, index, "stderr", process.stderr))
             self._thread(self._watch, index, process)
 
-    def _thread(self, target, *args) -> None:
+    def _thread(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True)
         thread.start()
         self.threads.append(thread)
+        return thread
 
     def _pump(self, index: int, name: str, pipe: IO[bytes]) -> None:
         """Copy one instance's stream line by line, tagged, to poprun's own."""
         shown = self.only_output_from in (None, index)
         with pipe:
             for raw in iter(pipe.readline, b""):
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if name == "stderr":
+                    self.last_words[index].append(line)
                 if not shown:
                     continue  # still read, or the instance would block on a full pipe
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 sink = sys.stdout if name == "stdout" else sys.stderr
                 with self.lock:
                     try:
@@ -288,31 +301,60 @@ class Run:
         self.stop(signum)
 
     # -- waiting -------------------------------------------------------------------
+    def _lost_its_peers(self, index: int) -> bool:
+        """Whether instance ``index`` failed on a lost connection to the others
+        (so perhaps because one of them stopped), by its last stderr lines."""
+        self.stderr_pumps[index].join(timeout=1.0)  # its stderr ends as it exits
+        return any(PEER_LOST.search(line) for line in self.last_words[index])
+
     def wait(self) -> int:
-        """Wait for every instance; poprun's exit status."""
-        running, failure = set(range(len(self.processes))), None
+        """Wait for every instance; poprun's exit status.
+
+        The instance blamed is the first to fail by its own doing: one that
+        failed on a lost connection to its peers waits up to
+        ``CULPRIT_SECONDS`` for another to fail first on its own account.
+        """
+        running, failure, suspect, finished = set(range(len(self.processes))), None, None, []
         while running:
-            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+            now = time.monotonic()
+            if self.stop_deadline is not None and now > self.stop_deadline:
                 self._signal_all(signal.SIGKILL)
                 self.stop_deadline = float("inf")  # killed once is enough
+            if failure is None and suspect is not None and now > suspect[3]:
+                failure, suspect = suspect[:3], None  # nobody else failed first
+                self.stop()
             try:
                 index, code = self.exits.get(timeout=0.1)
             except queue.Empty:
                 continue
             running.discard(index)
-            if code != 0 and failure is None and self.stop_deadline is None:
-                failure = (index, code, sorted(running))
-                self.stop()
+            if code == 0:
+                finished.append(index)
+            elif failure is None and self.stop_deadline is None:
+                if not self._lost_its_peers(index):
+                    failure, suspect = (index, code, sorted(running)), None
+                    self.stop()
+                elif suspect is None:
+                    suspect = (index, code, sorted(running), now + CULPRIT_SECONDS)
+        if failure is None and suspect is not None:
+            failure = suspect[:3]
         self._kill_leftovers()
         for thread in self.threads:
             thread.join(timeout=2.0)
-        return self._report(failure)
+        return self._report(failure, finished)
 
-    def _report(self, failure: Optional[tuple[int, int, list[int]]]) -> int:
+    def _report(self, failure: Optional[tuple[int, int, list[int]]], finished: list[int]) -> int:
         if failure is not None:
             index, code, stopped = failure
             others = f"; stopped instance(s) {', '.join(map(str, stopped))}" if stopped else ""
-            print(f"poprun: instance {index} {_describe(code)}{others}.", file=sys.stderr)
+            why = ""
+            if self._lost_its_peers(index):
+                why = (f" on a lost connection to the other instances (torch.distributed)"
+                       + (f", after instance(s) {', '.join(map(str, finished))} had finished "
+                          "with code 0: the instances ran different numbers of steps (each "
+                          "must make as many calls to its model as the others)"
+                          if finished else ""))
+            print(f"poprun: instance {index} {_describe(code)}{why}{others}.", file=sys.stderr)
             return code if code > 0 else 128 - code
         if self.signalled is not None:
             print(f"poprun: interrupted by {_signal_name(self.signalled)}; stopped "

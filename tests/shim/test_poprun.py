@@ -317,3 +317,42 @@ def test_ctrl_c_and_sigterm_are_passed_on_to_every_instance(tmp_path, capsys, si
         f"poprun: interrupted by {name}; stopped every instance.")
     pids = [int(pid) for i in range(2) for pid in (tmp_path / f"pid{i}").read_text().split()]
     assert not any(alive(pid) for pid in pids)
+
+
+# An instance that stops on its own, and a peer that then fails on the lost
+# connection, as gloo words it. The peer fails first; poprun must blame the other.
+PEER_LOST = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    ending = sys.argv[2]
+    if os.environ["RANK"] == "1":
+        (out / "stopping").write_text("")
+        time.sleep(0.5)
+        sys.exit(3 if ending == "fail" else 0)
+    while not (out / "stopping").exists():
+        time.sleep(0.02)
+    if ending == "finish":
+        time.sleep(1.0)  # instance 1 has finished by now
+    print("RuntimeError: [gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+          "[127.0.0.1]:29500", file=sys.stderr, flush=True)
+    sys.exit(1)
+""")
+
+
+def test_poprun_blames_the_instance_that_stopped_not_its_peer(tmp_path, capsys):
+    code = poprun.main(["--num-replicas", "2", "--num-instances", "2", sys.executable, "-c",
+                        PEER_LOST, str(tmp_path), "fail"])
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert code == 3
+    assert last.startswith("poprun: instance 1 exited with code 3"), last
+
+
+def test_poprun_says_when_a_peer_finished_early(tmp_path, capsys):
+    code = poprun.main(["--num-replicas", "2", "--num-instances", "2", sys.executable, "-c",
+                        PEER_LOST, str(tmp_path), "finish"])
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert code == 1
+    assert last.startswith("poprun: instance 0 exited with code 1 on a lost connection"), last
+    assert "after instance(s) 1 had finished with code 0" in last
+    assert "different numbers of steps" in last
