@@ -8,12 +8,13 @@ PopTorch; ``poptorch_shim`` builds the work from real torch models.
 from ipusim.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
 from ipusim.run_config import Offload, RunConfig
-from ipusim.simulation import Simulation, Timeline, simulate
+from ipusim.simulation import Simulation, Timeline, job_timeline, simulate
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 
 __all__ = [
     "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",
-    "Cost", "CostModel", "Execution", "IPUSpec", "Kernel", "KernelKind", "Offload", "RunConfig", "Simulation", "Stage",
-    "SyncPattern", "SystemSpec", "Timeline", "Work", "simulate", "system_spec",
+    "Cost", "CostModel", "Execution", "IPUSpec", "Kernel", "KernelKind", "Offload", "RunConfig",
+    "Simulation", "Stage", "SyncPattern", "SystemSpec", "Timeline", "Work", "job_timeline",
+    "simulate", "system_spec",
 ]

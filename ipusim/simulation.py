@@ -1,7 +1,7 @@
 """The facade: a work description run on a system, call after call."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import pandas as pd
@@ -128,6 +128,25 @@ class Simulation:
         """The events so far, as a :class:`Timeline`."""
         events = self.recorder.to_frame(self.work.ipus_per_replica, self.instance)
         return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance)
+
+
+def job_timeline(timelines: list[Timeline]) -> Timeline:
+    """The timelines of a distributed job's instances (poprun) as one: each
+    instance's IPUs and replicas numbered after the previous instance's, on
+    a system wide enough for all of them."""
+    ordered = sorted(timelines, key=lambda timeline: timeline.instance)
+    first, count = ordered[0], len(ordered)
+    frames = []
+    for position, timeline in enumerate(ordered):
+        events = timeline.events.copy()
+        events["ipu"] += position * first.num_ipus
+        events["replica"] += position * first.run.replicas
+        frames.append(events)
+    events = pd.concat(frames, ignore_index=True).sort_values(
+        ["start_ps", "ipu"], kind="stable", ignore_index=True)
+    run = replace(first.run, replicas=first.run.replicas * count, instances=1)
+    system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
+    return Timeline(events, first.work, run, system, first.steps, instance=0)
 
 
 def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),

@@ -7,10 +7,13 @@
 every other model that asked, when the runner finishes the script (the
 models are kept until then, so a report outlives the script's variables).
 Two models of one name (two unnamed inference models, say) write to
-``inference`` and ``inference-2``.
+``inference`` and ``inference-2``. Under poprun each instance writes
+``name/instance-N/``, and the last instance to finish adds the whole job's
+report (every instance's IPUs in one timeline) in ``name/`` itself.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import weakref
@@ -51,6 +54,9 @@ def report_directory(executor) -> Path | None:
               f"this one writes to {directory} (name models with Options.modelName)",
               file=sys.stderr)
     _taken.add(directory)
+    distributed = options.Distributed
+    if distributed.num_processes > 1:  # the job's report goes in ``directory`` itself
+        directory = directory / f"instance-{distributed.process_id}"
     _given[executor] = directory
     return directory
 
@@ -75,8 +81,29 @@ def write_report(executor) -> Path | None:
     outputs = outputs_from_engine_options(options.engine_options) or None
     from poptorch_shim.data_loader import measured_loader_rate
     loader_rate = options.sim_loader_rate or measured_loader_rate(options)
-    return write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
-                            outputs=outputs, loader_items_per_s=loader_rate)
+    written = write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
+                               outputs=outputs, loader_items_per_s=loader_rate)
+    if options.Distributed.num_processes > 1:
+        _write_job_report(directory.parent, options.Distributed.num_processes,
+                          _plain(options.toDict()), loader_rate)
+    return written
+
+
+def _write_job_report(directory: Path, instances: int, options: dict,
+                      loader_rate: float | None) -> None:
+    """Once every instance of a poprun job has written its report, write the
+    job's: one timeline of all their IPUs. The instances finish in any order,
+    so each checks under a lock, and the last one writes it."""
+    from ipusim import job_timeline
+    from ipusim.report import load_autoreport, write_autoreport
+    parts = [directory / f"instance-{index}" for index in range(instances)]
+    with open(directory / ".job-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (directory / "profile.json").exists() or \
+                not all((part / "events.csv.gz").is_file() for part in parts):
+            return  # written already, or an instance is still running
+        timeline = job_timeline([load_autoreport(part) for part in parts])
+        write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate)
 
 
 def write_pending_reports() -> list[Path]:

@@ -190,7 +190,10 @@ def decode(kind: object, data: object) -> object:
             return None
         return decode(next(arg for arg in typing.get_args(kind) if arg is not type(None)), data)
     if origin is tuple:
-        return tuple(decode(typing.get_args(kind)[0], item) for item in data)
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis or len(args) == 1:  # tuple[X, ...]
+            return tuple(decode(args[0], item) for item in data)
+        return tuple(decode(arg, item) for arg, item in zip(args, data))  # tuple[X, Y]
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: decode(hints[f.name], data[f.name])

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from report_timelines import pipeline_run
 
-from ipusim import Cost, Execution, Offload, RunConfig, Stage, SyncPattern, system_spec
+from ipusim import (Cost, Execution, Kernel, KernelKind, Offload, RunConfig, Stage, SyncPattern,
+                    system_spec)
 from ipusim.memory import MemoryModel, memory_per_ipu
 from ipusim.report import (OUTPUT_FILES, load_autoreport, load_profile,
                            outputs_from_engine_options, text_summary, write_autoreport)
@@ -121,8 +122,11 @@ def test_configs_survive_json():
     run = RunConfig(training=False, replicas=2, device_iterations=3,
                     execution=Execution.PIPELINED, sync_pattern=SyncPattern.REPLICA_AND_LADDER,
                     offload=Offload(weights=True), output_period=2)
+    matmul = Kernel(KernelKind.MATMUL, 2, m=8, k=16, n=32, groups=2)
+    measured = Cost(1e9, 2e6, 3, kernels=((matmul, 4), (Kernel("normalise", 4, elements=9), 1)))
     work = Work((Stage("a", 0, Cost(1e9, 2e6, 3, 4), recompute=Cost(5.0)),
-                 Stage("b", 1, update=Cost(ops=2), weight_bytes=7)), 3, 11, 13)
+                 Stage("b", 1, measured, update=Cost(ops=2), weight_bytes=7,
+                       checkpoint_bytes=5, segment_stash_bytes=6)), 3, 11, 13)
     spec = system_spec("bow", 8, host_link_bandwidth=5e9)
     for kind, value in ((RunConfig, run), (Work, work), (type(spec), spec)):
         assert decode(kind, json.loads(json.dumps(encode(value)))) == value

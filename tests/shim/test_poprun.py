@@ -221,9 +221,11 @@ def describe(model):
             "all_reduce_ps": sorted(set((reduces["end_ps"] - reduces["start_ps"]).tolist()))}
 
 
-def test_instances_train_in_step_with_one_process_of_four_replicas(tmp_path, capsys):
+def test_instances_train_in_step_with_one_process_of_four_replicas(tmp_path, capsys,
+                                                                   monkeypatch):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
+    monkeypatch.setenv("IPUSIM_REPORT_DIR", str(tmp_path / "reports"))
     code = poprun.main(["--num-replicas", "4", "--num-instances", "2", "python", str(script),
                         str(tmp_path), str(Path(__file__).parent)])
     captured = capsys.readouterr()
@@ -257,6 +259,17 @@ def test_instances_train_in_step_with_one_process_of_four_replicas(tmp_path, cap
     for name in expected["state"]:
         assert torch.equal(results[0]["state"][name], results[1]["state"][name])
     assert results[0]["end_ps"] == results[1]["end_ps"]
+
+    # Each instance writes its own report; the job's report has every IPU.
+    from ipusim.report import load_autoreport
+    job = tmp_path / "reports" / "training"
+    parts = [load_autoreport(job / f"instance-{i}") for i in range(2)]
+    assert [part.instance for part in parts] == [0, 1]
+    assert all(set(part.events["ipu"]) == {0, 1} for part in parts)
+    whole = load_autoreport(job)
+    assert set(whole.events["ipu"]) == {0, 1, 2, 3} and whole.run.replicas == 4
+    assert len(whole.events) == sum(len(part.events) for part in parts)
+    assert (job / "report.html").is_file()
 
 
 # -- failures and interrupts ----------------------------------------------------------------
