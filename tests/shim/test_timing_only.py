@@ -270,3 +270,31 @@ def test_a_new_input_shape_is_refused_with_both_shapes():
         inference(torch.randn(2, 4000, 64))
     with pytest.raises(ValueError, match=r"\[2, 4, 64\] float16"):
         inference(torch.randn(2, 4, 64).half())
+
+
+def test_a_model_without_blocks_needs_the_memory_of_the_same_model_in_one_block():
+    class Summed(nn.Module):
+        def __init__(self, layers, block: bool):
+            super().__init__()
+            self.layers, self.block = layers, block
+
+        def forward(self, x):
+            if not self.block:
+                return self.layers(x).sum()
+            with Block("only", ipu_id=0):
+                return self.layers(x).sum()
+
+    def memory(model):
+        opts = poptorch.Options()
+        opts.Simulation.timingOnly(True)
+        training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+        training(torch.randn(8, 512))
+        return training.device.memory.iloc[0]
+
+    torch.manual_seed(0)
+    layers = nn.Sequential(*[nn.Linear(512, 512) for _ in range(8)])
+    plain = memory(Summed(copy.deepcopy(layers), block=False))
+    in_a_block = memory(Summed(copy.deepcopy(layers), block=True))
+    for part in ("weights", "optimizer", "stash", "total"):
+        assert plain[part] == pytest.approx(in_a_block[part], rel=0.01), part
+    assert plain["stash"] < plain["weights"] / 10  # activations of a batch of 8, not weights
