@@ -23,10 +23,10 @@ IPU-Links and sync groups); the numerics are real torch computed on the CPU."""
 
 _EXAMPLES = """\
 examples:
-  ipusim run scenarios/tutorial_data_loading.py --report reports/
+  ipusim run --report reports/ scenarios/tutorial_data_loading.py
         run a PopTorch script; every model writes reports/<training|inference|name>/
-  ipusim run train.py --report reports/ -- --replicas 4 --synthetic-data
-        arguments after -- go to the script
+  ipusim run --report reports/ --timing-only train.py --replicas 4 --synthetic-data
+        everything after the script goes to the script
   ipusim summary reports/training
         print the text summary: target, memory per IPU, cycles per step, verdict
   ipusim report reports/training --output /tmp/training.html
@@ -48,12 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
         usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] SCRIPT "
-              "[-- SCRIPT_ARGS ...]",
+              "[SCRIPT_ARGS ...]",
         description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
-                    "PopTorch shim. Arguments after -- are passed to the script.",
-        epilog="example: ipusim run train.py --report reports/ -- --epochs 1",
+                    "PopTorch shim. Everything after SCRIPT is passed to the script.",
+        epilog="example: ipusim run --report reports/ train.py --epochs 1",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("script", metavar="SCRIPT", help="the PopTorch script (.py) to run")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
+                     help="everything after SCRIPT goes to the script")
     run.add_argument("--report", metavar="DIR",
                      help="write an autoReport directory per model under DIR "
                           f"(sets {REPORT_DIR_ENV})")
@@ -89,17 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ipusim`` console script and of ``python -m ipusim``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    script_args: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, script_args = argv[:split], argv[split + 1:]
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if script_args and args.command != "run":
+    if "--" in argv and argv[:1] != ["run"]:
+        extra = argv[argv.index("--") + 1:]
         parser.error(f"only `ipusim run` passes arguments after -- (to the script), got "
-                     f"{' '.join(script_args)!r} for `ipusim {args.command}`")
-    args.script_args = script_args
+                     f"{' '.join(extra)!r} for `ipusim {argv[0] if argv else ''}`")
+    args = parser.parse_args(argv)
     if args.command == "run":  # the script's own errors keep their traceback
+        if args.script_args[:1] == ["--"]:  # `SCRIPT -- ARGS`, as earlier versions wanted
+            args.script_args = args.script_args[1:]
         if not Path(args.script).is_file():
             parser.exit(1, f"ipusim run: error: no such script: {args.script}\n")
         return args.handler(args)

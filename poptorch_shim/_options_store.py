@@ -177,7 +177,8 @@ class OptionsGroup:
         store = self.__dict__.get("_store")
         if not name.startswith("_") and store is not None and store.declares(name):
             return store.get(name)
-        raise AttributeError(self._unknown_name_message(name))
+        # name=None: the message has its hint; Python must not add a second.
+        raise AttributeError(self._unknown_name_message(name), name=None)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):
@@ -194,7 +195,8 @@ class OptionsGroup:
         if attribute is not None:
             raise AttributeError(f"Can't assign {self._path}.{name}; it is a method: "
                                  f"call {self._path}.{name}(...) instead.")
-        raise AttributeError(self._unknown_name_message(name))
+        # name=None: the message has its hint; Python must not add a second.
+        raise AttributeError(self._unknown_name_message(name), name=None)
 
     def _unknown_name_message(self, name: str) -> str:
         known = [n for n in dir(type(self)) if not n.startswith("_")]

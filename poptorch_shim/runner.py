@@ -87,5 +87,8 @@ def main(argv: list[str] | None = None) -> int:
               "IPU system is simulated. Set IPUSIM_REPORT_DIR to write autoReport\n"
               "directories for every model there; IPUSIM_NUM_IPUS sizes the machine (16).")
         return 0 if args else 2
+    if not Path(args[0]).is_file():
+        print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
+        return 2
     run_script(args[0], args[1:])
     return 0

@@ -21,11 +21,11 @@ def profile_dir(tmp_path_factory, pipeline_timeline):
 def test_help_describes_the_commands_with_examples():
     result = subprocess.run([sys.executable, "-m", "ipusim", "--help"], capture_output=True,
                             text=True, check=True)
-    for word in ("run", "report", "summary", "trace", "examples:", "ipusim run", "-- --replicas"):
+    for word in ("run", "report", "summary", "trace", "examples:", "ipusim run", "--replicas 4"):
         assert word in result.stdout
     run_help = subprocess.run([sys.executable, "-m", "ipusim", "run", "--help"],
                               capture_output=True, text=True, check=True).stdout
-    assert "[-- SCRIPT_ARGS ...]" in run_help and "--report DIR" in run_help
+    assert "SCRIPT [SCRIPT_ARGS ...]" in run_help and "--report DIR" in run_help
 
 
 def test_summary_prints_the_text_summary(profile_dir, capsys):
@@ -69,10 +69,13 @@ def test_run_passes_the_arguments_and_the_report_directory(tmp_path, monkeypatch
         f"json.dump({{'argv': sys.argv[1:], 'report': os.environ.get({REPORT_DIR_ENV!r})}}, "
         f"open({str(record)!r}, 'w'))\n")
     monkeypatch.delenv(REPORT_DIR_ENV, raising=False)
-    assert main(["run", str(script), "--report", str(tmp_path / "reports"), "--",
-                 "--replicas", "4", "x"]) == 0
-    seen = json.loads(record.read_text())
-    assert seen == {"argv": ["--replicas", "4", "x"], "report": str(tmp_path / "reports")}
+    # Everything after the script is the script's, its own --report included;
+    # the older `SCRIPT -- ARGS` form still works.
+    for argv in (["--replicas", "4", "--report", "x"], ["--", "--replicas", "4", "--report", "x"]):
+        assert main(["run", "--report", str(tmp_path / "reports"), str(script), *argv]) == 0
+        seen = json.loads(record.read_text())
+        assert seen == {"argv": ["--replicas", "4", "--report", "x"],
+                        "report": str(tmp_path / "reports")}
     assert REPORT_DIR_ENV not in os.environ  # restored after the run
 
 
@@ -96,3 +99,11 @@ def test_simulations_can_show_a_progress_bar(capsys):
     err = capsys.readouterr().err  # tqdm writes to stderr
     assert "simulating" in err and "3/3" in err
     assert shown.events.equals(quiet.events)
+
+
+def test_the_shim_runner_names_a_missing_script_without_a_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "poptorch_shim", str(tmp_path / "missing.py")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == \
+        f"python -m poptorch_shim: error: no such script: {tmp_path / 'missing.py'}"

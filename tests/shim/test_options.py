@@ -3,6 +3,8 @@ wrong types and values are refused with the numbers in the message, options
 freeze on first use, and the read accessors other modules rely on."""
 import copy
 import pickle
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
@@ -539,3 +541,13 @@ def test_distributed_group_class_can_be_swapped():
     with pytest.raises(RuntimeError, match="configureProcessId"):
         options.Distributed.configureProcessId(0, 2)
     assert options.Distributed.num_processes == 1
+
+
+def test_a_misspelt_option_is_hinted_once_in_the_traceback():
+    """Python adds its own "Did you mean" to an AttributeError's traceback;
+    the options' message has one already."""
+    script = "import poptorch_shim as p\np.Options().deviceIteration(2)\n"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.count("Did you mean") == 1 and "'deviceIterations'" in last, last
