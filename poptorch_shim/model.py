@@ -269,6 +269,7 @@ class PoplarExecutor:
         """Write the profiling report if one was asked for, then release the
         simulated device; the model must be compiled again to run."""
         if self._device is not None:
+            profiling.keep_figures(self)
             profiling.write_report(self)
         self._device = None
         self._attached = False

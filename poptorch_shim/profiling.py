@@ -17,12 +17,27 @@ import fcntl
 import os
 import sys
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
 
 # Compiled executors whose report is still to be written.
 _pending: list = []
+
+
+@dataclass
+class _Figures:
+    """A model compiled while the runner runs a script, for its figures at exit."""
+
+    name: str
+    device: object | None  # the SimulatedDevice, until its figures are taken
+    directory: Path | None
+    line: str | None = None
+
+
+_compiled: list[_Figures] = []
+collecting = False  # set by the runner while it runs a script
 # The directory each executor was given, and every directory given so far.
 _given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _taken: set[Path] = set()
@@ -62,9 +77,44 @@ def report_directory(executor) -> Path | None:
 
 
 def register(executor) -> None:
-    """Remember a compiled executor whose report the runner must write at the end."""
+    """Remember a compiled executor: for its figures at exit, and, if it asked
+    for one, for the report the runner must write at the end."""
+    if collecting:
+        name = executor.options.model_name or ("training" if executor.training else "inference")
+        _compiled.append(_Figures(name, executor.device, report_directory(executor)))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
+
+
+def keep_figures(executor) -> None:
+    """Take a compiled model's figures before it is destroyed."""
+    for entry in _compiled:
+        if entry.device is executor.device:
+            entry.line, entry.device = _figures_line(entry), None
+
+
+def _figures_line(entry: _Figures) -> str | None:
+    from ipusim.report import bottleneck
+    device = entry.device
+    if device is None or not device.step_durations:
+        return None
+    timeline = device.timeline
+    where = f"; report {entry.directory}" if entry.directory is not None else ""
+    return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
+            f"{timeline.latency_ps() / 1e6:,.1f} µs per micro-batch, bottleneck "
+            f"{bottleneck(timeline).kind}{where}")
+
+
+def print_simulated_figures(stream=None) -> None:
+    """Print, for each model the script ran, its simulated throughput, latency
+    and bottleneck and where its report is: the figures a script's own
+    wall-clock timings on this host cannot give."""
+    lines = [line for line in (entry.line or _figures_line(entry) for entry in _compiled)
+             if line is not None]
+    _compiled.clear()
+    if lines:
+        print("\nipusim: simulated figures (the script's own timings are this host's wall "
+              "clock, not the IPUs'):", *lines, sep="\n", file=stream or sys.stderr)
 
 
 def write_report(executor) -> Path | None:

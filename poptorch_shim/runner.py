@@ -36,8 +36,9 @@ def run_script(path: str, argv: list[str]) -> None:
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
+    from poptorch_shim import profiling
     from poptorch_shim.profiling import ReportsNotWritten, write_pending_reports
-    finished = False
+    finished, profiling.collecting = False, True
     try:
         with _script_is_mp_main():
             runpy.run_path(str(script), run_name="__main__")
@@ -50,6 +51,10 @@ def run_script(path: str, argv: list[str]) -> None:
             if finished:
                 raise
             print(f"ipusim: {error}", file=sys.stderr)  # the script's own error comes first
+        finally:
+            profiling.collecting = False
+            if finished:
+                profiling.print_simulated_figures()
 
 
 @contextmanager

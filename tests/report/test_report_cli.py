@@ -107,3 +107,28 @@ def test_the_shim_runner_names_a_missing_script_without_a_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == \
         f"python -m poptorch_shim: error: no such script: {tmp_path / 'missing.py'}"
+
+
+def test_the_runner_prints_each_models_simulated_figures_at_exit(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import torch, poptorch\n"
+        "first = poptorch.inferenceModel(torch.nn.Linear(4, 2))\n"
+        "first(torch.ones(2, 4))\n"
+        "first.destroy()\n"
+        "second = poptorch.inferenceModel(torch.nn.Linear(4, 2),\n"
+        "                                 poptorch.Options().modelName('kept'))\n"
+        "second(torch.ones(2, 4))\n"
+        "never_run = poptorch.inferenceModel(torch.nn.Linear(4, 2))\n")
+    result = subprocess.run([sys.executable, "-m", "poptorch_shim", str(script)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, REPORT_DIR_ENV: str(tmp_path / "reports")})
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    start = lines.index("ipusim: simulated figures (the script's own timings are this host's "
+                        "wall clock, not the IPUs'):")
+    figures = lines[start + 1:]
+    assert [line.split(":")[0].strip() for line in figures] == ["inference", "kept"]
+    for line, name in zip(figures, ("inference", "kept")):
+        assert "items/s, latency" in line and "bottleneck" in line
+        assert line.endswith(f"report {tmp_path / 'reports' / name}")
