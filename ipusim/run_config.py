@@ -46,10 +46,12 @@ class RunConfig:
     offload: Offload = field(default=Offload(), metadata={"help": "tensors in streaming memory"})
     io_tiles: int = field(
         default=0, metadata={"help": "tiles of each IPU kept for I/O; compute gets the rest"})
-    overlap_io: bool = field(
-        default=False, metadata={"help": "stream copies run on the I/O tiles while the "
-                                         "compute tiles work: inputs double-buffered, outputs "
-                                         "sent in the background"})
+    overlap_inputs: bool = field(
+        default=False, metadata={"help": "input stream copies run on the I/O tiles while the "
+                                         "compute tiles work, double-buffered"})
+    overlap_outputs: bool = field(
+        default=False, metadata={"help": "output stream copies run on the I/O tiles, sent in "
+                                         "the background"})
     output_period: int = field(
         default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
 
@@ -60,8 +62,9 @@ class RunConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.io_tiles, int) or self.io_tiles < 0:
             raise ValueError(f"io_tiles must be a non-negative integer, got {self.io_tiles!r}")
-        if self.overlap_io and not self.io_tiles:
-            raise ValueError("overlap_io needs I/O tiles to copy on: set io_tiles (32 or more)")
+        if (self.overlap_inputs or self.overlap_outputs) and not self.io_tiles:
+            raise ValueError("overlap_inputs and overlap_outputs need I/O tiles to copy on: set "
+                             "io_tiles (32 or more)")
         if not isinstance(self.output_period, int) or self.output_period < 0:
             raise ValueError(f"output_period must be a non-negative integer, got {self.output_period!r}")
         if not self.training and self.gradient_accumulation != 1:

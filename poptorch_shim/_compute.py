@@ -237,8 +237,8 @@ class WholeModel:
             backward_cost = backward.cost
         stage = StageProfile("model", 0, forward.cost, backward_cost,
                              activation_bytes=tensor_bytes(output),
-                             stash_bytes=forward.saved_bytes,
+                             stash_bytes=forward.saved.saved_bytes,
                              weight_bytes=parameter_bytes(self.model),
-                             checkpoint_bytes=forward.checkpoint_bytes,
-                             segment_stash_bytes=forward.segment_bytes)
+                             checkpoint_bytes=forward.saved.checkpoint_bytes,
+                             segment_stash_bytes=forward.saved.segment_bytes)
         return [stage], output

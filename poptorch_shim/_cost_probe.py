@@ -42,7 +42,7 @@ _VECTOR_KINDS = {
         "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
         "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
         "native_group_norm_backward", "_softmax", "_log_softmax", "_softmax_backward_data",
-        "_log_softmax_backward_data"},
+        "_log_softmax_backward_data", "_safe_softmax"},
     KernelKind.DATA: {
         "embedding", "embedding_dense_backward", "index_select", "gather", "scatter",
         "scatter_add", "index_add", "index", "index_put", "cat", "stack", "copy", "_to_copy",
@@ -61,7 +61,7 @@ def _width(tensors: list[torch.Tensor]) -> int:
     for tensor in tensors:
         if tensor.is_floating_point():
             return tensor.element_size()
-    return tensors[0].element_size() if tensors else 4
+    return min(tensors[0].element_size(), 8) if tensors else 4  # complex: as wide as a double
 
 
 def _prod(values) -> int:
@@ -101,10 +101,33 @@ def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     return kernels
 
 
+def _attention_kernels(name: str, args: tuple, width: int) -> list[Kernel]:
+    """A fused scaled-dot-product attention as the IPU runs it: the scores
+    (Q K^T), a softmax over them and their product with V, per batch and head;
+    its backward recomputes the scores and takes the four gradient products."""
+    backward = name.endswith("_backward")
+    q, k, v = args[1:4] if backward else args[0:3]
+    heads, length, embed = _prod(q.shape[:-2]), q.shape[-2], q.shape[-1]
+    source, value = k.shape[-2], v.shape[-1]
+
+    def product(m: int, inner: int, n: int) -> Kernel:
+        return Kernel(KernelKind.MATMUL, width, m=m, k=inner, n=n, groups=heads)
+    softmax = Kernel(KernelKind.NORMALISE, width, elements=heads * length * source,
+                     bytes=2 * heads * length * source * width)
+    if not backward:
+        return [product(length, embed, source), softmax, product(length, source, value)]
+    return [product(length, embed, source), softmax,            # the scores again
+            product(source, length, value), product(length, value, source),  # dV, dP
+            softmax,                                            # the softmax's backward
+            product(length, source, embed), product(source, length, embed)]  # dQ, dK
+
+
 def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
     """The IPU operators an aten call amounts to."""
     name = func.overloadpacket.__name__.rstrip("_")
     width = _width(_tensors(args))
+    if "scaled_dot_product" in name and "math" not in name:
+        return _attention_kernels(name, args, width)
     if name in ("mm", "addmm", "bmm", "baddbmm"):
         a, b = (args[1], args[2]) if name.startswith(("addmm", "baddbmm")) else (args[0], args[1])
         groups = a.shape[0] if a.dim() == 3 else 1
@@ -112,6 +135,10 @@ def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
                        groups=groups)]
     if name in ("convolution", "convolution_backward"):
         return _conv_kernels(name, args, out, width)
+    if name == "embedding":  # a gather reads only the rows it returns, not the whole table
+        rows = _tensors(out)[0]
+        return [Kernel(KernelKind.DATA, width, elements=rows.numel(),
+                       bytes=2 * rows.numel() * rows.element_size() + tensor_bytes(args[1]))]
     tensors = _tensors(args) + _tensors(kwargs) + _tensors(out)
     if not tensors:
         return []
@@ -145,6 +172,7 @@ class _TrafficCounter(TorchDispatchMode):
         super().__init__()
         self.ops = 0
         self.bytes = 0
+        self.uncounted_flops = 0
         self.kernels: dict[Kernel, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -153,8 +181,12 @@ class _TrafficCounter(TorchDispatchMode):
         if _does_work(func, args, out):
             self.ops += 1
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
-            for kernel in kernels_of(func, args, kwargs, out):
+            kernels = kernels_of(func, args, kwargs, out)
+            for kernel in kernels:
                 self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
+            if "scaled_dot_product" in str(func):  # torch's FLOP counter misses these on CPU
+                self.uncounted_flops += sum(2 * k.groups * k.m * k.k * k.n for k in kernels
+                                            if k.kind is KernelKind.MATMUL)
         return out
 
     def take_kernels(self) -> dict[Kernel, int]:
@@ -170,20 +202,42 @@ def activation_bytes(tensor: torch.Tensor) -> int:
     return 0 if isinstance(base, torch.nn.Parameter) else tensor.numel() * tensor.element_size()
 
 
+class SavedActivations:
+    """What autograd saves for the backward, cut into segments at the
+    recomputation checkpoints: all of it (``saved_bytes``), the checkpoints
+    (``checkpoint_bytes``), and the most one segment saves besides them
+    (``segment_bytes``), which is what recomputing a segment holds at once.
+    The checkpoints are kept anyway, so a segment saving one again adds nothing."""
+
+    def __init__(self) -> None:
+        self.saved_bytes = self.checkpoint_bytes = self.segment_bytes = 0
+        self._segment: dict[int, int] = {}  # bytes saved in the current segment, by tensor
+        self._checkpoints: set[int] = set()
+
+    def pack(self, tensor: torch.Tensor) -> None:
+        nbytes = activation_bytes(tensor)
+        self.saved_bytes += nbytes
+        if id(tensor) not in self._checkpoints:
+            self._segment[id(tensor)] = self._segment.get(id(tensor), 0) + nbytes
+
+    def checkpoint(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        self.checkpoint_bytes += tensor_bytes(tensors)
+        for tensor in tensors:
+            self._checkpoints.add(id(tensor))
+            self._segment.pop(id(tensor), None)
+        self.close_segment()
+
+    def close_segment(self) -> None:
+        self.segment_bytes = max(self.segment_bytes, sum(self._segment.values()))
+        self._segment.clear()
+
+
 @dataclass
 class Measurement:
-    """What one measured region cost; filled in when its ``with`` block ends.
-
-    ``saved_bytes`` are the activations autograd keeps for the backward;
-    ``checkpoint_bytes`` those marked with ``recomputationCheckpoint``, and
-    ``segment_bytes`` the most saved between two checkpoints: what
-    recomputing one segment holds at once.
-    """
+    """What one measured region cost; filled in when its ``with`` block ends."""
 
     cost: Cost = field(default_factory=Cost)
-    saved_bytes: int = 0
-    checkpoint_bytes: int = 0
-    segment_bytes: int = 0
+    saved: SavedActivations = field(default_factory=SavedActivations)
 
 
 @contextmanager
@@ -192,24 +246,19 @@ def measure() -> Iterator[Measurement]:
     result = Measurement()
     flops = FlopCounterMode(display=False)
     traffic = _TrafficCounter()
-    segment = [0]
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        nbytes = activation_bytes(tensor)
-        result.saved_bytes += nbytes
-        segment[0] += nbytes
+        result.saved.pack(tensor)
         return tensor
 
     def checkpoint(kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
-        if kind != CHECKPOINT:
-            return
-        result.checkpoint_bytes += tensor_bytes(tensors)
-        result.segment_bytes = max(result.segment_bytes, segment[0])
-        segment[0] = 0
+        if kind == CHECKPOINT:
+            result.saved.checkpoint(tensors)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), observing(checkpoint), \
             flops, traffic:
         yield result
-    result.segment_bytes = max(result.segment_bytes, segment[0])
-    result.cost = Cost(flops=float(flops.get_total_flops()), bytes=float(traffic.bytes),
+    result.saved.close_segment()
+    result.cost = Cost(flops=float(flops.get_total_flops() + traffic.uncounted_flops),
+                       bytes=float(traffic.bytes),
                        ops=traffic.ops, kernels=tuple(traffic.kernels.items()))

@@ -46,12 +46,13 @@ NO_IO_TILES_ERR = ("No IO tiles allocated. You must allocate at least 32 IO tile
 
 
 def run_config(options, training: bool, num_stages: int, strategy=None,
-               overlap_io: bool = False) -> RunConfig:
+               overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
     """PopTorch options as an ipusim :class:`RunConfig`; ``strategy`` is the
-    execution strategy the model runs under (None: one stage), ``overlap_io``
-    whether the model asked for its stream copies to overlap compute."""
+    execution strategy the model runs under (None: one stage), ``overlap``
+    whether the model asked for its input and its output stream copies to
+    overlap compute."""
     io_tiles = options.TensorLocations.num_io_tiles
-    if overlap_io and not io_tiles:
+    if any(overlap) and not io_tiles:
         raise RuntimeError(NO_IO_TILES_ERR)
     mode = options.resolved_output_mode(training)
     period = options.output_return_period if mode == enums.OutputMode.EveryN else _OUTPUT_PERIOD[mode]
@@ -83,7 +84,8 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
                         accumulators=offloaded("accumulator"), activations=offloaded("activation"),
                         sharded_optimizer=sharded("optimizer")),
         io_tiles=io_tiles,
-        overlap_io=overlap_io,
+        overlap_inputs=overlap[0],
+        overlap_outputs=overlap[1],
         output_period=period)
 
 
@@ -146,7 +148,7 @@ class SimulatedDevice:
 
     def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
-                 strategy=None, overlap_io: bool = False):
+                 strategy=None, overlap: tuple[bool, bool] = (False, False)):
         self.work = Work(
             tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
@@ -157,7 +159,7 @@ class SimulatedDevice:
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = run_config(options, training, len(stages), strategy, overlap_io)
+        self.run = run_config(options, training, len(stages), strategy, overlap)
         self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":

@@ -21,7 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
 from poptorch_shim._compute import StageProfile, WholeModel
-from poptorch_shim._cost_probe import _TrafficCounter, activation_bytes, tensor_bytes
+from poptorch_shim._cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
+from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import _ExecutionStrategy
 
@@ -37,7 +38,7 @@ class _Charges:
 
     def __init__(self) -> None:
         self.costs: dict[Optional[str], Cost] = {}
-        self.saved: dict[Optional[str], int] = {}
+        self.saved: dict[Optional[str], SavedActivations] = {}
         self._block: Optional[str] = None
         self._mark = (0.0, 0.0, 0)
         self._flops = FlopCounterMode(display=False)
@@ -47,13 +48,15 @@ class _Charges:
     def active(self, block: Optional[str]) -> Iterator["_Charges"]:
         self._block = block
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor), \
-                self._flops, self._traffic:
+                observing(self._checkpoint), self._flops, self._traffic:
             yield self
             self.switch(None)
+        for saved in self.saved.values():
+            saved.close_segment()
 
     def switch(self, block: Optional[str]) -> None:
-        now = (float(self._flops.get_total_flops()), float(self._traffic.bytes),
-               self._traffic.ops)
+        now = (float(self._flops.get_total_flops() + self._traffic.uncounted_flops),
+               float(self._traffic.bytes), self._traffic.ops)
         flops, nbytes, ops = (a - b for a, b in zip(now, self._mark))
         kernels = tuple(self._traffic.take_kernels().items())
         if ops or flops or nbytes:
@@ -62,8 +65,12 @@ class _Charges:
         self._block, self._mark = block, now
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.saved[self._block] = self.saved.get(self._block, 0) + activation_bytes(tensor)
+        self.saved.setdefault(self._block, SavedActivations()).pack(tensor)
         return tensor
+
+    def _checkpoint(self, kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
+        if kind == CHECKPOINT:
+            self.saved.setdefault(self._block, SavedActivations()).checkpoint(tensors)
 
 
 class _Attribution(TorchFunctionMode):
@@ -147,10 +154,13 @@ class EagerStages(WholeModel):
         stage = lambda block: index.get(self._first if block is None else block, 0)  # noqa: E731
         n = len(self.layout)
         fwd, bwd, stash = [Cost()] * n, [Cost()] * n, [0] * n
+        checkpoints, segments = [0] * n, [0] * n
         for block, cost in forward.costs.items():
             fwd[stage(block)] += cost
-        for block, nbytes in forward.saved.items():
-            stash[stage(block)] += nbytes
+        for block, saved in forward.saved.items():
+            stash[stage(block)] += saved.saved_bytes
+            checkpoints[stage(block)] += saved.checkpoint_bytes
+            segments[stage(block)] = max(segments[stage(block)], saved.segment_bytes)
         for block, cost in backward.costs.items():
             bwd[stage(block)] += cost
         weights, crossing = [0] * n, [0] * n
@@ -161,5 +171,6 @@ class EagerStages(WholeModel):
             for k in range(stage(producer), max(stage(b) for b in blocks)):
                 crossing[k] += tensor.numel() * tensor.element_size()
         crossing[-1] = tensor_bytes(output)
-        return [StageProfile(s.name, s.ipu, fwd[k], bwd[k], crossing[k], stash[k], weights[k])
+        return [StageProfile(s.name, s.ipu, fwd[k], bwd[k], crossing[k], stash[k], weights[k],
+                             checkpoints[k], segments[k])
                 for k, s in enumerate(self.layout)]

@@ -181,9 +181,10 @@ class _GraphPlan:
                         tensor_bytes([results[src][j] for src, j in self.crossing[k]]))
             profiles.append(StageProfile(stage.placed.name, stage.placed.ipu, forward[k].cost,
                                          backward[k].cost, activation_bytes=crossing,
-                                         stash_bytes=forward[k].saved_bytes, weight_bytes=weights,
-                                         checkpoint_bytes=forward[k].checkpoint_bytes,
-                                         segment_stash_bytes=forward[k].segment_bytes))
+                                         stash_bytes=forward[k].saved.saved_bytes,
+                                         weight_bytes=weights,
+                                         checkpoint_bytes=forward[k].saved.checkpoint_bytes,
+                                         segment_stash_bytes=forward[k].saved.segment_bytes))
         return profiles
 
 

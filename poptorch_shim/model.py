@@ -69,7 +69,7 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._timing_only = options.sim_timing_only
         self._placeholder: Any = None  # a timing-only model's output for each micro-batch
-        self._overlap_io = False       # the model asked for overlapped stream copies
+        self._overlap = (False, False)  # overlapped input, output stream copies asked for
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
         self._attached = False
@@ -148,7 +148,7 @@ class PoplarExecutor:
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-            strategy=self._runner.strategy, overlap_io=self._overlap_io)
+            strategy=self._runner.strategy, overlap=self._overlap)
         profiling.register(self)
         self._attached = True
 
@@ -164,7 +164,7 @@ class PoplarExecutor:
             check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
                          probe.strategy)
             stages, output = probe.profile(args, kwargs, self._training)
-        self._overlap_io = bool(asked & {OVERLAP_INPUT, OVERLAP_OUTPUT})
+        self._overlap = (OVERLAP_INPUT in asked, OVERLAP_OUTPUT in asked)
         return stages, output, list(recorder.ipus)
 
     def __call__(self, *args, **kwargs) -> Any:
@@ -296,10 +296,12 @@ class PoplarExecutor:
         return self._device.latency()
 
 
-def input_signature(value: Any) -> tuple:
-    """The structure, shapes and dtypes of the tensors in ``value``: what an IPU
-    program is compiled for."""
-    leaves, spec = tree_flatten(value)
+def input_signature(micro_batch: tuple) -> tuple:
+    """The structure, shapes and dtypes of the tensors of a micro-batch's
+    ``(args, kwargs)``: what an IPU program is compiled for. Keyword arguments
+    bind by name, so their order does not count."""
+    args, kwargs = micro_batch
+    leaves, spec = tree_flatten((args, dict(sorted(kwargs.items()))))
     return (spec, tuple((tuple(leaf.shape), leaf.dtype) if isinstance(leaf, torch.Tensor)
                         else type(leaf) for leaf in leaves))
 

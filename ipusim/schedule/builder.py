@@ -161,7 +161,7 @@ class ProgramBuilder:
         active = set(self._physical(logical_ipu))
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
-        if self.run.overlap_io:
+        if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
             # The I/O tiles meet the host alone: no sync holds the compute tiles.
             prefetch = h2d_bytes > 0 and micro_batch < self.run.micro_batches_per_step - 1
             for ipu in active:

@@ -22,7 +22,7 @@ def work(flops: float = 4e9) -> Work:
 
 def run(overlap: bool, **extra) -> RunConfig:
     return RunConfig(gradient_accumulation=6, replicas=2, io_tiles=64 if overlap else 0,
-                     overlap_io=overlap, **extra)
+                     overlap_inputs=overlap, overlap_outputs=overlap, **extra)
 
 
 @pytest.mark.parametrize("flops", [4e9, 1e8])  # compute longer, then shorter, than a copy
@@ -55,7 +55,7 @@ def test_overlapping_hides_the_copies_behind_compute():
 def test_copies_longer_than_compute_set_the_pace():
     spec = system_spec("mk2", 1)
     timeline = simulate(work(1e6), RunConfig(gradient_accumulation=6, io_tiles=64,
-                                             overlap_io=True), spec, steps=1)
+                                             overlap_inputs=True), spec, steps=1)
     events = timeline.events
     inputs = events[(events["kind"] == "io_tiles_copy") & (events["bytes"] == MB)]
     copy_ps = int((inputs["end_ps"] - inputs["start_ps"]).iloc[0])
@@ -79,4 +79,6 @@ def test_io_tiles_leave_fewer_tiles_for_compute_and_sram():
 
 def test_overlap_needs_io_tiles():
     with pytest.raises(ValueError, match="io_tiles"):
-        RunConfig(overlap_io=True)
+        RunConfig(overlap_inputs=True)
+    with pytest.raises(ValueError, match="io_tiles"):
+        RunConfig(overlap_outputs=True)

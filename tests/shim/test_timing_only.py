@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 import poptorch_shim as poptorch
-from ipusim import KernelKind
+from ipusim import CALIBRATED_MK2, MK2_GC200, KernelKind
 from poptorch_shim._cost_probe import measure
 from poptorch_shim._fake import fake_inputs
 from poptorch_shim.blocks import Block
@@ -146,8 +146,8 @@ def test_measuring_on_fake_tensors_costs_what_real_tensors_do():
     with fake_inputs((x, labels)) as (fx, flabels), measure() as fake:
         twin(fx, flabels)[1].backward()
     assert fake.cost == real.cost
-    assert (fake.saved_bytes, fake.checkpoint_bytes, fake.segment_bytes) == \
-        (real.saved_bytes, real.checkpoint_bytes, real.segment_bytes)
+    figures = ("saved_bytes", "checkpoint_bytes", "segment_bytes")
+    assert [getattr(fake.saved, f) for f in figures] == [getattr(real.saved, f) for f in figures]
 
 
 def test_the_model_dtype_is_the_precision_it_is_priced_at():
@@ -209,7 +209,7 @@ def test_a_block_less_model_stashes_activations_not_weights():
     with measure() as result:
         model(x).sum().backward()
     activations = 4 * 8 * 256 * 4  # each layer's input
-    assert result.saved_bytes == activations
+    assert result.saved.saved_bytes == activations
 
 
 def test_sharding_the_optimizer_state_divides_it_across_replicas():
@@ -255,10 +255,34 @@ def test_overlapped_io_needs_io_tiles_and_streams_on_them():
     opts.TensorLocations.numIOTiles(32)
     inference = poptorch.inferenceModel(model, opts)
     assert torch.equal(inference(x), model(x))
-    assert inference.device.run.overlap_io and inference.device.run.io_tiles == 32
+    run = inference.device.run
+    assert run.overlap_inputs and run.overlap_outputs and run.io_tiles == 32
     kinds = inference.timeline.events["kind"].value_counts()
     assert kinds["io_tiles_copy"] == 4 + 4  # each input in, each output out
     assert kinds["host_to_device"] == kinds["device_to_host"] == 0
+
+
+def test_overlapping_the_outputs_leaves_the_inputs_synchronous():
+    class OutputsOnly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return poptorch.set_overlap_for_output(self.layer(x),
+                                                   poptorch.OverlapMode.OverlapAccumulationLoop)
+
+    opts = poptorch.Options()
+    opts.deviceIterations(4)
+    opts.TensorLocations.numIOTiles(32)
+    inference = poptorch.inferenceModel(OutputsOnly(), opts)
+    inference(torch.randn(4 * 8, 64))
+    run, events = inference.device.run, inference.timeline.events
+    assert (run.overlap_inputs, run.overlap_outputs) == (False, True)
+    kinds = events["kind"].value_counts()
+    assert kinds["host_to_device"] == 4 and kinds["io_tiles_copy"] == 4
+    copies = events[events["kind"] == "io_tiles_copy"]
+    assert (copies["bytes"] == 8 * 64 * 4).all()  # the outputs only
 
 
 def test_a_new_input_shape_is_refused_with_both_shapes():
@@ -270,6 +294,16 @@ def test_a_new_input_shape_is_refused_with_both_shapes():
         inference(torch.randn(2, 4000, 64))
     with pytest.raises(ValueError, match=r"\[2, 4, 64\] float16"):
         inference(torch.randn(2, 4, 64).half())
+
+
+def test_keyword_arguments_in_another_order_are_the_same_inputs():
+    class TwoInputs(nn.Module):
+        def forward(self, x, z):
+            return x + z
+
+    inference = poptorch.inferenceModel(TwoInputs())
+    x, z = torch.ones(2, 3), torch.zeros(2, 3)
+    assert torch.equal(inference(x=x, z=z), inference(z=z, x=x))
 
 
 def test_a_model_without_blocks_needs_the_memory_of_the_same_model_in_one_block():
@@ -298,3 +332,78 @@ def test_a_model_without_blocks_needs_the_memory_of_the_same_model_in_one_block(
     for part in ("weights", "optimizer", "stash", "total"):
         assert plain[part] == pytest.approx(in_a_block[part], rel=0.01), part
     assert plain["stash"] < plain["weights"] / 10  # activations of a batch of 8, not weights
+
+
+def test_fused_attention_is_priced_as_its_matmuls_and_softmax():
+    """F.scaled_dot_product_attention runs as one fused aten op on the CPU;
+    the IPU runs it as Q K^T, a softmax and a product with V."""
+    def attention(fused: bool):
+        def run(q):
+            if fused:
+                return nn.functional.scaled_dot_product_attention(q, q, q)
+            scores = q @ q.transpose(-1, -2) / q.shape[-1] ** 0.5
+            return torch.softmax(scores, dim=-1) @ q
+        q = torch.randn(8, 16, 128, 64, requires_grad=True)
+        with measure() as forward:
+            out = run(q)
+        with measure() as backward:
+            out.sum().backward()
+        return forward.cost, backward.cost
+
+    (fused, fused_back), (written, _) = attention(True), attention(False)
+    matmuls = [k for k, _ in fused.kernels if k.kind is KernelKind.MATMUL]
+    # Q K^T is (128 x 64) @ (64 x 128) per batch and head, then P V is (128 x 128) @ (128 x 64).
+    assert [(k.groups, k.m, k.k, k.n) for k in matmuls] == [(128, 128, 64, 128),
+                                                             (128, 128, 128, 64)]
+    assert fused.flops == written.flops == 2 * 2 * 128 * 128 * 64 * 128
+    assert sum(c for k, c in fused_back.kernels if k.kind is KernelKind.MATMUL) == 5
+    assert CALIBRATED_MK2.compute_ps(fused, MK2_GC200) > \
+        0.5 * CALIBRATED_MK2.compute_ps(written, MK2_GC200)
+
+
+def test_an_embedding_moves_the_rows_it_reads_not_its_table():
+    table, indices = nn.Embedding(30000, 1024), torch.randint(0, 30000, (8, 128))
+    with measure() as result:
+        table(indices)
+    (kernel, _), = result.cost.kernels
+    assert kernel.kind is KernelKind.DATA and kernel.elements == 8 * 128 * 1024
+    assert kernel.bytes < 30000 * 1024 * 4 / 10
+
+
+def test_an_untraceable_model_keeps_its_checkpoints():
+    """A data-dependent branch makes torch.fx give up and the model run
+    eagerly; its recomputation memory is that of the same model traced."""
+    import warnings
+
+    class Checkpointed(nn.Module):
+        def __init__(self, untraceable: bool):
+            super().__init__()
+            self.untraceable = untraceable
+            self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+            self.head = nn.Linear(64, 4)
+
+        def forward(self, x, y):
+            with Block("A", ipu_id=0):
+                for layer in self.layers:
+                    x = poptorch.recomputationCheckpoint(torch.tanh(layer(x)))
+                if self.untraceable and bool(x.sum() > -1e9):
+                    x = x * 1.0
+            with Block("B", ipu_id=1):
+                out = self.head(x)
+            return out, nn.functional.cross_entropy(out, y)
+
+    def stash(untraceable: bool):
+        torch.manual_seed(0)
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(4)
+        opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.Pipeline))
+        training = poptorch.trainingModel(Checkpointed(untraceable), opts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the eager fallback says so
+            training(torch.randn(4 * 8, 64), torch.randint(0, 4, (4 * 8,)))
+        first = training.device.work.stages[0]
+        return (first.checkpoint_bytes, first.segment_stash_bytes,
+                list(training.device.memory["stash"]))
+
+    assert stash(True) == stash(False)
+    assert stash(False)[0] == 4 * 8 * 64 * 4  # four checkpoints of a micro-batch of 8
