@@ -12,8 +12,12 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException, FakeTensorMode)
 from torch.utils._pytree import tree_map_only
+
+# What a fake tensor raises where the model needs the data itself.
+_NEEDS_DATA = (DataDependentOutputException, DynamicOutputShapeException)
 
 
 @contextmanager
@@ -24,8 +28,16 @@ def fake_inputs(value: Any, enabled: bool = True) -> Iterator[Any]:
     if not enabled:
         yield value
         return
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        yield tree_map_only(torch.Tensor, mode.from_tensor, value)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            yield tree_map_only(torch.Tensor, mode.from_tensor, value)
+    except _NEEDS_DATA as error:
+        raise RuntimeError(
+            f"A timing-only run measures the model on tensors without data, but this model "
+            f"needs the values of its tensors ({type(error).__name__}: {error}): a shape that "
+            "depends on the data (boolean masking, nonzero) or a Python value read from a "
+            "tensor (.item(), if tensor: ...). Run it without Options.Simulation.timingOnly "
+            "(or IPUSIM_TIMING_ONLY), or make those shapes static.") from error
 
 
 def placeholder_outputs(output: Any) -> Any:

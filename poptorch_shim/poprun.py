@@ -33,12 +33,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from poptorch_shim._device import available_ipus
+from poptorch_shim.profiling import JOB_ID_ENV
 from poptorch_shim.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them
@@ -115,9 +117,10 @@ def child_command(command: list[str]) -> list[str]:
     return list(command)
 
 
-def child_environment(layout: Layout, index: int, port: int) -> dict[str, str]:
+def child_environment(layout: Layout, index: int, port: int, job: str = "") -> dict[str, str]:
     env = dict(os.environ)
     env.update(layout.environment(index, port))
+    env[JOB_ID_ENV] = job  # the instances' reports of this run belong together
     paths = [str(ALIASES)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                               if p and p != str(ALIASES)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -211,11 +214,11 @@ class Run:
 
     # -- starting ------------------------------------------------------------
     def start(self) -> None:
-        port, preexec = free_port(), _die_with_parent()
+        port, preexec, job = free_port(), _die_with_parent(), uuid.uuid4().hex
         # Every instance is started before any thread: forking is safest then.
         for index in range(self.layout.num_instances):
             self.processes.append(subprocess.Popen(
-                self.command, env=child_environment(self.layout, index, port),
+                self.command, env=child_environment(self.layout, index, port, job),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=preexec))
         for index, process in enumerate(self.processes):

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+JOB_ID_ENV = "IPUSIM_JOB_ID"  # set by poprun: one id for all the instances of a run
+JOB_ID_FILE = "job-id.txt"
 
 # Compiled executors whose report is still to be written.
 _pending: list = []
@@ -134,6 +136,7 @@ def write_report(executor) -> Path | None:
     written = write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
                                outputs=outputs, loader_items_per_s=loader_rate)
     if options.Distributed.num_processes > 1:
+        (directory / JOB_ID_FILE).write_text(os.environ.get(JOB_ID_ENV, ""), encoding="utf-8")
         _write_job_report(directory.parent, options.Distributed.num_processes,
                           _plain(options.toDict()), loader_rate)
     return written
@@ -143,17 +146,31 @@ def _write_job_report(directory: Path, instances: int, options: dict,
                       loader_rate: float | None) -> None:
     """Once every instance of a poprun job has written its report, write the
     job's: one timeline of all their IPUs. The instances finish in any order,
-    so each checks under a lock, and the last one writes it."""
+    so each checks under a lock on the directory, and the last one writes it.
+    Each report is stamped with poprun's job id, so that the reports an
+    earlier run left in the same place are never mixed in."""
     from ipusim import job_timeline
     from ipusim.report import load_autoreport, write_autoreport
+    job = os.environ.get(JOB_ID_ENV, "")
     parts = [directory / f"instance-{index}" for index in range(instances)]
-    with open(directory / ".job-report.lock", "w") as lock:
+    lock = os.open(directory, os.O_RDONLY)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (directory / "profile.json").exists() or \
-                not all((part / "events.csv.gz").is_file() for part in parts):
-            return  # written already, or an instance is still running
+        if _job_of(directory) == job or any(_job_of(part) != job for part in parts):
+            return  # written already, or an instance of this job is still running
         timeline = job_timeline([load_autoreport(part) for part in parts])
         write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate)
+        (directory / JOB_ID_FILE).write_text(job, encoding="utf-8")
+    finally:
+        os.close(lock)
+
+
+def _job_of(directory: Path) -> str | None:
+    """The poprun job id a report directory was written by (None: none written)."""
+    try:
+        return (directory / JOB_ID_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def write_pending_reports() -> list[Path]:

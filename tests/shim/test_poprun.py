@@ -369,3 +369,30 @@ def test_poprun_says_when_a_peer_finished_early(tmp_path, capsys):
     assert last.startswith("poprun: instance 0 exited with code 1 on a lost connection"), last
     assert "after instance(s) 1 had finished with code 0" in last
     assert "different numbers of steps" in last
+
+
+STEPS = textwrap.dedent("""
+    import sys
+    import torch
+    import poptorch
+    import popdist.poptorch
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), popdist.poptorch.Options())
+    for _ in range(int(sys.argv[1])):
+        model(torch.ones(2, 4))
+""")
+
+
+def test_a_second_run_replaces_the_job_report_of_the_first(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS)
+    monkeypatch.setenv("IPUSIM_REPORT_DIR", str(tmp_path / "reports"))
+    from ipusim.report import load_autoreport
+    job = tmp_path / "reports" / "inference"
+    for steps in (1, 3):
+        assert poprun.main(["--num-replicas", "2", "--num-instances", "2", "python",
+                            str(script), str(steps)]) == 0, capsys.readouterr().err
+        parts = [load_autoreport(job / f"instance-{i}") for i in range(2)]
+        whole = load_autoreport(job)
+        assert whole.steps == steps and all(part.steps == steps for part in parts)
+        assert len(whole.events) == sum(len(part.events) for part in parts)
+    assert sorted(p.name for p in job.iterdir() if p.name.startswith(".")) == []

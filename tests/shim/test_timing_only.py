@@ -407,3 +407,15 @@ def test_an_untraceable_model_keeps_its_checkpoints():
 
     assert stash(True) == stash(False)
     assert stash(False)[0] == 4 * 8 * 64 * 4  # four checkpoints of a micro-batch of 8
+
+
+def test_a_model_that_needs_its_data_is_a_clear_error_in_timing_only_runs():
+    class Masked(nn.Module):
+        def forward(self, x):
+            return x[x > 0].sum()
+
+    opts = poptorch.Options()
+    opts.Simulation.timingOnly(True)
+    with pytest.raises(RuntimeError, match="needs the values of its tensors.*timingOnly"):
+        poptorch.inferenceModel(Masked(), opts)(torch.randn(4, 8))
+    assert torch.isfinite(poptorch.inferenceModel(Masked())(torch.randn(4, 8))).all()
