@@ -75,14 +75,14 @@ def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     """A convolution (or its backward) as implicit GEMMs on the AMP."""
     if name == "convolution":
         x, weight, transposed, groups = args[0], args[1], args[6], args[8]
-        y = out
-        if transposed:  # weight is (in, out/groups, *kernel)
-            c_in, c_out = weight.shape[0], weight.shape[1] * groups
-        else:           # weight is (out, in/groups, *kernel)
-            c_out, c_in = weight.shape[0], weight.shape[1] * groups
-        return [Kernel(KernelKind.MATMUL, width, m=y.shape[0] * _prod(y.shape[2:]),
-                       k=c_in // groups * _prod(weight.shape[2:]), n=c_out // groups,
-                       groups=groups)]
+        taps = _prod(weight.shape[2:])
+        if transposed:  # weight is (in, out/groups, *kernel): each input scatters its taps
+            return [Kernel(KernelKind.MATMUL, width, m=x.shape[0] * _prod(x.shape[2:]),
+                           k=weight.shape[0] // groups, n=weight.shape[1] * taps,
+                           groups=groups)]
+        # weight is (out, in/groups, *kernel): each output gathers its taps
+        return [Kernel(KernelKind.MATMUL, width, m=out.shape[0] * _prod(out.shape[2:]),
+                       k=weight.shape[1] * taps, n=weight.shape[0] // groups, groups=groups)]
     grad_out, x, weight = args[0], args[1], args[2]
     groups, mask = args[9], args[10]
     c_out, c_in = grad_out.shape[1], x.shape[1]

@@ -419,3 +419,20 @@ def test_a_model_that_needs_its_data_is_a_clear_error_in_timing_only_runs():
     with pytest.raises(RuntimeError, match="needs the values of its tensors.*timingOnly"):
         poptorch.inferenceModel(Masked(), opts)(torch.randn(4, 8))
     assert torch.isfinite(poptorch.inferenceModel(Masked())(torch.randn(4, 8))).all()
+
+
+@pytest.mark.parametrize("module, shape", [
+    (nn.Conv2d(8, 4, 3, padding=1), (2, 8, 16, 16)),
+    (nn.Conv2d(8, 8, 3, groups=8), (2, 8, 16, 16)),          # depthwise
+    (nn.Conv1d(6, 12, 5, stride=2, groups=3), (2, 6, 40)),
+    (nn.ConvTranspose2d(8, 4, 2, stride=2), (2, 8, 16, 16)),
+    (nn.Linear(32, 48), (4, 10, 32))])                         # a 3-D input
+def test_the_matmul_kernels_do_the_multiply_accumulates_torch_counts(module, shape):
+    """Each matmul kernel's groups x m x k x n is the operator's MACs, as
+    torch's FLOP counter has them (FLOPs / 2), padding to the AMP aside."""
+    x = torch.randn(*shape)
+    with torch.no_grad(), measure() as result:
+        module(x)
+    macs = sum(c * k.groups * k.m * k.k * k.n for k, c in result.cost.kernels
+               if k.kind is KernelKind.MATMUL)
+    assert macs == result.cost.flops / 2 > 0
