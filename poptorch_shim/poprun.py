@@ -323,8 +323,9 @@ class Run:
             if self.stop_deadline is not None and now > self.stop_deadline:
                 self._signal_all(signal.SIGKILL)
                 self.stop_deadline = float("inf")  # killed once is enough
-            if failure is None and suspect is not None and now > suspect[3]:
-                failure, suspect = suspect[:3], None  # nobody else failed first
+            if failure is None and suspect is not None and now > suspect[2]:
+                # Nobody else failed first: blame it, and stop those still running.
+                failure, suspect = (suspect[0], suspect[1], sorted(running)), None
                 self.stop()
             try:
                 index, code = self.exits.get(timeout=0.1)
@@ -338,9 +339,9 @@ class Run:
                     failure, suspect = (index, code, sorted(running)), None
                     self.stop()
                 elif suspect is None:
-                    suspect = (index, code, sorted(running), now + CULPRIT_SECONDS)
+                    suspect = (index, code, now + CULPRIT_SECONDS)
         if failure is None and suspect is not None:
-            failure = suspect[:3]
+            failure = (suspect[0], suspect[1], [])
         self._kill_leftovers()
         for thread in self.threads:
             thread.join(timeout=2.0)

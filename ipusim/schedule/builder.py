@@ -7,6 +7,7 @@ and adds the sync groups the sync pattern asks for.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from ipusim.cost_model import CostModel
@@ -58,10 +59,19 @@ class ProgramBuilder:
 
     def _price(self, stage) -> StagePrices:
         ipu, cost = self.run.compute_ipu(self.spec.ipu), self.cost
-        update = cost.update_cost(stage)
+        # With the optimizer state sharded, each replica updates its share of the
+        # weights: a derived update is priced on that share (its fixed costs
+        # whole), a given one divided by the shards.
+        shards = self.run.optimizer_shards
+        share = (stage if shards == 1 or stage.update is not None
+                 else replace(stage, weight_bytes=-(-stage.weight_bytes // shards)))
+        update = cost.update_cost(share)
+        update_ps = cost.compute_ps(update, ipu)
+        if stage.update is not None:
+            update_ps = -(-update_ps // shards)
         return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
                            cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
-                           cost.compute_ps(stage.recompute_cost, ipu), cost.compute_ps(update, ipu))
+                           cost.compute_ps(stage.recompute_cost, ipu), update_ps)
 
     def _physical(self, logical_ipu: int) -> range:
         return range(logical_ipu, self.num_ipus, self.ipus_per_replica)
@@ -102,12 +112,11 @@ class ProgramBuilder:
             times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
                      for g in grads]
             self._collective("all_reduce", max(times), times, grads, cycle)
-        shards = self.run.optimizer_shards  # each replica updates its share of the weights
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
             self.stream("stream_in", index, offloaded, cycle)
             self.busy(self.stages[index].ipu, "weight_update", index, -1, cycle,
-                      -(-price.update_ps // shards), price.update)
+                      price.update_ps, price.update)
             self.stream("stream_out", index, offloaded, cycle)
 
     def load_offloaded_weights(self) -> None:
