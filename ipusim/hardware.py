@@ -25,7 +25,15 @@ class IPUSpec:
     ipu_links: int = field(metadata={"help": "number of IPU-Links to other IPUs"})
     ipu_link_bandwidth: float = field(
         metadata={"help": "bandwidth of one IPU-Link in each direction, bytes/s"})
-    # The tile, as PopLibs' cycle estimators describe it (see ipusim.operator_model).
+    # The tile, as graphcore/poplibs describes it (see ipusim.operator_model). Conv
+    # units: Mk1's are PopLibs' NetOptions defaults (include/popnn/Net.hpp); Mk2's
+    # 16 for fp16 partials and 8 for fp32 partials are read from the conv-unit
+    # configurations its estimators handle ("hh16 || hf8" in
+    # lib/poplin/PerformanceEstimation.hpp) and give the datasheet's 250 and
+    # 62.5 TFLOP/s. Input load: four 64-bit loads (CONV_UNIT_INPUT_LOAD_ELEMS_*,
+    # include/poplibs_support/TileConstants.hpp); 4 cycles an output (coreCycles);
+    # six workers (NUM_WORKERS); 64-bit vector unit (popopsCycleEstimators.hpp);
+    # 4 exchange bytes a cycle per tile (exchangeBytesPerCycle in PopLibs' planners).
     amp_units_half: int = field(
         default=16, metadata={"help": "AMP conv units per tile, fp16 inputs and fp16 partials"})
     amp_units_half_float_partials: int = field(
@@ -55,14 +63,19 @@ class IPUSpec:
             return self.amp_units_float
         return self.amp_units_half if half_partials else self.amp_units_half_float_partials
 
+    def amp_block(self, width: int, half_partials: bool) -> tuple[int, int]:
+        """The weights one AMP pass holds for inputs of ``width`` bytes: (input
+        channels, output channels), 16 halves or 8 floats by the conv units."""
+        return self.amp_input_bytes // min(width, 4), self.amp_units(width, half_partials)
+
     def amp_macs_per_cycle(self, width: int, half_partials: bool) -> float:
         """Multiply-accumulates per tile cycle the AMP reaches at full occupancy.
 
         Mk2: 16 halves x 16 units / 4 cycles = 64, i.e. 1,472 tiles x 64 x 2
         FLOPs x 1.33 GHz = 250 TFLOP/s; fp32 8 x 8 / 4 = 16 (62.5 TFLOP/s).
         """
-        inputs = self.amp_input_bytes // min(width, 4)
-        return inputs * self.amp_units(width, half_partials) / self.amp_cycles_per_output
+        inputs, outputs = self.amp_block(width, half_partials)
+        return inputs * outputs / self.amp_cycles_per_output
 
     @property
     def sram_bytes(self) -> int:

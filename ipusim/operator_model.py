@@ -95,8 +95,7 @@ def _matmul_cycles(rows: int, k: int, n: int, kernel: Kernel, ipu: IPUSpec, half
     if rows == 0 or k == 0 or n == 0:
         return 0.0
     width = min(kernel.width, 4)
-    k_block = ipu.amp_input_bytes // width
-    n_block = ipu.amp_units(width, half_partials)
+    k_block, n_block = ipu.amp_block(width, half_partials)
     blocks = kernel.groups * ceil(k / k_block) * ceil(n / n_block)
     if blocks >= ipu.tiles:
         passes, rows_per_tile = ceil(blocks / ipu.tiles), rows

@@ -46,8 +46,8 @@ _VECTOR_KINDS = {
     KernelKind.DATA: {
         "embedding", "embedding_dense_backward", "index_select", "gather", "scatter",
         "scatter_add", "index_add", "index", "index_put", "cat", "stack", "copy", "_to_copy",
-        "constant_pad_nd", "zeros_like", "ones_like", "new_zeros", "new_empty", "fill", "zero",
-        "empty_like", "full_like", "max_pool2d_with_indices_backward"},
+        "constant_pad_nd", "zeros_like", "ones_like", "new_zeros", "fill", "zero", "full_like",
+        "max_pool2d_with_indices_backward"},
 }
 _KIND_OF = {name: kind for kind, names in _VECTOR_KINDS.items() for name in names}
 
@@ -101,6 +101,12 @@ def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     return kernels
 
 
+def _fused_attention(name: str) -> bool:
+    """Whether an aten operator is a fused scaled-dot-product attention (the
+    math variant decomposes into matmuls the probe sees one by one)."""
+    return "scaled_dot_product" in name and "math" not in name
+
+
 def _attention_kernels(name: str, args: tuple, width: int) -> list[Kernel]:
     """A fused scaled-dot-product attention as the IPU runs it: the scores
     (Q K^T), a softmax over them and their product with V, per batch and head;
@@ -126,7 +132,7 @@ def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
     """The IPU operators an aten call amounts to."""
     name = func.overloadpacket.__name__.rstrip("_")
     width = _width(_tensors(args))
-    if "scaled_dot_product" in name and "math" not in name:
+    if _fused_attention(name):
         return _attention_kernels(name, args, width)
     if name in ("mm", "addmm", "bmm", "baddbmm"):
         a, b = (args[1], args[2]) if name.startswith(("addmm", "baddbmm")) else (args[0], args[1])
@@ -184,7 +190,7 @@ class _TrafficCounter(TorchDispatchMode):
             kernels = kernels_of(func, args, kwargs, out)
             for kernel in kernels:
                 self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
-            if "scaled_dot_product" in str(func):  # torch's FLOP counter misses these on CPU
+            if _fused_attention(func.overloadpacket.__name__):  # torch's FLOP counter misses it
                 self.uncounted_flops += sum(2 * k.groups * k.m * k.k * k.n for k in kernels
                                             if k.kind is KernelKind.MATMUL)
         return out

@@ -20,6 +20,7 @@ from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim import enums
 from poptorch_shim._compute import StageProfile
+from poptorch_shim.profiling import model_name
 
 DEFAULT_NUM_IPUS = 16  # an IPU-POD16: four IPU-M2000s
 _OUTPUT_PERIOD = {enums.OutputMode.All: 1, enums.OutputMode.Final: 0, enums.OutputMode.Sum: 0}
@@ -172,7 +173,7 @@ class SimulatedDevice:
                                      instance=options.Distributed.process_id)
         self.step_durations: list[int] = []
         # `ipusim run` asks for a progress bar of the simulated calls.
-        name = options.model_name or ("training" if training else "inference")
+        name = model_name(options, training)
         self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
                           if os.environ.get("IPUSIM_PROGRESS") else None)
 

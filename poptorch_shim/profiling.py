@@ -61,7 +61,7 @@ def report_directory(executor) -> Path | None:
     root = options.profile_dir or os.environ.get(REPORT_DIR_ENV)
     if not root:
         return None
-    name = options.model_name or ("training" if executor.training else "inference")
+    name = model_name(options, executor.training)
     directory, count = Path(root) / name, 1
     while directory in _taken:
         count += 1
@@ -78,11 +78,16 @@ def report_directory(executor) -> Path | None:
     return directory
 
 
+def model_name(options, training: bool) -> str:
+    """A model's name in reports: ``Options.modelName``, else training or inference."""
+    return options.model_name or ("training" if training else "inference")
+
+
 def register(executor) -> None:
     """Remember a compiled executor: for its figures at exit, and, if it asked
     for one, for the report the runner must write at the end."""
     if collecting:
-        name = executor.options.model_name or ("training" if executor.training else "inference")
+        name = model_name(executor.options, executor.training)
         _compiled.append(_Figures(name, executor.device, report_directory(executor)))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
@@ -133,12 +138,13 @@ def write_report(executor) -> Path | None:
     outputs = outputs_from_engine_options(options.engine_options) or None
     from poptorch_shim.data_loader import measured_loader_rate
     loader_rate = options.sim_loader_rate or measured_loader_rate(options)
-    written = write_autoreport(directory, executor.timeline, options=_plain(options.toDict()),
-                               outputs=outputs, loader_items_per_s=loader_rate)
+    plain = _plain(options.toDict())
+    written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
+                               loader_items_per_s=loader_rate)
     if options.Distributed.num_processes > 1:
         (directory / JOB_ID_FILE).write_text(os.environ.get(JOB_ID_ENV, ""), encoding="utf-8")
-        _write_job_report(directory.parent, options.Distributed.num_processes,
-                          _plain(options.toDict()), loader_rate)
+        _write_job_report(directory.parent, options.Distributed.num_processes, plain,
+                          loader_rate)
     return written
 
 
@@ -182,8 +188,6 @@ def write_pending_reports() -> list[Path]:
         try:
             path = write_report(executor)
         except Exception as error:  # noqa: BLE001 - reported below, with the others
-            if executor in _pending:
-                _pending.remove(executor)
             failures.append(f"{report_directory(executor)}: {type(error).__name__}: {error}")
         else:
             if path is not None:

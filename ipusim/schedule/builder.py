@@ -53,12 +53,13 @@ class ProgramBuilder:
         self.ipus_per_replica = self.work.ipus_per_replica
         self.num_ipus = run.replicas * self.ipus_per_replica
         self.programs: list[list[Instruction]] = [[] for _ in range(self.num_ipus)]
+        self._compute_ipu = run.compute_ipu(spec.ipu)  # the tiles not kept for I/O
         self.prices = [self._price(stage) for stage in self.stages]
         self._gs2 = gs2_group(self.num_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
 
     def _price(self, stage) -> StagePrices:
-        ipu, cost = self.run.compute_ipu(self.spec.ipu), self.cost
+        ipu, cost = self._compute_ipu, self.cost
         # With the optimizer state sharded, each replica updates its share of the
         # weights: a derived update is priced on that share (its fixed costs
         # whole), a given one divided by the shards.

@@ -353,18 +353,22 @@ PEER_LOST = textwrap.dedent("""
 """)
 
 
-def test_poprun_blames_the_instance_that_stopped_not_its_peer(tmp_path, capsys):
+def run_peer_lost(tmp_path, capsys, ending: str) -> tuple[int, str]:
+    """poprun of PEER_LOST with instance 1 ending as ``ending``: its exit code
+    and the last line it printed."""
     code = poprun.main(["--num-replicas", "2", "--num-instances", "2", sys.executable, "-c",
-                        PEER_LOST, str(tmp_path), "fail"])
-    last = capsys.readouterr().err.splitlines()[-1]
+                        PEER_LOST, str(tmp_path), ending])
+    return code, capsys.readouterr().err.splitlines()[-1]
+
+
+def test_poprun_blames_the_instance_that_stopped_not_its_peer(tmp_path, capsys):
+    code, last = run_peer_lost(tmp_path, capsys, "fail")
     assert code == 3
     assert last.startswith("poprun: instance 1 exited with code 3"), last
 
 
 def test_poprun_says_when_a_peer_finished_early(tmp_path, capsys):
-    code = poprun.main(["--num-replicas", "2", "--num-instances", "2", sys.executable, "-c",
-                        PEER_LOST, str(tmp_path), "finish"])
-    last = capsys.readouterr().err.splitlines()[-1]
+    code, last = run_peer_lost(tmp_path, capsys, "finish")
     assert code == 1
     assert last.startswith("poprun: instance 0 exited with code 1 on a lost connection"), last
     assert "after instance(s) 1 had finished with code 0" in last
