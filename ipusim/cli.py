@@ -15,6 +15,7 @@ from pathlib import Path
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
 PROGRESS_ENV = "IPUSIM_PROGRESS"
 TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
+SIMULATED_CLOCK_ENV = "IPUSIM_SIMULATED_CLOCK"
 
 _DESCRIPTION = """\
 Simulate Graphcore IPU systems running real PopTorch programs, and read the
@@ -47,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
-        usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] SCRIPT "
-              "[SCRIPT_ARGS ...]",
+        usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] "
+              "[--simulated-clock] SCRIPT [SCRIPT_ARGS ...]",
         description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
                     "PopTorch shim. Everything after SCRIPT is passed to the script.",
         epilog="example: ipusim run --report reports/ train.py --epochs 1",
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(sets {TIMING_ONLY_ENV}=1)")
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bar of the simulated calls on stderr")
+    run.add_argument("--simulated-clock", action="store_true",
+                     help="the script's time.time(), time.perf_counter() and time.monotonic() "
+                          "advance by the simulated duration of each model call, so its own "
+                          "timings are the IPUs' (sets IPUSIM_SIMULATED_CLOCK=1)")
     run.set_defaults(handler=_run)
 
     for name, help_text, handler in (
@@ -133,8 +138,9 @@ def _run(args: argparse.Namespace) -> int:
         _check_writable(Path(report))
     progress = None if args.no_progress else "1"
     timing_only = "1" if args.timing_only else None
+    clock = "1" if args.simulated_clock else None
     with _environment(REPORT_DIR_ENV, report), _environment(PROGRESS_ENV, progress), \
-            _environment(TIMING_ONLY_ENV, timing_only):
+            _environment(TIMING_ONLY_ENV, timing_only), _environment(SIMULATED_CLOCK_ENV, clock):
         status = run_script(args.script, args.script_args)
     if report:
         written = sorted(path.parent for path in Path(report).glob("*/profile.json"))

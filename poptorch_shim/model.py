@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from poptorch_shim import enums, profiling
+from poptorch_shim import enums, profiling, simulated_clock
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._fake import fake_inputs, placeholder_outputs
@@ -180,9 +180,11 @@ class PoplarExecutor:
             outputs = [self._placeholder] * (rows * self._shape.replicas)
         else:
             outputs = self._run_step(micro_batches)
+        started = self._device.simulation.system.now_ps
         self._device.step()
         if self._across_instances:
             align_clock(self._device.simulation)
+        simulated_clock.advance(self._device.simulation.system.now_ps - started)
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
 

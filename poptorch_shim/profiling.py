@@ -112,16 +112,19 @@ def _figures_line(entry: _Figures) -> str | None:
             f"{bottleneck(timeline).kind}{where}")
 
 
-def print_simulated_figures(stream=None) -> None:
+def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:
     """Print, for each model the script ran, its simulated throughput, latency
     and bottleneck and where its report is: the figures a script's own
-    wall-clock timings on this host cannot give."""
+    wall-clock timings on this host cannot give (unless it ran with the
+    simulated clock)."""
     lines = [line for line in (entry.line or _figures_line(entry) for entry in _compiled)
              if line is not None]
     _compiled.clear()
+    whose = ("the script's own timings followed the simulated clock" if simulated_clock
+             else "the script's own timings are this host's wall clock, not the IPUs'")
     if lines:
-        print("\nipusim: simulated figures (the script's own timings are this host's wall "
-              "clock, not the IPUs'):", *lines, sep="\n", file=stream or sys.stderr)
+        print(f"\nipusim: simulated figures ({whose}):", *lines, sep="\n",
+              file=stream or sys.stderr)
 
 
 def write_report(executor) -> Path | None:

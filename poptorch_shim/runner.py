@@ -14,6 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from poptorch_shim.simulated_clock import SIMULATED_CLOCK_ENV
+from poptorch_shim.simulated_clock import requested as clock_requested
+from poptorch_shim.simulated_clock import watching as watching_clock
+
 ALIASES = Path(__file__).resolve().parent / "_aliases"
 
 
@@ -27,8 +31,13 @@ def install_aliases() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
 
 
-def run_script(path: str, argv: list[str]) -> None:
-    """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``."""
+def run_script(path: str, argv: list[str], simulated_clock: bool | None = None) -> None:
+    """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``.
+
+    ``simulated_clock``: the script's ``time.time()`` and ``time.perf_counter()``
+    follow the simulation (None: as ``IPUSIM_SIMULATED_CLOCK`` says); see
+    :mod:`poptorch_shim.simulated_clock`.
+    """
     script = Path(path)
     if not script.is_file():
         raise FileNotFoundError(f"No such script: {path}")
@@ -39,8 +48,10 @@ def run_script(path: str, argv: list[str]) -> None:
     from poptorch_shim import profiling
     from poptorch_shim.profiling import ReportsNotWritten, write_pending_reports
     finished, profiling.collecting = False, True
+    if simulated_clock is None:
+        simulated_clock = clock_requested()
     try:
-        with _script_is_mp_main():
+        with _script_is_mp_main(), watching_clock(script, simulated_clock):
             runpy.run_path(str(script), run_name="__main__")
         finished = True
     finally:
@@ -54,7 +65,7 @@ def run_script(path: str, argv: list[str]) -> None:
         finally:
             profiling.collecting = False
             if finished:
-                profiling.print_simulated_figures()
+                profiling.print_simulated_figures(simulated_clock=simulated_clock)
 
 
 @contextmanager
@@ -84,16 +95,27 @@ def _script_is_mp_main() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m poptorch_shim``."""
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    simulated_clock = None
+    while args[:1] == ["--simulated-clock"]:  # the runner's own flag, before the script
+        simulated_clock, args = True, args[1:]
     if not args or args[0] in ("-h", "--help"):
-        print("usage: python -m poptorch_shim SCRIPT.py [ARGS ...]\n\n"
+        print("usage: python -m poptorch_shim [--simulated-clock] SCRIPT.py [ARGS ...]\n\n"
               "Run a PopTorch script on the ipusim simulator: `import poptorch` resolves to\n"
               "poptorch_shim, every micro-batch is computed with torch on the CPU and the\n"
               "IPU system is simulated. Set IPUSIM_REPORT_DIR to write autoReport\n"
-              "directories for every model there; IPUSIM_NUM_IPUS sizes the machine (16).")
+              "directories for every model there; IPUSIM_NUM_IPUS sizes the machine (16).\n\n"
+              "--simulated-clock  the script's time.time(), time.perf_counter() and\n"
+              "                   time.monotonic() advance by the simulated duration of\n"
+              "                   each model call, so its own timings are the IPUs'\n"
+              f"                   (or set {SIMULATED_CLOCK_ENV}=1)")
         return 0 if args else 2
+    if args[0].startswith("-"):
+        print(f"python -m poptorch_shim: error: unknown option {args[0]} (the only option "
+              "before SCRIPT is --simulated-clock)", file=sys.stderr)
+        return 2
     if not Path(args[0]).is_file():
         print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
         return 2
-    run_script(args[0], args[1:])
+    run_script(args[0], args[1:], simulated_clock)
     return 0
