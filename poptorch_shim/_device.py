@@ -23,6 +23,7 @@ from poptorch_shim._compute import StageProfile
 from poptorch_shim.profiling import model_name
 
 DEFAULT_NUM_IPUS = 16  # an IPU-POD16: four IPU-M2000s
+POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
 _OUTPUT_PERIOD = {enums.OutputMode.All: 1, enums.OutputMode.Final: 0, enums.OutputMode.Sum: 0}
 
 
@@ -105,6 +106,20 @@ def check_layout(options, training: bool, layout: list[tuple[str, int]], strateg
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
     run = run_config(options, training, len(layout), strategy)
     run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
+    _check_poprun_ipus(work.ipus_per_replica)
+
+
+def _check_poprun_ipus(ipus_per_replica: int) -> None:
+    """Under poprun, a replica of the model spans the IPUs ``--ipus-per-replica``
+    gave it: the partition was sized for that many."""
+    given = os.environ.get(POPRUN_IPUS_PER_REPLICA_ENV)
+    if given is None or not given.isdigit() or int(given) == ipus_per_replica:
+        return
+    raise ValueError(
+        f"The model needs {ipus_per_replica} IPU(s) per replica but poprun was run with "
+        f"--ipus-per-replica {given} ({POPRUN_IPUS_PER_REPLICA_ENV}={given}): run poprun "
+        f"with --ipus-per-replica {ipus_per_replica}, or place the model's blocks on "
+        f"{given} IPU(s).")
 
 
 def system_spec(options) -> ipusim.SystemSpec:

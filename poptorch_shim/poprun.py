@@ -10,7 +10,9 @@ torch.distributed rendezvous on loopback (``MASTER_ADDR``, ``MASTER_PORT``,
 ``python SCRIPT.py`` (or a bare ``SCRIPT.py``) runs through the shim runner
 with the interpreter poprun runs in, so that ``import poptorch`` and
 ``import popdist`` resolve to the shim; any other command runs as given,
-with the aliases on ``PYTHONPATH``.
+with the aliases on ``PYTHONPATH``. The other flags PopRun documents (``-vv``,
+``--print-topology``, mpirun's ``-x``, the V-IPU ones...) are read in
+:mod:`poptorch_shim._poprun_flags`.
 
 Every output line is tagged ``[1,i]<stdout>:`` or ``[1,i]<stderr>:`` as
 mpirun's ``--tag-output`` does. If an instance fails the others are stopped
@@ -21,12 +23,12 @@ the run outlives it.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import ctypes
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from poptorch_shim._device import available_ipus
+from poptorch_shim._poprun_flags import Extras, extras, ignored_notice, parser
 from poptorch_shim.profiling import JOB_ID_ENV
 from poptorch_shim.runner import ALIASES
 
@@ -201,8 +204,10 @@ def _describe(code: int) -> str:
 class Run:
     """The instances of one poprun invocation, their output and their fate."""
 
-    def __init__(self, layout: Layout, command: list[str], only_output_from: Optional[int]):
+    def __init__(self, layout: Layout, command: list[str], only_output_from: Optional[int],
+                 wanted: Extras = Extras()):
         self.layout, self.command, self.only_output_from = layout, command, only_output_from
+        self.wanted = wanted
         self.processes: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
         self.exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
@@ -215,10 +220,23 @@ class Run:
     # -- starting ------------------------------------------------------------
     def start(self) -> None:
         port, preexec, job = free_port(), _die_with_parent(), uuid.uuid4().hex
+        layout, verbosity = self.layout, self.wanted.verbosity
+        if verbosity:
+            print(f"poprun: starting {layout.num_instances} instance(s) on this host, "
+                  f"{layout.num_replicas} replica(s) ({layout.local_replicas} each) of "
+                  f"{layout.ipus_per_replica} IPU(s): {shlex.join(self.command)}",
+                  file=sys.stderr)
         # Every instance is started before any thread: forking is safest then.
-        for index in range(self.layout.num_instances):
+        for index in range(layout.num_instances):
+            env = child_environment(layout, index, port, job)
+            env.update(self.wanted.environment)
+            if verbosity > 1:
+                shown = {**layout.environment(index, port), **self.wanted.environment}
+                print(f"poprun: instance {index}: "
+                      + " ".join(f"{name}={value}" for name, value in shown.items()),
+                      file=sys.stderr)
             self.processes.append(subprocess.Popen(
-                self.command, env=child_environment(self.layout, index, port, job),
+                self.command, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=preexec))
         for index, process in enumerate(self.processes):
@@ -252,7 +270,12 @@ class Run:
                         shown = False  # nobody reads poprun's output any more
 
     def _watch(self, index: int, process: subprocess.Popen) -> None:
-        self.exits.put((index, process.wait()))
+        code = process.wait()
+        if self.wanted.verbosity:
+            with self.lock:
+                print(f"poprun: instance {index} (pid {process.pid}) {_describe(code)}.",
+                      file=sys.stderr)
+        self.exits.put((index, code))
 
     # -- stopping --------------------------------------------------------------
     def _signal_all(self, signum: int) -> None:
@@ -382,9 +405,10 @@ def forwarding_signals(run: Run) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def launch(layout: Layout, command: list[str], only_output_from: Optional[int] = None) -> int:
+def launch(layout: Layout, command: list[str], only_output_from: Optional[int] = None,
+           wanted: Extras = Extras()) -> int:
     """Run ``command`` as the instances of ``layout``; poprun's exit status."""
-    run = Run(layout, child_command(command), only_output_from)
+    run = Run(layout, child_command(command), only_output_from, wanted)
     with forwarding_signals(run):
         try:
             run.start()
@@ -393,34 +417,6 @@ def launch(layout: Layout, command: list[str], only_output_from: Optional[int] =
             print(f"poprun: cannot run {command[0]!r}: {error.strerror}.", file=sys.stderr)
             return 127
         return run.wait()
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def parser() -> argparse.ArgumentParser:
-    cli = argparse.ArgumentParser(
-        prog="poprun",
-        description="Run COMMAND as the instances of a distributed PopTorch run on the ipusim "
-                    "simulator: each instance owns num-replicas / num-instances replicas and "
-                    "the instances all-reduce their gradients over loopback.")
-    cli.add_argument("--num-replicas", type=_count, required=True,
-                     help="replicas over all instances")
-    cli.add_argument("--num-instances", type=_count, default=1,
-                     help="processes to start, each with num-replicas / num-instances replicas")
-    cli.add_argument("--ipus-per-replica", type=_count, default=1, help="IPUs of each replica")
-    cli.add_argument("--only-output-from-instance", type=int, metavar="N",
-                     help="show the output of instance N only")
-    cli.add_argument("command", nargs=argparse.REMAINDER,
-                     help="what each instance runs, e.g. python train.py --epochs 2")
-    return cli
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -438,7 +434,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     if only is not None and not 0 <= only < layout.num_instances:
         cli.error(f"--only-output-from-instance must name an instance from 0 to "
                   f"{layout.num_instances - 1}, got {only}.")
-    return launch(layout, args.command, only)
+    wanted = extras(args, cli)
+    notice = ignored_notice(wanted)
+    if notice is not None:
+        print(notice, file=sys.stderr)
+    if wanted.print_topology:
+        print(topology(layout))
+    return launch(layout, args.command, only, wanted)
+
+
+def topology(layout: Layout) -> str:
+    """The table ``--print-topology`` prints: each instance's replicas and IPUs."""
+    rows = [("instance", "host", "replicas", "IPUs")]
+    per, ipus = layout.local_replicas, layout.ipus_per_replica
+    for index in range(layout.num_instances):
+        first = index * per
+        rows.append((str(index), socket.gethostname(), _span(first, first + per - 1),
+                     _span(first * ipus, (first + per) * ipus - 1)))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
 
 
 if __name__ == "__main__":
