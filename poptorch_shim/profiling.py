@@ -13,6 +13,7 @@ report (every instance's IPUs in one timeline) in ``name/`` itself.
 """
 from __future__ import annotations
 
+import enum
 import fcntl
 import os
 import sys
@@ -141,7 +142,7 @@ def write_report(executor) -> Path | None:
     outputs = outputs_from_engine_options(options.engine_options) or None
     from poptorch_shim.data_loader import measured_loader_rate
     loader_rate = options.sim_loader_rate or measured_loader_rate(options)
-    plain = _plain(options.toDict())
+    plain = user_options(options)
     written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                loader_items_per_s=loader_rate)
     if options.Distributed.num_processes > 1:
@@ -201,14 +202,28 @@ def write_pending_reports() -> list[Path]:
     return written
 
 
-def _plain(values: dict) -> dict:
-    """Options as JSON-friendly values (enums by name, objects by repr)."""
+def user_options(options) -> dict:
+    """The options the script set, under the names it set them by (``deviceIterations``,
+    ``Training.gradientAccumulation``, ``_Popart.engineOptions``...), as JSON-friendly
+    values: what a report's summary lists."""
+    from poptorch_shim.options import Options
     out = {}
-    for key, value in values.items():
-        if hasattr(value, "name") and hasattr(value, "value"):
-            out[key] = value.name
-        elif isinstance(value, (str, int, float, bool, type(None), list, dict)):
-            out[key] = value
-        else:
-            out[key] = repr(value)
+    groups = [("", options)] + [(f"{name}.", group) for name, group in options._groups().items()]
+    for prefix, group in groups:
+        store = group._store
+        for key, value in store.changed().items():
+            out[prefix + store.spec(key).setter] = _plain(value)
+    defaults = Options()._popart.options
+    for key, value in options._popart.options.items():
+        if key not in defaults or defaults[key] != value:
+            out[f"_Popart.{key}"] = _plain(value)
     return out
+
+
+def _plain(value):
+    """An option's value as JSON takes it: enums as ``OutputMode.All``, objects by repr."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, (str, int, float, bool, type(None), list, dict)):
+        return value
+    return repr(value)

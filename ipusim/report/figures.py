@@ -19,7 +19,7 @@ from ipusim.memory import memory_per_ipu
 from ipusim.recorder import COMPUTE_KINDS, KINDS
 from ipusim.report import lanes
 from ipusim.report.phases import PHASES, latency_path, pipeline_phases
-from ipusim.report.summary import MEMORY_PARTS
+from ipusim.report.summary import MEMORY_PARTS, execution_text
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
@@ -31,8 +31,10 @@ _PHASE_FILL = {"ramp-up": "rgba(214, 39, 40, 0.09)", "main": "rgba(44, 160, 44, 
 _PHASE_LEGEND = {"ramp-up": "rgba(214, 39, 40, 0.3)", "main": "rgba(44, 160, 44, 0.3)",
                  "ramp-down": "rgba(31, 119, 180, 0.3)"}
 _PHASE_TEXT = {"ramp-up": "#a02020", "main": "#217a21", "ramp-down": "#1a5a8a"}
-MAX_BOXES_IN_VIEW = 400
+MAX_BOXES_PER_ROW = 32  # wide enough for a label such as "B12"
 _MAX_PHASE_LABELS = 24
+_BAR_WIDTH = {**{kind: 0.8 for kind in COMPUTE_KINDS}, "sync_wait": 0.3}  # of a row
+SYNC_OPACITY = 0.5
 _MEMORY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#7f7f7f", "#8c564b")
 
 
@@ -76,32 +78,40 @@ def plotted_window(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PER
 
 
 def initial_view(timeline: Timeline, events: pd.DataFrame,
-                 max_boxes: int = MAX_BOXES_IN_VIEW) -> tuple[float, float, str] | None:
-    """The time range (µs) the timeline opens on when it holds too many boxes to read.
+                 max_boxes_per_row: int = MAX_BOXES_PER_ROW) -> tuple[float, float, str] | None:
+    """The time range (µs) the timeline opens on, so that its boxes are wide enough to
+    read and label; None when everything drawn is that already.
 
-    The first pipeline runs or steps that hold at most ``max_boxes`` compute
-    boxes (at least the first run or step); None when everything fits.
+    A pipelined run opens on its first pipeline run (Fig 4.1's picture: ramp-up,
+    main and ramp-down, up to where the next run starts); any other run, or a
+    pipeline run cut short by the window, on its first steps or boxes holding at
+    most ``max_boxes_per_row`` compute boxes on each IPU.
     """
-    starts = np.sort(events.loc[events["kind"].isin(COMPUTE_KINDS), "start_ps"].to_numpy())
-    if len(starts) <= max_boxes:
-        return None
+    first, last = float(events["start_ps"].min()), float(events["end_ps"].max())
     phases = pipeline_phases(timeline)
+    phases = phases[phases["step"].isin(set(events["step"]))]
     if len(phases):
-        unit = "pipeline run(s)"
-        ends = phases.loc[phases["phase"] == "ramp-down", "end_ps"].to_numpy()
-    else:
-        unit = "step(s)"
-        ends = events.groupby("step")["end_ps"].max().to_numpy()
-    ends = np.sort(ends[ends <= events["end_ps"].max()])
-    fitting = int((np.searchsorted(starts, ends) <= max_boxes).sum())
-    if fitting:
-        end, note = ends[fitting - 1], f"the first {fitting} {unit}"
-    elif len(ends):
-        end, note = ends[0], f"the first {unit.removesuffix('(s)')}"
-    else:  # the window ends inside the first run or step
-        end, note = starts[max_boxes], f"the first {max_boxes} boxes"
-    first = float(events["start_ps"].min())
-    return first / PS_PER_US, float(end) / PS_PER_US, note
+        runs = phases.groupby(["step", "run"]).agg(start=("start_ps", "min"),
+                                                   end=("end_ps", "max")).sort_index()
+        if runs["end"].iloc[0] <= last:  # the first run is whole
+            if len(runs) == 1:
+                return None
+            step = runs.index[0][0]
+            end = min(float(events.loc[events["step"] == step, "end_ps"].max()),
+                      float(runs["start"].iloc[1]))
+            return first / PS_PER_US, end / PS_PER_US, "the first pipeline run"
+    compute = events[events["kind"].isin(COMPUTE_KINDS)].sort_values("start_ps")
+    per_row = compute.groupby("ipu")["start_ps"]
+    if len(compute) == 0 or per_row.size().max() <= max_boxes_per_row:
+        return None
+    # The first box beyond the limit on any IPU: the view ends where it starts.
+    end = float(per_row.nth(max_boxes_per_row).min())
+    step_ends = np.sort(events.groupby("step")["end_ps"].max().to_numpy())
+    whole = step_ends[step_ends <= end]
+    if len(whole):
+        return first / PS_PER_US, float(whole[-1]) / PS_PER_US, f"the first {len(whole)} step(s)"
+    return (first / PS_PER_US, end / PS_PER_US,
+            f"the first {max_boxes_per_row} boxes of each IPU")
 
 
 def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
@@ -132,7 +142,7 @@ def _bar_trace(events: pd.DataFrame, kind: str, rows: np.ndarray, name: str, **s
     return go.Bar(
         name=name, orientation="h", y=rows.astype(np.int16 if len(rows) and rows.max() < 2**15
                                                     else np.int32),
-        base=np.round(start, 3), x=duration, width=0.8 if compute else 0.6, customdata=custom,
+        base=np.round(start, 3), x=duration, width=_BAR_WIDTH.get(kind, 0.6), customdata=custom,
         text=lanes.box_labels(events) if compute else None,
         textposition="inside" if compute else "none", insidetextanchor="middle",
         textangle=0, textfont={"color": "white", "size": 11}, cliponaxis=True,
@@ -157,11 +167,14 @@ def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PE
     for kind in KINDS:
         chosen = kinds == kind
         if chosen.any():
+            # Sync waits are thin and faint: where the IPUs wait, not what they do.
+            outline = 0 if kind == "sync_wait" else 0.5
             traces.append(_bar_trace(events[chosen], kind, rows[chosen], lanes.NAMES[kind],
                                      marker={"color": lanes.COLOURS[kind],
-                                             "line": {"color": "white", "width": 0.5}}))
+                                             "line": {"color": "white", "width": outline}},
+                                     opacity=SYNC_OPACITY if kind == "sync_wait" else 1.0))
     view = initial_view(timeline, events)
-    _latency(timeline, events, rows, traces, notes)
+    _latency(timeline, events, rows, traces, notes, view)
     _phases(timeline, events, traces, shapes, notes, view)
     shapes += [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
                 "y0": row - 0.5, "y1": row - 0.5, "line": {"color": "#999", "width": 1}}
@@ -191,8 +204,8 @@ def timeline_name(timeline: Timeline) -> str:
 
 def _describe(timeline: Timeline) -> str:
     run = timeline.run
-    return (f"{'training' if run.training else 'inference'}, {run.execution.value}, "
-            f"{len(timeline.run.scheduled(timeline.work).stages)} stage(s), {run.replicas} replica(s), "
+    return (f"{'training' if run.training else 'inference'}, {execution_text(timeline)}, "
+            f"{run.replicas} replica(s), "
             f"gradient accumulation {run.gradient_accumulation}, "
             f"{run.device_iterations} device iteration(s), {timeline.steps} step(s)")
 
@@ -225,8 +238,9 @@ def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list
 
 
 def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces: list,
-             notes: list) -> None:
-    """Outline one micro-batch's boxes and draw its latency as an arrow above the rows."""
+             notes: list, view: tuple[float, float, str] | None) -> None:
+    """Outline one micro-batch's boxes and draw its latency as an arrow above the rows,
+    labelled from the arrow's end nearer the middle of the view, so the label stays in it."""
     path = latency_path(timeline, int(events["step"].min()) if len(events) else None)
     if path is None or path.end_ps > events["end_ps"].max():
         return
@@ -242,7 +256,11 @@ def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces:
     notes.append({"x": x1, "y": -1.0, "ax": x0, "ay": -1.0, "xref": "x", "yref": "y",
                   "axref": "x", "ayref": "y", "text": "", "showarrow": True, "arrowhead": 2,
                   "arrowside": "end+start", "arrowwidth": 1.5, "arrowcolor": "black"})
-    notes.append({"x": (x0 + x1) / 2, "y": -1.0, "xref": "x", "yref": "y", "yanchor": "bottom",
+    left, right = (view[0], view[1]) if view else (float(events["start_ps"].min()) / PS_PER_US,
+                                                  float(events["end_ps"].max()) / PS_PER_US)
+    from_left = (x0 + x1) / 2 <= (left + right) / 2
+    notes.append({"x": max(x0, left) if from_left else min(x1, right), "y": -1.0, "xref": "x",
+                  "yref": "y", "xanchor": "left" if from_left else "right", "yanchor": "bottom",
                   "showarrow": False, "bgcolor": "rgba(255,255,255,0.8)",
                   "text": f"latency of micro-batch {path.micro_batch}: "
                           f"{path.latency_ps / PS_PER_US:,.1f} µs"})
@@ -276,10 +294,22 @@ def memory_figure(timeline: Timeline) -> go.Figure:
         fig.add_trace(go.Bar(name=part, x=labels, y=table[part] / MB, marker={"color": colour},
                              hovertemplate=f"{part}: %{{y:,.2f}} MB<extra>%{{x}}</extra>"))
     capacity = float(table["capacity"].iloc[0]) / MB
-    fig.add_hline(y=capacity, line={"color": "#d62728", "dash": "dash", "width": 2},
-                  annotation_text=f"SRAM capacity {capacity:,.0f} MB",
-                  annotation_position="top left")
-    fig.update_layout(title="Memory per IPU (each replica holds the same)", barmode="stack",
-                      yaxis={"title": "MB", "rangemode": "tozero"}, plot_bgcolor="white",
-                      height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40})
+    top, title = memory_axis_top(float(table["total"].max()) / MB, capacity)
+    if top >= capacity:
+        fig.add_hline(y=capacity, line={"color": "#d62728", "dash": "dash", "width": 2},
+                      annotation_text=f"SRAM capacity {capacity:,.0f} MB",
+                      annotation_position="top left")
+    fig.update_layout(title=title, barmode="stack", yaxis={"title": "MB", "range": [0, top]},
+                      plot_bgcolor="white", height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40})
     return fig
+
+
+def memory_axis_top(most: float, capacity: float) -> tuple[float, str]:
+    """The memory axis's top (MB) and the chart's title: scaled to the fullest IPU, so
+    small bars show, with the capacity line once that IPU holds half of it or more."""
+    title = "Memory per IPU (each replica holds the same)"
+    if most >= capacity / 2:
+        return max(most, capacity) * 1.08, title
+    return (most * 1.25 or 1.0,
+            f"{title}<br><sup>fullest IPU {most / capacity:.1%} of its "
+            f"{capacity:,.0f} MB SRAM (the capacity is off this scale)</sup>")

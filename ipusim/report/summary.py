@@ -14,7 +14,8 @@ import pandas as pd
 from ipusim.cost_model import PS_PER_S
 from ipusim.memory import MemoryModel, memory_per_ipu
 from ipusim.recorder import KINDS
-from ipusim.report.verdict import Verdict, bottleneck, host_link_occupancy
+from ipusim.report.verdict import (Verdict, bottleneck, host_link_occupancy,
+                                   host_round_trip_share)
 from ipusim.simulation import Timeline
 from ipusim.work import Execution, Work
 
@@ -115,8 +116,7 @@ def _engine(timeline: Timeline, options: dict | None) -> str:
     run, work = timeline.run, timeline.work
     text = "Engine:\n" + _rows([
         ("Mode", "training" if run.training else "inference"),
-        ("Execution", f"{run.execution.value}, {len(run.scheduled(work).stages)} stage(s) on "
-                      f"{work.ipus_per_replica} IPU(s) per replica"),
+        ("Execution", execution_text(timeline)),
         ("Replicas", str(run.replicas)),
         ("Device iterations", str(run.device_iterations)),
         ("Gradient accumulation", str(run.gradient_accumulation)),
@@ -127,9 +127,20 @@ def _engine(timeline: Timeline, options: dict | None) -> str:
         ("Instance", str(timeline.instance)),
     ])
     if options:
-        text += "\n  Options:\n" + "\n".join(f"    {key} = {value}" for key, value in
-                                             sorted(options.items(), key=lambda kv: str(kv[0])))
+        text += "\n  Options (as the script set them):\n" + "\n".join(
+            f"    {key} = {value}" for key, value in options.items())
     return text
+
+
+def execution_text(timeline: Timeline) -> str:
+    """How the model runs: its execution strategy, stages and IPUs per replica; a model
+    on one IPU is just that, whatever strategy it defaults to."""
+    run, work = timeline.run, timeline.work
+    stages = len(run.scheduled(work).stages)
+    if work.ipus_per_replica == 1 and run.execution is Execution.SHARDED:
+        return "single IPU" + (f", {stages} stages" if stages > 1 else "")
+    return (f"{run.execution.value}, {stages} stage(s) on {work.ipus_per_replica} IPU(s) "
+            "per replica")
 
 
 def _memory(timeline: Timeline) -> str:
@@ -149,21 +160,39 @@ def _memory(timeline: Timeline) -> str:
 def _execution(timeline: Timeline) -> str:
     steps = step_cycles(timeline)
     total = to_cycles(timeline.duration_ps, timeline)
-    shown = steps[["step", "start_cycle", "cycles", "duration(us)"]].head(MAX_STEP_ROWS)
+    grouped = grouped_steps(steps)
+    shown = grouped.head(MAX_STEP_ROWS)
     text = (f"Execution (cycles at {timeline.system.ipu.clock_hz / 1e9:.2f} GHz):\n" + _rows([
         ("Total cycles", f"{total:,}"),
         ("Program steps (calls)", str(timeline.steps)),
         ("Events", f"{len(timeline.events):,}"),
-    ]) + "\n\n  Program steps:\n"
+    ]) + "\n\n  Program steps (consecutive steps of equal cycles on one row):\n"
         + _indent(shown.to_string(index=False, float_format="{:,.3f}".format), 4))
-    if len(steps) > MAX_STEP_ROWS:
-        text += f"\n    ... {len(steps) - MAX_STEP_ROWS} more step(s)"
+    if len(grouped) > MAX_STEP_ROWS:
+        text += f"\n    ... {len(grouped) - MAX_STEP_ROWS} more row(s)"
     kinds = [c for c in steps.columns if c.endswith("_cycles") and c != "start_cycle"]
     per_kind = steps[kinds].sum()
     per_kind.index = [name.removesuffix("_cycles") for name in kinds]
     text += ("\n\n  Cycles by kind of event (mean per IPU, all steps):\n"
              + "\n".join(f"    {kind:<16}{cycles:>16,}" for kind, cycles in per_kind.items()))
     return text
+
+
+def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The program steps of :func:`step_cycles`, consecutive steps of equal cycles on
+    one row: steps ("0-9"), count, start_cycle of the first, cycles and duration(us) of
+    each."""
+    run = (steps["cycles"] != steps["cycles"].shift()).cumsum()
+    grouped = steps.groupby(run, sort=False).agg(
+        first=("step", "min"), last=("step", "max"), count=("step", "size"),
+        start_cycle=("start_cycle", "min"), cycles=("cycles", "first"),
+        duration=("duration(us)", "first"))
+    label = grouped["first"].astype(str).where(
+        grouped["count"] == 1, grouped["first"].astype(str) + "-" + grouped["last"].astype(str))
+    return pd.DataFrame({"steps": label.to_numpy(), "count": grouped["count"].to_numpy(),
+                         "start_cycle": grouped["start_cycle"].to_numpy(),
+                         "cycles": grouped["cycles"].to_numpy(),
+                         "duration(us)": grouped["duration"].to_numpy()})
 
 
 def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tuple[str, str]]:
@@ -177,6 +206,7 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
          if timeline.run.execution is Execution.PIPELINED else "— (not pipelined)"),
         ("Host I/O share", f"{f['host_io_share']:.1%}"),
         ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
+        ("Host round trip share", f"{host_round_trip_share(timeline):.1%}"),
         ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
         ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
         ("Items", f"{int(f['items']):,}"),

@@ -1,14 +1,14 @@
 """The plotly figures: boxes per kind, ramp bands on cycle boundaries, latency, windows."""
 import numpy as np
 import pytest
-from report_timelines import pipeline_run, stages
+from report_timelines import US, pipeline_run, stages
 
-from ipusim import Execution, RunConfig, Work, simulate, system_spec
+from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
 from ipusim.memory import memory_per_ipu
 from ipusim.recorder import COMPUTE_KINDS, KINDS
 from ipusim.report import lanes, latency_path, pipeline_phases
-from ipusim.report.figures import (initial_view, memory_figure, plotted_window, timeline_figure,
-                                   utilisation_figure)
+from ipusim.report.figures import (initial_view, memory_axis_top, memory_figure, plotted_window,
+                                   timeline_figure, utilisation_figure)
 
 PS_PER_US = 1e6
 
@@ -141,15 +141,55 @@ def test_a_step_too_long_for_the_limit_is_cut_in_time():
     assert "µs of step 0" in window.note
 
 
-def test_many_boxes_open_on_the_first_runs():
-    small = pipeline_run(micro_batches=8)
+def test_a_pipeline_opens_on_its_first_run():
+    small = pipeline_run(micro_batches=8)  # one run: it is all in view already
     assert initial_view(small, small.events) is None
     assert timeline_figure(small).layout.xaxis.range is None
     big = pipeline_run(micro_batches=16, steps=2, device_iterations=4)
     x0, x1, note = initial_view(big, big.events)
-    shown = big.events[big.events["kind"].isin(COMPUTE_KINDS) & (big.events["start_ps"] < x1 * 1e6)]
-    assert 0 < len(shown) <= 400 and note.startswith("the first")
+    assert note == "the first pipeline run"
+    compute = big.events[big.events["kind"].isin(COMPUTE_KINDS)]
+    first_run = (compute["step"] == 0) & compute["micro_batch"].between(0, 15)
+    # every box of the first run in view, from the step's start; no box of another run
+    assert x0 == big.events["start_ps"].min() / PS_PER_US
+    assert (compute.loc[first_run, "end_ps"] <= x1 * PS_PER_US).all()
+    assert (compute.loc[~first_run & (compute["micro_batch"] >= 0), "start_ps"]
+            >= x1 * PS_PER_US).all()
     assert tuple(timeline_figure(big).layout.xaxis.range) == pytest.approx((x0, x1))
+    assert "opens on the first pipeline run" in timeline_figure(big).layout.title.text
+
+
+def test_a_long_step_off_the_pipeline_opens_on_its_first_boxes():
+    work = Work(stages(1), micro_batch_size=4, input_bytes_per_sample=64)
+    timeline = simulate(work, RunConfig(device_iterations=50), system_spec("mk2", 1))
+    x0, x1, note = initial_view(timeline, timeline.events)
+    assert note == "the first 32 boxes of each IPU"
+    compute = timeline.events[timeline.events["kind"].isin(COMPUTE_KINDS)]
+    assert (compute["start_ps"] < x1 * PS_PER_US).sum() == 32  # forward, backward, update
+    short = simulate(work, RunConfig(device_iterations=5), system_spec("mk2", 1), steps=8)
+    # 15 boxes a step: the 33rd starts the third step, so two whole steps are in view
+    assert initial_view(short, short.events)[1:] == (
+        short.events.loc[short.events["step"] <= 1, "end_ps"].max() / PS_PER_US,
+        "the first 2 step(s)")
+
+
+def test_sync_waits_are_thin_and_faint_beside_the_boxes(pipeline_timeline):
+    bars = bars_by_name(timeline_figure(pipeline_timeline))
+    sync, forward = bars["sync wait"], bars["forward"]
+    assert sync.width < forward.width / 2 and sync.opacity <= 0.5 and forward.opacity == 1
+    assert sync.marker.line.width == 0
+
+
+def test_the_latency_label_stays_in_the_opening_view():
+    for timeline in (pipeline_run(micro_batches=8),
+                     pipeline_run(micro_batches=16, steps=2, device_iterations=4)):
+        fig = timeline_figure(timeline)
+        x0, x1 = fig.layout.xaxis.range or (timeline.events["start_ps"].min() / PS_PER_US,
+                                            timeline.events["end_ps"].max() / PS_PER_US)
+        label = next(a for a in fig.layout.annotations if a.text.startswith("latency of"))
+        assert x0 <= label.x <= x1
+        # it reads away from the nearer edge of the view
+        assert label.xanchor == ("left" if label.x - x0 <= x1 - label.x else "right")
 
 
 def test_utilisation_stacks_to_the_whole_span(replicated_timeline):
@@ -160,23 +200,42 @@ def test_utilisation_stacks_to_the_whole_span(replicated_timeline):
     np.testing.assert_allclose(compute / 100, replicated_timeline.utilisation(), rtol=1e-9)
 
 
-def test_memory_bars_match_the_memory_model_and_show_the_capacity(pipeline_timeline):
+def test_memory_bars_match_the_memory_model_on_an_axis_scaled_to_them(pipeline_timeline):
     fig = memory_figure(pipeline_timeline)
     table = memory_per_ipu(pipeline_timeline.work, pipeline_timeline.run, pipeline_timeline.system)
     stacked = np.sum([trace.y for trace in fig.data], axis=0)
     np.testing.assert_allclose(stacked, table["total"] / 1e6)
+    most, capacity = stacked.max(), pipeline_timeline.system.ipu.sram_bytes / 1e6
+    assert most < capacity / 10
+    top = fig.layout.yaxis.range[1]
+    assert most < top <= 1.25 * most  # the fullest bar fills most of the axis
+    assert not fig.layout.shapes  # the capacity line is off the scale, and said so
+    assert f"of its {capacity:,.0f} MB SRAM (the capacity is off this scale)" in \
+        fig.layout.title.text
+
+
+def test_memory_near_the_capacity_shows_the_capacity_line():
+    assert memory_axis_top(600.0, 900.0) == (pytest.approx(972.0),
+                                             "Memory per IPU (each replica holds the same)")
+    assert memory_axis_top(950.0, 900.0)[0] == pytest.approx(1026.0)  # out of memory: all shown
+    heavy = Work(tuple(Stage(f"s{k}", k, Cost(time_ps=US), weight_bytes=600 << 20)
+                       for k in range(2)), micro_batch_size=1)
+    timeline = simulate(heavy, RunConfig(synthetic_data=True), system_spec("mk2", 2))
+    fig = memory_figure(timeline)
     line = fig.layout.shapes[0]
-    assert line.y0 == pytest.approx(pipeline_timeline.system.ipu.sram_bytes / 1e6)
+    assert line.y0 == pytest.approx(timeline.system.ipu.sram_bytes / 1e6)
+    assert fig.layout.yaxis.range[1] > line.y0
 
 
 def test_a_window_cut_inside_a_run_opens_on_its_first_boxes():
     timeline = pipeline_run(micro_batches=64)
     window = plotted_window(timeline, max_events_per_lane=60)
     assert "µs of step 0" in window.note
-    x0, x1, note = initial_view(timeline, window.events, max_boxes=50)
-    assert note == "the first 50 boxes"
+    x0, x1, note = initial_view(timeline, window.events, max_boxes_per_row=12)
+    assert note == "the first 12 boxes of each IPU"
     compute = window.events[window.events["kind"].isin(COMPUTE_KINDS)]
-    assert 40 <= (compute["start_ps"] < x1 * PS_PER_US).sum() <= 50  # ties start together
+    in_view = compute[compute["start_ps"] < x1 * PS_PER_US].groupby("ipu").size()
+    assert in_view.max() == 12
 
 
 def test_every_kind_of_event_has_a_lane_a_category_a_colour_and_a_name():

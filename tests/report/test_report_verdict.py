@@ -8,7 +8,7 @@ from report_timelines import US, pipeline_run, stages
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
 from ipusim.report import Verdict, bottleneck
 from ipusim.report.verdict import (SYNC_THRESHOLD, VERDICTS, host_link_occupancy,
-                                   stage_times_us)
+                                   host_round_trip_share, stage_times_us)
 
 
 def single_ipu(compute_us: float, input_bytes_per_sample: int, replicas: int = 1,
@@ -48,12 +48,14 @@ def test_replicas_sharing_a_host_link_with_big_inputs_are_host_link_bound():
     assert bottleneck(synthetic).kind == "compute"
 
 
-def test_a_host_round_trip_per_call_is_a_host_bottleneck():
+def test_a_host_round_trip_per_call_is_named_as_such():
     timeline = single_ipu(5, 64, synthetic=True)  # 20 iterations of 15 µs per 200 µs round trip
     verdict = bottleneck(timeline)
-    assert verdict.kind == "host_link"
+    assert verdict.kind == "host_round_trip"
     assert verdict.host_call_share > 0.3 and verdict.host_call_share > verdict.host_io_share
-    assert "round trip" in verdict.headline and "deviceIterations" in verdict.advice[0]
+    assert verdict.host_call_share == host_round_trip_share(timeline)
+    assert f"{verdict.host_call_share:.0%} of the time waiting for the host" in verdict.headline
+    assert "deviceIterations" in verdict.advice[0]
 
 
 def test_a_short_pipeline_is_bubble_bound():
