@@ -168,6 +168,10 @@ class PoplarExecutor:
         return stages, output, list(recorder.ipus)
 
     def __call__(self, *args, **kwargs) -> Any:
+        with simulated_clock.model_call() as call:
+            return self._call(call, args, kwargs)
+
+    def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
         micro_batches = split((args, kwargs), self._shape)
@@ -184,7 +188,7 @@ class PoplarExecutor:
         self._device.step()
         if self._across_instances:
             align_clock(self._device.simulation)
-        simulated_clock.advance(self._device.simulation.system.now_ps - started)
+        call.lasted(self._device.simulation.system.now_ps - started)
         mode = self._options.resolved_output_mode(self._training)
         return assemble(outputs, self._shape, mode, self._options.output_return_period)
 

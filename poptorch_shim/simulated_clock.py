@@ -8,21 +8,23 @@ the ``time`` module (``time``, ``perf_counter``, ``monotonic`` and their
 
 - by default they read the host's clock as ever, and the first time the
   script reads one after a model call, a note on stderr says its timings
-  are this host's wall clock and points to ``--simulated-clock``;
-- with ``--simulated-clock`` (or ``IPUSIM_SIMULATED_CLOCK=1``) they read a
-  virtual clock that starts at the host's reading when the script starts and
-  advances only by the simulated duration of each model call, so
-  ``t1 - t0`` around a call is its simulated latency, and items over the
-  seconds between two readings is the simulated throughput.
+  are this host's and points to ``--simulated-clock``;
+- with ``--simulated-clock`` (or ``IPUSIM_SIMULATED_CLOCK=1``) each model
+  call lasts its simulated duration instead of the time torch took here:
+  the script's clock is the host's, less the host's time inside model calls,
+  plus their simulated time. So ``t1 - t0`` around a call is its simulated
+  duration (and the few microseconds of Python around it), a loop of calls
+  gives the simulated throughput, and what the host really does between
+  calls (the script's Python, its data loader, ``time.sleep``) passes as it
+  does on an IPU system's host. Inside a call (a ``forward`` that reads the
+  clock) the clock stands at the call's start; compiling adds nothing.
 
-Only the script sees the virtual clock: a reading is virtual when the
-function that asks is in the script's own files (the script and the modules
-beside it, installed packages aside) and in the process that runs the
-script. Libraries (logging, tqdm, subprocess and queue timeouts,
-multiprocessing, SimPy) and data loader workers keep the host's clock. Time
-the script spends outside model calls (its own Python, ``time.sleep``, the
-data loader) adds nothing to the virtual clock; nor does compilation.
-``datetime.now()`` and ``time.process_time()`` are left alone.
+Only the script sees that clock: a reading is the script's when the function
+that asks is in the script's own files (the script and the modules beside
+it, installed packages aside) and in the process that runs the script.
+Libraries (logging, tqdm, subprocess and queue timeouts, multiprocessing,
+SimPy) and data loader workers keep the host's clock. ``datetime.now()`` and
+``time.process_time()`` are left alone.
 """
 from __future__ import annotations
 
@@ -34,46 +36,67 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 SIMULATED_CLOCK_ENV = "IPUSIM_SIMULATED_CLOCK"
-_NAMES = ("time", "perf_counter", "monotonic")
+NAMES = ("time", "perf_counter", "monotonic")
 _PS_PER_NS = 1000
 
 
 class ScriptClock:
-    """The clock readings of one script's run, and how far the simulation has gone."""
+    """The clock of one script's run: how much host time its model calls took
+    and how much simulated time they stand for."""
 
-    def __init__(self, script: Path, simulated: bool):
+    def __init__(self, script: Path, simulated: bool,
+                 host_ns: dict[str, Callable[[], int]] | None = None):
         self.simulated = simulated
-        self.elapsed_ps = 0  # simulated time of the model calls so far
         self.calls = 0
         self.warned = False
+        self._host_ns = host_ns or {name: getattr(time, f"{name}_ns") for name in NAMES}
+        self._simulated_ps = 0  # simulated time of the calls so far
+        self._host_in_calls_ns = 0  # host time spent inside them
+        self._call_started_ns: int | None = None  # host perf_counter at the current call's start
         self._directory = script.resolve().parent
         self._pid = os.getpid()
-        self._users: dict[str, bool] = {}
-        self._packages = tuple(str(Path(p).resolve()) for p in
-                               (Path(__file__).parent, Path(__file__).parent.parent / "ipusim"))
-        # The host's readings at the start, from which the virtual clock counts.
-        self._origin_ns = {name: getattr(time, f"{name}_ns")() for name in _NAMES}
+        self._script_files: dict[str, bool] = {}
+        here = Path(__file__).resolve().parent
+        self._packages = (str(here), str(here.parent / "ipusim"))
 
-    def advance(self, duration_ps: int) -> None:
-        """A model call took ``duration_ps`` of simulated time."""
-        self.elapsed_ps += duration_ps
+    # -- model calls -----------------------------------------------------------
+    @property
+    def in_call(self) -> bool:
+        return self._call_started_ns is not None
+
+    def call_started(self) -> None:
+        self._call_started_ns = self._host_ns["perf_counter"]()
+
+    def call_ended(self, simulated_ps: int) -> None:
+        """The call that started last took ``simulated_ps`` of simulated time."""
+        self._host_in_calls_ns += self._host_ns["perf_counter"]() - self._call_started_ns
+        self._simulated_ps += simulated_ps
+        self._call_started_ns = None
         self.calls += 1
 
-    def _is_script(self, filename: str) -> bool:
+    # -- readings ----------------------------------------------------------------
+    def reading_ns(self, name: str) -> int:
+        """``time.<name>_ns()`` as the script reads it with the simulated clock."""
+        host = self._host_ns[name]()
+        if self._call_started_ns is not None:  # stand still at the call's start
+            host -= self._host_ns["perf_counter"]() - self._call_started_ns
+        return host - self._host_in_calls_ns + self._simulated_ps // _PS_PER_NS
+
+    def is_script(self, filename: str) -> bool:
         """Whether code in ``filename`` is the script's own (cached per file)."""
-        known = self._users.get(filename)
+        known = self._script_files.get(filename)
         if known is None:
             path = Path(filename).resolve()  # a relative name is the cwd's, as runpy's
             known = (not filename.startswith("<") and path.is_relative_to(self._directory)
                      and not {"site-packages", "dist-packages"} & set(path.parts)
                      and not str(path).startswith(self._packages))
-            self._users[filename] = known
+            self._script_files[filename] = known
         return known
 
-    def reads_virtual(self, frame) -> bool:
-        """Whether the caller in ``frame`` gets the virtual clock (and, when
-        the clock is the host's, tell the script so once)."""
-        if os.getpid() != self._pid or not self._is_script(frame.f_code.co_filename):
+    def reads_simulated(self, frame) -> bool:
+        """Whether the caller in ``frame`` reads the simulated clock (and, when the
+        clock is the host's, tell the script so once)."""
+        if os.getpid() != self._pid or not self.is_script(frame.f_code.co_filename):
             return False
         if self.simulated:
             return True
@@ -81,22 +104,38 @@ class ScriptClock:
             self.warned = True
             print("ipusim: this script times itself with the host's clock: its timings are "
                   "this host's CPU running torch, not the simulated IPUs. Run it with "
-                  "--simulated-clock (or IPUSIM_SIMULATED_CLOCK=1) to make time.time() and "
-                  "time.perf_counter() follow the simulation.", file=sys.stderr)
+                  "--simulated-clock (or IPUSIM_SIMULATED_CLOCK=1) to make each model call "
+                  "last its simulated time.", file=sys.stderr)
         return False
 
-    def virtual_ns(self, name: str) -> int:
-        return self._origin_ns[name] + self.elapsed_ps // _PS_PER_NS
+
+class ModelCall:
+    """One call to a model, as the clock sees it: the model says how long it lasted."""
+
+    def __init__(self) -> None:
+        self.simulated_ps = 0
+
+    def lasted(self, simulated_ps: int) -> None:
+        self.simulated_ps = simulated_ps
 
 
 _clock: ScriptClock | None = None
 
 
-def advance(duration_ps: int) -> None:
-    """Move the script's clock on by a model call's simulated duration (no-op
-    outside the runner)."""
-    if _clock is not None:
-        _clock.advance(duration_ps)
+@contextmanager
+def model_call() -> Iterator[ModelCall]:
+    """Time one call to a model: the script's clock replaces the host's time
+    inside it by the simulated time the model reports (no-op outside the runner)."""
+    clock = _clock
+    call = ModelCall()
+    if clock is None or clock.in_call:  # no runner, or a call made inside a call
+        yield call
+        return
+    clock.call_started()
+    try:
+        yield call
+    finally:
+        clock.call_ended(call.simulated_ps)
 
 
 def requested() -> bool:
@@ -109,13 +148,13 @@ def _readers(name: str, clock: ScriptClock) -> tuple[Callable[[], float], Callab
     host, host_ns = getattr(time, name), getattr(time, f"{name}_ns")
 
     def seconds() -> float:
-        if clock.reads_virtual(sys._getframe(1)):
-            return clock.virtual_ns(name) / 1e9
+        if clock.reads_simulated(sys._getframe(1)):
+            return clock.reading_ns(name) / 1e9
         return host()
 
     def nanoseconds() -> int:
-        if clock.reads_virtual(sys._getframe(1)):
-            return clock.virtual_ns(name)
+        if clock.reads_simulated(sys._getframe(1)):
+            return clock.reading_ns(name)
         return host_ns()
 
     seconds.__name__, seconds.__doc__ = name, host.__doc__
@@ -127,10 +166,10 @@ def _readers(name: str, clock: ScriptClock) -> tuple[Callable[[], float], Callab
 def watching(script: Path, simulated: bool) -> Iterator[ScriptClock]:
     """Watch the clock the script reads while it runs (see the module docstring)."""
     global _clock
-    saved = {name: getattr(time, name) for name in _NAMES}
-    saved.update({f"{name}_ns": getattr(time, f"{name}_ns") for name in _NAMES})
+    saved = {name: getattr(time, name) for name in NAMES}
+    saved.update({f"{name}_ns": getattr(time, f"{name}_ns") for name in NAMES})
     _clock = clock = ScriptClock(script, simulated)
-    for name in _NAMES:
+    for name in NAMES:
         seconds, nanoseconds = _readers(name, clock)
         setattr(time, name, seconds)
         setattr(time, f"{name}_ns", nanoseconds)
