@@ -76,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--print-topology", type=_switch, default=False, metavar="yes|no",
                      help="print which replicas and IPUs each instance owns")
     cli.add_argument("-v", "--verbose", action="count", default=0,
-                     help="say what poprun does (-vv: each instance's command and variables)")
+                     help="say what poprun starts and how each instance ends (-vv: also each "
+                          "instance's variables)")
     cli.add_argument("--vv", action="store_const", const=2, dest="very_verbose", default=0,
                      help="very verbose, as -vv")
     cli.add_argument("-x", action="append", type=_exported, default=[], metavar="NAME[=VALUE]",
