@@ -28,6 +28,8 @@ examples:
         run a PopTorch script; every model writes reports/<training|inference|name>/
   ipusim run --report reports/ --timing-only train.py --replicas 4 --synthetic-data
         everything after the script goes to the script
+  ipusim run --simulated-clock tutorial.py
+        the script's own time.time() timings give the simulated IPUs' figures
   ipusim summary reports/training
         print the text summary: target, memory per IPU, cycles per step, verdict
   ipusim report reports/training --output /tmp/training.html
