@@ -31,7 +31,8 @@ _PHASE_FILL = {"ramp-up": "rgba(214, 39, 40, 0.09)", "main": "rgba(44, 160, 44, 
 _PHASE_LEGEND = {"ramp-up": "rgba(214, 39, 40, 0.3)", "main": "rgba(44, 160, 44, 0.3)",
                  "ramp-down": "rgba(31, 119, 180, 0.3)"}
 _PHASE_TEXT = {"ramp-up": "#a02020", "main": "#217a21", "ramp-down": "#1a5a8a"}
-MAX_BOXES_PER_ROW = 32  # wide enough for a label such as "B12"
+MAX_BOXES_PER_ROW = 32  # at most this many boxes in a row of the opening view, and
+BOXES_ACROSS = 40  # a box of the median length at least 1/40 of its width: room for "B12"
 _MAX_PHASE_LABELS = 24
 _BAR_WIDTH = {**{kind: 0.8 for kind in COMPUTE_KINDS}, "sync_wait": 0.3}  # of a row
 SYNC_OPACITY = 0.5
@@ -84,8 +85,10 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
 
     A pipelined run opens on its first pipeline run (Fig 4.1's picture: ramp-up,
     main and ramp-down, up to where the next run starts); any other run, or a
-    pipeline run cut short by the window, on its first steps or boxes holding at
-    most ``max_boxes_per_row`` compute boxes on each IPU.
+    pipeline run cut short by the window, on its first whole steps, else on its
+    first microseconds of boxes, holding at most ``max_boxes_per_row`` compute
+    boxes on each IPU with a box of the median length at least 1 /
+    ``BOXES_ACROSS`` of the view.
     """
     first, last = float(events["start_ps"].min()), float(events["end_ps"].max())
     phases = pipeline_phases(timeline)
@@ -101,17 +104,25 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
                       float(runs["start"].iloc[1]))
             return first / PS_PER_US, end / PS_PER_US, "the first pipeline run"
     compute = events[events["kind"].isin(COMPUTE_KINDS)].sort_values("start_ps")
-    per_row = compute.groupby("ipu")["start_ps"]
-    if len(compute) == 0 or per_row.size().max() <= max_boxes_per_row:
+    if compute.empty:
         return None
-    # The first box beyond the limit on any IPU: the view ends where it starts.
-    end = float(per_row.nth(max_boxes_per_row).min())
+    # A view holds at most ``max_boxes_per_row`` boxes on an IPU (it ends before the
+    # next one) and spans at most BOXES_ACROSS boxes of the median length.
+    median = float((compute["end_ps"] - compute["start_ps"]).median())
+    per_row = compute.groupby("ipu")["start_ps"]
+    crowded = (float(per_row.nth(max_boxes_per_row).min())
+               if per_row.size().max() > max_boxes_per_row else np.inf)
     step_ends = np.sort(events.groupby("step")["end_ps"].max().to_numpy())
-    whole = step_ends[step_ends <= end]
-    if len(whole):
+    whole = step_ends[step_ends <= min(first + BOXES_ACROSS * median, crowded)]
+    if len(whole):  # whole steps fit
+        if whole[-1] >= last:
+            return None
         return first / PS_PER_US, float(whole[-1]) / PS_PER_US, f"the first {len(whole)} step(s)"
-    return (first / PS_PER_US, end / PS_PER_US,
-            f"the first {max_boxes_per_row} boxes of each IPU")
+    # Else from shortly before the first box (after the call's host round trip, say).
+    start = max(first, float(compute["start_ps"].iloc[0]) - 2 * median)
+    end = max(min(start + BOXES_ACROSS * median, crowded), float(compute["end_ps"].iloc[0]))
+    return (start / PS_PER_US, end / PS_PER_US,
+            f"{(end - start) / PS_PER_US:,.0f} µs from the first box")
 
 
 def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
