@@ -69,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bar of the simulated calls on stderr")
     run.add_argument("--simulated-clock", action="store_true",
-                     help="the script's time.time(), time.perf_counter() and time.monotonic() "
-                          "advance by the simulated duration of each model call, so its own "
-                          "timings are the IPUs' (sets IPUSIM_SIMULATED_CLOCK=1)")
+                     help="on the script's time.time(), time.perf_counter() and "
+                          "time.monotonic() each model call lasts its simulated duration, so "
+                          "its own timings are the IPUs' (sets IPUSIM_SIMULATED_CLOCK=1)")
     run.set_defaults(handler=_run)
 
     for name, help_text, handler in (

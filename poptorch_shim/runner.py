@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from poptorch_shim.simulated_clock import SIMULATED_CLOCK_ENV
-from poptorch_shim.simulated_clock import requested as clock_requested
-from poptorch_shim.simulated_clock import watching as watching_clock
+from poptorch_shim.simulated_clock import requested as clock_requested, watching as watching_clock
 
 ALIASES = Path(__file__).resolve().parent / "_aliases"
 
@@ -34,8 +33,9 @@ def install_aliases() -> None:
 def run_script(path: str, argv: list[str], simulated_clock: bool | None = None) -> None:
     """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``.
 
-    ``simulated_clock``: the script's ``time.time()`` and ``time.perf_counter()``
-    follow the simulation (None: as ``IPUSIM_SIMULATED_CLOCK`` says); see
+    ``simulated_clock``: on the script's ``time.time()``, ``time.perf_counter()``
+    and ``time.monotonic()`` each model call lasts its simulated duration
+    (None: as ``IPUSIM_SIMULATED_CLOCK`` says); see
     :mod:`poptorch_shim.simulated_clock`.
     """
     script = Path(path)
@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
               "poptorch_shim, every micro-batch is computed with torch on the CPU and the\n"
               "IPU system is simulated. Set IPUSIM_REPORT_DIR to write autoReport\n"
               "directories for every model there; IPUSIM_NUM_IPUS sizes the machine (16).\n\n"
-              "--simulated-clock  the script's time.time(), time.perf_counter() and\n"
-              "                   time.monotonic() advance by the simulated duration of\n"
-              "                   each model call, so its own timings are the IPUs'\n"
+              "--simulated-clock  on the script's time.time(), time.perf_counter() and\n"
+              "                   time.monotonic() each model call lasts its simulated\n"
+              "                   duration, so its own timings are the IPUs'\n"
               f"                   (or set {SIMULATED_CLOCK_ENV}=1)")
         return 0 if args else 2
     if args[0].startswith("-"):
