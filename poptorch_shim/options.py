@@ -16,6 +16,7 @@ The groups are in :mod:`poptorch_shim._option_groups`, except
 :mod:`poptorch_shim.tensor_locations` (re-exported here).
 """
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ from . import enums
 from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
                              _PrecisionOptions, _SimulationOptions, _TrainingOptions,
                              check_engine_options)
+from ._options_sources import apply_environment, load_file
+from .errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
 from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
 from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
@@ -35,6 +38,17 @@ from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorSpec:
+    """A tensor to return from every run besides the outputs
+    (``Options.anchorTensor``): its PopART name and the output mode it is
+    returned with (None: the model's own output mode)."""
+
+    long_name: str
+    output_mode: Optional[enums.OutputMode] = None
+    output_return_period: int = 1
 
 
 class Options(OptionsGroup):
@@ -65,7 +79,15 @@ class Options(OptionsGroup):
               OptionSpec("random_seed", None, (int,), "randomSeed", nullable=True),
               OptionSpec("model_name", None, (str,), "modelName", nullable=True),
               OptionSpec("use_model", False, (bool,), "useIpuModel"),
-              OptionSpec("ipu_id", None, (int,), "useIpuId", minimum=0, nullable=True))
+              OptionSpec("ipu_id", None, (int,), "useIpuId", minimum=0, nullable=True),
+              OptionSpec("log_dir", ".", (str,), "logDir"),
+              OptionSpec("auto_round_num_ipus", False, (bool,), "autoRoundNumIPUs"),
+              OptionSpec("connection_type", enums.ConnectionType.Always,
+                         (enums.ConnectionType,), "connectionType"),
+              OptionSpec("ipu_version", None, (int,), "useOfflineIpuTarget", minimum=1,
+                         nullable=True),
+              OptionSpec("broadcast_buffers", True, (bool,), "broadcastBuffers"),
+              OptionSpec("anchored_tensors", {}, (dict,), "anchorTensor"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,6 +98,7 @@ class Options(OptionsGroup):
         self._tensor_locations = _TensorLocationOptions()
         self._jit = _JitOptions()
         self._simulation = _SimulationOptions()
+        apply_environment(self)
 
     # -- groups ------------------------------------------------------------------
     @property
@@ -115,6 +138,16 @@ class Options(OptionsGroup):
         return self._popart
 
     # -- setters -------------------------------------------------------------------
+    @setter
+    def loadFromFile(self, filepath: str) -> "Options":
+        """Set options from a file of setter calls, one a line, written as in
+        Python without the ``options.`` prefix (``deviceIterations(4)``);
+        blank lines and ``#`` comments are skipped. A line that is not valid
+        Python raises ``poptorch.options.ConfigFileError`` naming it."""
+        require_arg(self._path, "loadFromFile", "filepath", filepath, str)
+        load_file(self, filepath)
+        return self
+
     @setter
     def deviceIterations(self, device_iterations: int) -> "Options":
         """Run this many micro-batch iterations on the device per call."""
@@ -238,6 +271,64 @@ class Options(OptionsGroup):
         self._set("ipu_id", ipu_id)
         return self
 
+    @setter
+    def logDir(self, log_dir: str) -> "Options":
+        """Directory where PopTorch saves its log files (default: the current one)."""
+        self._set("log_dir", log_dir)
+        return self
+
+    @setter
+    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":
+        """Round the number of IPUs requested up to a power of two instead of
+        failing (IPU devices come in powers of two)."""
+        self._set("auto_round_num_ipus", auto_round_num_ipus)
+        return self
+
+    @setter
+    def connectionType(self, connection_type) -> "Options":
+        """When to attach to the IPUs: ``Always`` (default), ``OnDemand`` (when
+        first run) or ``Never`` (compile only: running the model raises)."""
+        self._set("connection_type", connection_type)
+        return self
+
+    @setter
+    def useOfflineIpuTarget(self, ipu_version: int = 2) -> "Options":
+        """Compile for an IPU of this version (1: Mk1, 2: Mk2) without attaching
+        to one: sets ``connectionType(ConnectionType.Never)``, so the model can
+        be compiled but not run."""
+        check_value(self._path, self._store.spec("ipu_version"), ipu_version)
+        self._set("connection_type", enums.ConnectionType.Never)
+        self._set("ipu_version", ipu_version)
+        return self
+
+    @setter
+    def broadcastBuffers(self, broadcast_buffers: bool = True) -> "Options":
+        """Broadcast the model's buffers to every replica (default True)."""
+        self._set("broadcast_buffers", broadcast_buffers)
+        return self
+
+    @setter
+    def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
+                     output_return_period: Optional[int] = 1) -> "Options":
+        """Return the tensor PopART names ``long_name`` from every run, read
+        back with ``model.getAnchoredTensor(short_name)``; ``model.getTensorNames()``
+        lists the names. ``output_mode`` (None: the model's own) and
+        ``output_return_period`` (for ``EveryN``) choose which micro-batches'
+        values come back, as ``outputMode`` does for the outputs."""
+        require_arg(self._path, "anchorTensor", "short_name", short_name, str)
+        require_arg(self._path, "anchorTensor", "long_name", long_name, str)
+        if output_mode is not None:
+            check_value(self._path, self._store.spec("output_mode"), output_mode)
+        if output_mode is enums.OutputMode.EveryN:
+            require_arg(self._path, "anchorTensor", "output_return_period",
+                        output_return_period, int, minimum=1)
+        else:
+            output_return_period = 1
+        anchors = self._store.get("anchored_tensors")
+        anchors[short_name] = AnchorSpec(long_name, output_mode, output_return_period)
+        self._set("anchored_tensors", anchors)
+        return self
+
     # -- derived read accessors -------------------------------------------------------
     @property
     def synthetic_data(self) -> bool:
@@ -342,7 +433,8 @@ class Options(OptionsGroup):
         return copy.deepcopy(self)
 
     def __repr__(self) -> str:
-        """The settings changed from their defaults, group by group."""
+        """Every setting, then every group, as PopTorch prints options: two
+        options print alike exactly when they hold the same settings."""
         parts = self._repr_parts() + [f"{name}={group!r}" for name, group
-                                      in self._groups().items() if group._changed()]
+                                      in self._groups().items()]
         return f"{type(self).__name__}({', '.join(parts)})"
