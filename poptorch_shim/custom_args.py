@@ -78,7 +78,9 @@ def _flatten(struct: Any) -> tuple[list, _Original]:
 
 
 def _unflatten(children: Iterable, context: _Original) -> Any:
-    return parser_for(type(context.struct)).reconstruct(context.struct, iter(list(children)))
+    rebuilt = parser_for(type(context.struct)).reconstruct(context.struct, iter(list(children)))
+    flatten_custom_types(rebuilt)   # a parser may rebuild a base class of what it was given
+    return rebuilt
 
 
 def flatten_custom_types(value: Any) -> None:

@@ -47,9 +47,10 @@ class InvalidUseError(Error, ValueError):
     refusal is in plain Python."""
 
 
-class NotCompiledError(Error, RuntimeError):
-    """``poptorch.Error`` for using a model with no executable (never compiled,
-    or destroyed); also a ``RuntimeError``."""
+class ExecutionError(Error, RuntimeError):
+    """``poptorch.Error`` for asking a model what its state cannot give (it was
+    never compiled or was destroyed, it counts no cycles); also a
+    ``RuntimeError``."""
 
 
 class FrozenOptionsError(AttributeError):

@@ -28,7 +28,7 @@ from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
 from poptorch_shim.blocks import BlockRecorder, recording
 from poptorch_shim.custom_args import flatten_custom_types
-from poptorch_shim.errors import Error, InvalidUseError, NotCompiledError
+from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
@@ -130,7 +130,7 @@ class PoplarExecutor:
 
     def _require_device(self) -> SimulatedDevice:
         if self._device is None:
-            raise NotCompiledError(NO_EXECUTABLE_ERR)
+            raise ExecutionError(NO_EXECUTABLE_ERR)
         return self._device
 
     # -- observing tensors ---------------------------------------------------
@@ -138,7 +138,7 @@ class PoplarExecutor:
         """The names of the compiled model's tensors, as ``Options.anchorTensor``
         takes them (see :mod:`poptorch_shim.anchors`)."""
         if self._device is None:
-            raise NotCompiledError("Model must be compiled before calling getTensorNames")
+            raise ExecutionError("Model must be compiled before calling getTensorNames")
         return self._anchors.tensor_names()
 
     def getAnchoredTensor(self, short_name: str) -> Any:
@@ -329,7 +329,7 @@ class PoplarExecutor:
     def cycleCount(self) -> int:
         """Cycles of the last call on the simulated IPUs (needs ``logCycleCount(True)``)."""
         if not self._options.log_cycle_count:
-            raise Error(
+            raise ExecutionError(
                 "Cycle count logging is disabled. Please set option logCycleCount to True "
                 "to enable.")
         return self._require_device().cycle_count()
