@@ -11,6 +11,7 @@ tensors and then only simulates.
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 from typing import Any
 
@@ -120,7 +121,18 @@ class PoplarExecutor:
         return self._require_device()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_user_model"], name)
+        """The wrapped model's attributes, as PopTorch forwards them."""
+        model = self.__dict__["_user_model"]
+        try:
+            return getattr(model, name)
+        except AttributeError:
+            pass
+        known = [n for n in dir(type(self)) + dir(model) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        # name=None: the message has its hint; Python must not add a second.
+        raise AttributeError(f"{type(self).__name__} (wrapping {type(model).__name__}) has no "
+                             f"attribute {name!r}.{hint}", name=None) from None
 
     def isCompiled(self) -> bool:
         return self._device is not None
