@@ -157,8 +157,8 @@ class _PrecisionOptions(OptionsGroup):
         """Type of matmul and convolution partial results: torch.float or torch.half."""
         names = {torch.float32: "float", torch.float16: "half"}
         if dtype not in names:
-            raise ValueError(f"{self._path}.setPartialsType: the partials type must be "
-                             f"torch.float or torch.half, got {dtype!r}.")
+            raise ValueError(f"{self._path}.setPartialsType: parameter to setPartialsType "
+                             f"should be either torch.float or torch.half, got {dtype!r}.")
         self._popart.set("partialsTypeMatMuls", names[dtype])
         self._popart._merge("convolutionOptions", {"partialsType": names[dtype]})
         return self

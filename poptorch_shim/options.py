@@ -184,8 +184,8 @@ class Options(OptionsGroup):
         check_value(self._path, self._store.spec("output_mode"), output_mode)
         if output_mode is enums.OutputMode.EveryN:
             if output_return_period is None:
-                raise ValueError(f"{self._path}.outputMode: OutputMode.EveryN needs "
-                                 "output_return_period set to a positive integer N, e.g. "
+                raise ValueError(f"{self._path}.outputMode: EveryN anchor must have "
+                                 "output_return_period set to valid positive integer N, e.g. "
                                  "outputMode(poptorch.OutputMode.EveryN, 10).")
             check_value(self._path, self._store.spec("output_return_period"),
                         output_return_period)

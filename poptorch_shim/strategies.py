@@ -255,8 +255,8 @@ class Phase:
     def ipus(self, *ipus: int) -> "Phase":
         """Place the phase's stages on these IPUs, one IPU per stage."""
         if len(ipus) != len(self.stages):
-            raise ValueError(f"poptorch.Phase.ipus: the phase contains {len(self.stages)} "
-                             f"stage(s) but {len(ipus)} IPU(s) were given; give one per stage.")
+            raise ValueError(f"poptorch.Phase.ipus: Phase contains {len(self.stages)} stages but "
+                             f"you provided {len(ipus)} ipus; give one IPU per stage.")
         for stage, ipu in zip(self.stages, ipus):
             stage.ipu(ipu)
         return self

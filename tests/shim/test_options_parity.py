@@ -184,3 +184,24 @@ def test_a_misspelt_name_is_hinted_once(misspell, expected):
         misspell()
     shown = traceback.format_exception(caught.value)[-1]
     assert shown.count("Did you mean") == 1 and f"'{expected}'" in shown, shown
+
+
+# PopTorch's wording, where users search for it ----------------------------------------
+@pytest.mark.parametrize("call, phrase", [
+    (lambda: poptorch.Options().outputMode(OutputMode.EveryN),
+     "EveryN anchor must have output_return_period set to valid positive integer"),
+    (lambda: poptorch.Options().Precision.setPartialsType(torch.int8),
+     "parameter to setPartialsType should be either torch.float or torch.half"),
+    (lambda: poptorch.Options().TensorLocations.numIOTiles(33),
+     "numIOTiles must be an even number between 32 and 192"),
+    (lambda: poptorch.Phase(poptorch.Stage("A"), poptorch.Stage("B")).ipus(0),
+     "Phase contains 2 stages but you provided 1 ipus"),
+    (lambda: poptorch.Options().Training.accumulationAndReplicationReductionType(
+        ReductionType.NoReduction),
+     "accumulationAndReplicationReductionType must be set to poptorch.ReductionType.Mean or "
+     "poptorch.ReductionType.Sum"),
+])
+def test_option_errors_carry_poptorch_s_phrase(call, phrase):
+    with pytest.raises(ValueError) as caught:
+        call()
+    assert phrase in str(caught.value)
