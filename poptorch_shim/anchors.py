@@ -146,6 +146,10 @@ class _StepCapture:
         self._loss_scale = loss_scale
         self.values: dict[str, list] = {short_name: [] for short_name in targets}
         self._current: dict[str, torch.Tensor] = {}
+        # The parameters the anchors name, looked up once per call.
+        params = dict(model.named_parameters()) if targets else {}
+        self._params = {key: params[key] for kind, key in targets.values()
+                        if kind in (GRADIENT, UPDATED, "weight")}
 
     def _wanted(self, kind: str) -> dict[str, list[str]]:
         """key -> the short names anchoring it, for one kind of tensor."""
@@ -159,11 +163,10 @@ class _StepCapture:
     def hooked(self) -> Iterator[None]:
         handles = []
         gradients, outputs = self._wanted(GRADIENT), self._wanted("activation")
-        params = dict(self._model.named_parameters())
         for key, short_names in gradients.items():
-            handles.append(params[key].register_hook(
+            handles.append(self._params[key].register_hook(
                 lambda grad, names=short_names: self._keep(names, grad / self._loss_scale)))
-        for name, module in activation_names(self._model):
+        for name, module in activation_names(self._model) if outputs else ():
             if name in outputs:
                 handles.append(module.register_forward_hook(
                     lambda module, args, out, names=outputs[name]: self._keep(names, out)))
@@ -181,10 +184,9 @@ class _StepCapture:
     def micro_batch_done(self) -> None:
         """Close one micro-batch of one replica: its gradients, activations
         and weights become one value of each anchor."""
-        params = dict(self._model.named_parameters())
         for short_name, (kind, key) in self._targets.items():
             if kind == "weight":
-                self.values[short_name].append(params[key].detach().clone())
+                self.values[short_name].append(self._params[key].detach().clone())
             elif kind != UPDATED:
                 if short_name not in self._current:
                     raise InvalidUseError(
@@ -196,10 +198,9 @@ class _StepCapture:
 
     def weights_updated(self) -> None:
         """Record the updated weights after an optimizer step."""
-        params = dict(self._model.named_parameters())
         for short_name, (kind, key) in self._targets.items():
             if kind == UPDATED:
-                self.values[short_name].append(params[key].detach().clone())
+                self.values[short_name].append(self._params[key].detach().clone())
 
 
 def _modern(name: str) -> str:

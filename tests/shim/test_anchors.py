@@ -149,3 +149,32 @@ def test_a_period_that_does_not_divide_the_values_is_refused():
     model = poptorch.trainingModel(Net(), opts)
     with pytest.raises(ValueError, match="return period 2 must divide the 3 values"):
         model(*data(6))
+
+
+def test_anchors_of_a_pipelined_model_are_its_stages_tensors():
+    """Split into stages on two IPUs, the model's gradients and activations
+    are still the plain torch ones of each micro-batch."""
+
+    class Piped(Net):
+        def forward(self, x, labels=None):
+            with poptorch.Block("A", ipu_id=0):
+                hidden = self.relu(self.fc1(x))
+            with poptorch.Block("B", ipu_id=1):
+                out = self.fc2(hidden)
+                return out, self.loss(out, labels)
+
+    torch.manual_seed(0)
+    net = Piped()
+    reference = copy.deepcopy(net)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(3)
+    opts.anchorTensor("grads", "Gradient___fc1.weight", OutputMode.All)
+    opts.anchorTensor("hidden", "relu/ReLU:0", OutputMode.All)
+    model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.1))
+    x, y = data(6)
+    model(x, y)
+    assert [stage.name for stage in model.device.work.stages] == ["A", "B"]
+    torch.testing.assert_close(model.getAnchoredTensor("grads"),
+                               torch.cat(micro_batch_gradients(reference, x, y, 3)))
+    torch.testing.assert_close(model.getAnchoredTensor("hidden"),
+                               torch.relu(reference.fc1(x)).detach())
