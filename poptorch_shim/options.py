@@ -50,6 +50,12 @@ class AnchorSpec:
     output_mode: Optional[enums.OutputMode] = None
     output_return_period: int = 1
 
+    def toDict(self) -> dict:
+        """Plain values: the output mode by name (None: the model's own)."""
+        mode = None if self.output_mode is None else self.output_mode.name
+        return {"long_name": self.long_name, "output_mode": mode,
+                "output_return_period": self.output_return_period}
+
 
 class Options(OptionsGroup):
     """Every option controlling how a model is compiled and run.
@@ -414,11 +420,14 @@ class Options(OptionsGroup):
     def toDict(self) -> dict:
         """Every setting in one flat dict (a copy): the values of this group,
         ``Training``, ``Distributed`` and ``TensorLocations`` under their
-        snake_case names, locations as PopART dicts, the PopART options under
+        snake_case names, locations as PopART dicts and anchors as dicts
+        (``AnchorSpec.toDict``), the PopART options under
         their own names and the simulation settings prefixed ``sim_``. The
         execution strategy, an object, is left out."""
         out = self._store.values()
         del out["execution_strategy"]
+        out["anchored_tensors"] = {short_name: spec.toDict() for short_name, spec
+                                   in out["anchored_tensors"].items()}
         out.update(self._training._store.values())
         out.update(self._distributed._store.values())
         for key, value in self._tensor_locations._store.values().items():

@@ -2,6 +2,7 @@
 ``getAnchoredTensor`` return the torch compute's own gradients, activations
 and weights, per micro-batch and replica, through PopTorch's output modes."""
 import copy
+import json
 
 import pytest
 import torch
@@ -178,3 +179,14 @@ def test_anchors_of_a_pipelined_model_are_its_stages_tensors():
                                torch.cat(micro_batch_gradients(reference, x, y, 3)))
     torch.testing.assert_close(model.getAnchoredTensor("hidden"),
                                torch.relu(reference.fc1(x)).detach())
+
+
+def test_anchors_reach_the_report_as_plain_values():
+    """The report stores the options as JSON: anchors go as plain dicts."""
+    opts = poptorch.Options()
+    opts.anchorTensor("g", "Gradient___fc1.bias", OutputMode.Sum)
+    opts.anchorTensor("w", "fc1.weight")
+    assert json.loads(json.dumps(opts.toDict()))["anchored_tensors"] == {
+        "g": {"long_name": "Gradient___fc1.bias", "output_mode": "Sum",
+              "output_return_period": 1},
+        "w": {"long_name": "fc1.weight", "output_mode": None, "output_return_period": 1}}
