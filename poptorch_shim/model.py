@@ -66,6 +66,9 @@ class PoplarExecutor:
                                       "takes none")
         _check_output_period(options, training)
         options._freeze()
+        # The options as given: DataLoaders built with them are found by identity.
+        self._given_options = options
+        options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
         self._user_model = model
@@ -373,6 +376,18 @@ def _describe(signature: tuple) -> str:
     shapes = [f"{list(leaf[0])} {str(leaf[1]).replace('torch.', '')}"
               for leaf in signature[1] if isinstance(leaf, tuple)]
     return "(" + ", ".join(shapes) + ")"
+
+
+def _own_copy(options: Options, training: bool) -> Options:
+    """The model's own frozen copy of the options, as PopTorch makes one: the
+    copy's ``Default`` output mode becomes the one the model uses (``Final``
+    for training, ``All`` for inference), and the user's options stay as they
+    were, so one ``Options`` can serve a training and an inference model."""
+    own = options.clone()
+    if own.defaultOutputMode():
+        own.outputMode(enums.OutputMode.Final if training else enums.OutputMode.All)
+    own._freeze()
+    return own
 
 
 def _check_inference_options(options: Options) -> None:

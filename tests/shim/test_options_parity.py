@@ -205,3 +205,16 @@ def test_option_errors_carry_poptorch_s_phrase(call, phrase):
     with pytest.raises(ValueError) as caught:
         call()
     assert phrase in str(caught.value)
+
+
+def test_a_model_keeps_its_own_copy_of_the_options():
+    """As PopTorch does: one Options serves a training and an inference model,
+    each resolving the Default output mode in its own copy."""
+    opts = poptorch.Options().deviceIterations(2)
+    training = poptorch.trainingModel(torch.nn.Linear(2, 2), opts)
+    inference = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
+    assert opts.defaultOutputMode() and opts.frozen
+    assert training.options.output_mode is OutputMode.Final
+    assert inference.options.output_mode is OutputMode.All
+    assert training.options is not opts and training.options.device_iterations == 2
+    assert training.options.frozen
