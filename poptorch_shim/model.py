@@ -188,6 +188,7 @@ class PoplarExecutor:
             stages, output, _, called = self._profile(first_args, first_kwargs)
         self._anchors.compiled(called, self._shape, self._resolved_mode(),
                                self._options.output_return_period)
+        flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
             self._placeholder = placeholder_outputs(output)
         self._device = SimulatedDevice(

@@ -240,3 +240,19 @@ def test_blocks_with_int_and_tuple_ids_are_placed(strategy):
 def test_a_stage_still_lists_str_block_ids_as_poptorch_does():
     with pytest.raises(TypeError, match="can only be staged automatically"):
         poptorch.Stage(7)
+
+
+def test_custom_outputs_are_assembled_through_their_parser():
+    poptorch.registerCustomArgParser(Pair, PairParser())
+
+    class OutputPair(Pair):
+        """Seen first among the outputs."""
+
+    class Splitter(torch.nn.Module):
+        def forward(self, x):
+            return OutputPair(x * 2, x + 1, "t")
+
+    x = torch.arange(12.0).reshape(6, 2)
+    out = poptorch.inferenceModel(Splitter(), poptorch.Options().deviceIterations(3))(x)
+    assert isinstance(out, Pair) and out.tag == "t"
+    torch.testing.assert_close((out.a, out.b), (x * 2, x + 1))
