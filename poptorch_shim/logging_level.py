@@ -6,6 +6,7 @@ import (default WARN). All the shim's modules log under ``poptorch_shim``.
 """
 import logging
 import os
+import sys
 
 LOG_LEVEL_ENV = "POPTORCH_LOG_LEVEL"
 
@@ -15,6 +16,19 @@ _LEVELS = {"TRACE": (0, logging.DEBUG), "DEBUG": (1, logging.DEBUG),
            "ERR": (4, logging.ERROR), "OFF": (6, logging.CRITICAL + 1)}
 
 logger = logging.getLogger("poptorch_shim")
+
+
+class _Console(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a message is logged, so that
+    a redirected stderr (pytest, a notebook) gets the messages."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def setLogLevel(level) -> None:
@@ -31,6 +45,12 @@ def setLogLevel(level) -> None:
         raise ValueError(f"Unknown log level: {level}. Valid values are "
                          f"{', '.join(valid[:-1])} and {valid[-1]}")
     logger.setLevel(_LEVELS[level][1])
+    if not logger.handlers:
+        # PopTorch logs to the console; Python alone would print WARNING and up only.
+        console = _Console()
+        console.setFormatter(logging.Formatter(
+            "[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s"))
+        logger.addHandler(console)
 
 
 def level_from_environment() -> None:

@@ -256,3 +256,17 @@ def test_custom_outputs_are_assembled_through_their_parser():
     out = poptorch.inferenceModel(Splitter(), poptorch.Options().deviceIterations(3))(x)
     assert isinstance(out, Pair) and out.tag == "t"
     torch.testing.assert_close((out.a, out.b), (x * 2, x + 1))
+
+
+def test_set_log_level_shows_the_shim_s_messages_on_the_console(capfd):
+    logger = logging.getLogger("poptorch_shim")
+    saved = logger.level
+    try:
+        poptorch.setLogLevel("INFO")
+        poptorch.Options().outputMode(poptorch.OutputMode.All, 3)   # logs at INFO
+        assert "[INFO] output_return_period=3 ignored" in capfd.readouterr().err
+        poptorch.setLogLevel("WARN")
+        poptorch.Options().outputMode(poptorch.OutputMode.All, 3)
+        assert "ignored" not in capfd.readouterr().err
+    finally:
+        logger.setLevel(saved)
