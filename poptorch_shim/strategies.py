@@ -378,6 +378,6 @@ class ParallelPhasedExecution(_PhasedExecution):
                 raise ValueError(
                     f"ParallelPhasedExecution: phase {number} places stage {stage.name!r} on "
                     f"IPU {stage.ipu}, but even phases must run on even IPUs and odd phases on "
-                    f"odd IPUs. Place it on an {parity} IPU (for example "
-                    f"strategy.stage({stage.blocks[0]!r}).ipu({stage.ipu - 1 if stage.ipu else 1})).")
+                    f"odd IPUs. Place it on an {parity} IPU (for example strategy.stage("
+                    f"{stage.blocks[0]!r}).ipu({stage.ipu - 1 if stage.ipu else 1})).")
         return placed

@@ -223,8 +223,8 @@ class IntBlocks(torch.nn.Module):
             return self.fc2(x).sum()
 
 
-@pytest.mark.parametrize("strategy", [None, poptorch.ShardedExecution(),
-                                      poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)])
+@pytest.mark.parametrize("strategy", [
+    None, poptorch.ShardedExecution(), poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)])
 def test_blocks_with_int_and_tuple_ids_are_placed(strategy):
     torch.manual_seed(0)
     opts = poptorch.Options()
