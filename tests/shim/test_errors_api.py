@@ -224,7 +224,8 @@ class IntBlocks(torch.nn.Module):
 
 
 @pytest.mark.parametrize("strategy", [
-    None, poptorch.ShardedExecution(), poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)])
+    None, poptorch.ShardedExecution(),
+    poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)])
 def test_blocks_with_int_and_tuple_ids_are_placed(strategy):
     torch.manual_seed(0)
     opts = poptorch.Options()
