@@ -36,6 +36,8 @@ from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
 #: Set to 1 to run every model timing-only (``ipusim run --timing-only`` does).
 TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
+#: PopTorch's executable cache directory, applied to every new ``Options``.
+CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +95,14 @@ class Options(OptionsGroup):
               OptionSpec("ipu_version", None, (int,), "useOfflineIpuTarget", minimum=1,
                          nullable=True),
               OptionSpec("broadcast_buffers", True, (bool,), "broadcastBuffers"),
-              OptionSpec("anchored_tensors", {}, (dict,), "anchorTensor"))
+              OptionSpec("anchored_tensors", {}, (dict,), "anchorTensor"),
+              OptionSpec("available_memory_proportion", {}, (dict,),
+                         "setAvailableMemoryProportion"),
+              OptionSpec("show_compilation_progress_bar", True, (bool,),
+                         "showCompilationProgressBar"),
+              OptionSpec("relax_optimizer_checks", False, (bool,),
+                         "relaxOptimizerAttributesChecks"),
+              OptionSpec("module_namescope_enabled", True, (bool,), "disableModuleNamescope"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +113,10 @@ class Options(OptionsGroup):
         self._tensor_locations = _TensorLocationOptions()
         self._jit = _JitOptions()
         self._simulation = _SimulationOptions()
+        cache = os.environ.get(CACHE_DIR_ENV, "")
+        if cache:
+            logger.info("%s is set: setting cache path to %s", CACHE_DIR_ENV, cache)
+            self.enableExecutableCaching(cache)
         apply_environment(self)
 
     # -- groups ------------------------------------------------------------------
@@ -305,6 +318,66 @@ class Options(OptionsGroup):
         check_value(self._path, self._store.spec("ipu_version"), ipu_version)
         self._set("connection_type", enums.ConnectionType.Never)
         self._set("ipu_version", ipu_version)
+        return self
+
+    @setter
+    def setAvailableMemoryProportion(self, available_memory_proportion: dict) -> "Options":
+        """The proportion of each IPU's memory that convolutions and matmuls may
+        use for temporary values, e.g. ``{"IPU0": 0.5, "IPU1": 0.3}``: stored
+        as ``{0: 0.5, 1: 0.3}`` (recorded; the cost model plans without it)."""
+        require_arg(self._path, "setAvailableMemoryProportion", "available_memory_proportion",
+                    available_memory_proportion, dict)
+        proportions = {}
+        for key, proportion in available_memory_proportion.items():
+            index = key[3:] if isinstance(key, str) and key.startswith("IPU") else ""
+            if not index.isdigit():
+                raise ValueError(
+                    f"{self._path}.setAvailableMemoryProportion: Available memory proportions "
+                    "are expected to be in a dictionary of {\"IPU0\": 0.5} where the 0 in IPU "
+                    f"is the index of the IPU. Invalid key: {key}")
+            require_arg(self._path, "setAvailableMemoryProportion", key, proportion, float, int)
+            if not 0 < proportion <= 1:
+                raise ValueError(f"{self._path}.setAvailableMemoryProportion: the proportion of "
+                                 f"{key} must be in (0, 1], got {proportion!r}.")
+            proportions[int(index)] = float(proportion)
+        self._set("available_memory_proportion", proportions)
+        return self
+
+    @setter
+    def enableExecutableCaching(self, path: Optional[str]) -> "Options":
+        """Cache compiled executables under ``path`` (None: no caching), as
+        ``POPTORCH_CACHE_DIR`` does (recorded: compiling is not simulated)."""
+        if path is None:
+            self._popart.set("enableEngineCaching", False)
+        else:
+            require_arg(self._path, "enableExecutableCaching", "path", path, str)
+            self._popart.set("cachePath", path)
+            self._popart.set("enableEngineCaching", True)
+        return self
+
+    @setter
+    def enableStableNorm(self, enabled: bool) -> "Options":
+        """Use the slower, more accurate form of the norm operators."""
+        require_arg(self._path, "enableStableNorm", "enabled", enabled, bool)
+        self._popart.set("enableStableNorm", enabled)
+        return self
+
+    @setter
+    def showCompilationProgressBar(self, show: bool = True) -> "Options":
+        """Show a progress bar while the model compiles (the default)."""
+        self._set("show_compilation_progress_bar", show)
+        return self
+
+    @setter
+    def relaxOptimizerAttributesChecks(self, relax: bool = True) -> "Options":
+        """Log unexpected optimizer attributes at debug level instead of warning."""
+        self._set("relax_optimizer_checks", relax)
+        return self
+
+    @setter
+    def disableModuleNamescope(self) -> "Options":
+        """Do not prefix operator names with their module's name."""
+        self._set("module_namescope_enabled", False)
         return self
 
     @setter

@@ -218,3 +218,17 @@ def test_a_model_keeps_its_own_copy_of_the_options():
     assert inference.options.output_mode is OutputMode.All
     assert training.options is not opts and training.options.device_iterations == 2
     assert training.options.frozen
+
+
+def test_available_memory_proportion_keys_name_ipus():
+    with pytest.raises(ValueError, match=r"Available memory proportions are expected to be in a "
+                                         r"dictionary of \{\"IPU0\": 0.5\} .* Invalid key: 0"):
+        poptorch.Options().setAvailableMemoryProportion({0: 0.5})
+    with pytest.raises(ValueError, match=r"proportion of IPU1 must be in \(0, 1\], got 1.5"):
+        poptorch.Options().setAvailableMemoryProportion({"IPU1": 1.5})
+
+
+def test_the_cache_directory_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPTORCH_CACHE_DIR", str(tmp_path))
+    popart = poptorch.Options()._Popart.options
+    assert (popart["cachePath"], popart["enableEngineCaching"]) == (str(tmp_path), True)
