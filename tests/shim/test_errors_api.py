@@ -3,6 +3,9 @@ setLogLevel, isRunningOnIpu, custom argument parsers, Liveness on phased
 strategies, Blocks with any hashable id, and the errors PopTorch's checks
 raise, in its words."""
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -271,3 +274,15 @@ def test_set_log_level_shows_the_shim_s_messages_on_the_console(capfd):
         assert "ignored" not in capfd.readouterr().err
     finally:
         logger.setLevel(saved)
+
+
+def test_poptorch_log_level_is_read_at_import():
+    script = "import logging, poptorch_shim; print(logging.getLogger('poptorch_shim').level)"
+    env = {**os.environ, "POPTORCH_LOG_LEVEL": "INFO"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.stdout.strip() == str(logging.INFO), result.stderr
+    env["POPTORCH_LOG_LEVEL"] = "LOUD"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert "POPTORCH_LOG_LEVEL: Unknown log level: LOUD" in result.stderr
