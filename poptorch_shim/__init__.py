@@ -5,14 +5,20 @@ Run an unmodified PopTorch script with ``python -m poptorch_shim SCRIPT.py``:
 re-exported here from thin modules; the machinery lives in underscore
 modules.
 """
-from poptorch_shim import optim
+from poptorch_shim import optim, poptorch_core
 from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._compute import identity_loss
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
+from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.data_loader import DataLoader
-from poptorch_shim.enums import (AutoStage, CommGroupType, DataLoaderMode, MeanReductionStrategy,
+from poptorch_shim.enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
+                                 HalfFloatCastingBehavior, Liveness, MeanReductionStrategy,
                                  OutputMode, RecomputationType, ReductionType, SharingStrategy,
                                  SyncPattern)
+from poptorch_shim.errors import Error, RecoverableError, UnrecoverableError
+from poptorch_shim.ipu_context import isRunningOnIpu
+from poptorch_shim.logging_level import level_from_environment as _level_from_environment
+from poptorch_shim.logging_level import setLogLevel
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
 from poptorch_shim.annotations import (OverlapMode, recomputationCheckpoint, set_overlap_for_input,
@@ -21,6 +27,8 @@ from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedE
                                       SerialPhasedExecution, ShardedExecution, Stage)
 
 __version__ = "3.3.0+ipusim"
+
+_level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
 
 
 def _alias_modules(alias: str, package: str) -> None:
@@ -39,11 +47,13 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 __all__ = [
     "AsynchronousDataAccessor", "AutoStage", "BeginBlock", "Block", "BlockFunction",
-    "CommGroupType", "DataLoader", "DataLoaderMode", "MeanReductionStrategy", "Options",
-    "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution", "PoplarExecutor",
-    "RecomputationType", "ReductionType", "SerialPhasedExecution", "ShardedExecution",
-    "SharingStrategy", "Stage", "SyncPattern", "TensorLocationSettings", "identity_loss",
-    "inferenceModel",
-    "ipuHardwareIsAvailable", "optim", "OverlapMode", "recomputationCheckpoint", "removeBlocks",
-    "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
+    "CommGroupType", "ConnectionType", "DataLoader", "DataLoaderMode", "Error",
+    "HalfFloatCastingBehavior", "ICustomArgParser", "Liveness", "MeanReductionStrategy",
+    "Options", "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution",
+    "PoplarExecutor", "RecomputationType", "RecoverableError",
+    "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
+    "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
+    "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "optim", "OverlapMode",
+    "poptorch_core", "recomputationCheckpoint", "registerCustomArgParser", "removeBlocks",
+    "setLogLevel", "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
 ]

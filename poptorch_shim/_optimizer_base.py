@@ -6,7 +6,8 @@ defaults for PopTorch's extra constructor arguments, ``VariableAttributes``, the
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -156,7 +157,8 @@ class _PopTorchOptimizer:
             with torch.enable_grad():
                 loss = closure()
         self._clip_gradients()
-        self._update()
+        with _in_float32(self.param_groups):
+            self._update()
         self._round_state()
         return loss
 
@@ -191,6 +193,23 @@ class _PopTorchOptimizer:
         for name in ("_loss_scaling", "variable_attrs") + self._global_attrs:
             state[name] = getattr(self, name)
         return state
+
+
+@contextmanager
+def _in_float32(param_groups: List[Dict[str, Any]]) -> Iterator[None]:
+    """Update FP16 weights in FP32, as the IPU does: their gradients are
+    widened, the optimizer state is kept in FP32 (unless an accumulator type
+    says FP16, see ``_round_state``) and the new weights are rounded to FP16
+    once. Updating in FP16 would lose small steps and overflow Adam's moments."""
+    half = [p for group in param_groups for p in group["params"]
+            if p.dtype == torch.float16 and p.grad is not None]
+    for p in half:
+        p.data, p.grad = p.data.float(), p.grad.float()
+    try:
+        yield
+    finally:
+        for p in half:
+            p.data, p.grad = p.data.half(), p.grad.half()
 
 
 def _adam_direction(state: Dict[str, Any], grad: torch.Tensor, betas: Tuple[float, float],

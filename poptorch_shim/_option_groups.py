@@ -97,6 +97,9 @@ class _PopartOptions(OptionsGroup):
     def _changed(self) -> dict:
         return {k: v for k, v in self._raw.items() if self._initial.get(k, ...) != v}
 
+    def _values(self) -> dict:
+        return self.options
+
 
 def check_engine_options(where: str, value: Any) -> None:
     """Poplar engine options are a dict of strings; say so, naming the culprit."""
@@ -154,8 +157,8 @@ class _PrecisionOptions(OptionsGroup):
         """Type of matmul and convolution partial results: torch.float or torch.half."""
         names = {torch.float32: "float", torch.float16: "half"}
         if dtype not in names:
-            raise ValueError(f"{self._path}.setPartialsType: the partials type must be "
-                             f"torch.float or torch.half, got {dtype!r}.")
+            raise ValueError(f"{self._path}.setPartialsType: parameter to setPartialsType "
+                             f"should be either torch.float or torch.half, got {dtype!r}.")
         self._popart.set("partialsTypeMatMuls", names[dtype])
         self._popart._merge("convolutionOptions", {"partialsType": names[dtype]})
         return self
@@ -230,6 +233,17 @@ class _TrainingOptions(OptionsGroup):
     def automatic_loss_scaling(self) -> bool:
         return self._popart._raw.get("automaticLossScalingSettings.enabled", False)
 
+    # PopTorch's names for what these setters set.
+    @property
+    def accumulation_and_replication_reduction_type(self) -> enums.ReductionType:
+        """What ``accumulationAndReplicationReductionType`` set (``reduction_type``)."""
+        return self._store.get("reduction_type")
+
+    @property
+    def meanAccumulationAndReplicationReductionStrategy(self) -> enums.MeanReductionStrategy:
+        """What ``setMeanAccumulationAndReplicationReductionStrategy`` set."""
+        return self._store.get("mean_reduction_strategy")
+
 
 class _DistributedOptions(OptionsGroup):
     """Options of multi-process runs (``opts.Distributed``).
@@ -293,6 +307,10 @@ class _DistributedOptions(OptionsGroup):
     def numProcesses(self) -> int:
         """Total number of processes the execution is distributed over."""
         return self._store.get("num_processes")
+
+    # PopTorch's names for the same two settings.
+    distributed_process_id = processId
+    num_distributed_processes = numProcesses
 
 
 class _SimulationOptions(OptionsGroup):

@@ -241,14 +241,26 @@ class OptionsGroup:
         """Whether the options have been used and so can no longer change."""
         return self._store.frozen
 
+    def checkIsFrozen(self, option: Optional[str] = None) -> None:
+        """Raise ``AttributeError("Can't modify frozen Options")`` (naming
+        ``option`` if given) once the options have been used, as PopTorch does."""
+        if self._store.frozen:
+            raise FrozenOptionsError(f"{self._path}.{option or 'checkIsFrozen'}")
+
     # -- printing --------------------------------------------------------------
     def _changed(self) -> dict:
+        """The settings that differ from their defaults."""
         return self._store.changed()
 
+    def _values(self) -> dict:
+        """Every setting, for printing."""
+        return self._store.values()
+
     def _repr_parts(self) -> list:
-        return [f"{key}={_show(value)}" for key, value in self._changed().items()]
+        return [f"{key}={_show(value)}" for key, value in self._values().items()]
 
     def __repr__(self) -> str:
+        """Every setting, defaults included, as PopTorch prints options."""
         return f"{type(self).__name__}({', '.join(self._repr_parts())})"
 
 

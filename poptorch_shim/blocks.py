@@ -15,6 +15,7 @@ is current, so the torch.fx tracer can tag each graph node with its block.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,9 +29,10 @@ _RECORDER: ContextVar[Optional["BlockRecorder"]] = ContextVar("poptorch_block_re
 
 @dataclass(frozen=True)
 class BlockMark:
-    """One start of a block: its id and the IPU it asked for (None: not given)."""
+    """One start of a block: its id (any hashable; automatic ids are "0",
+    "1", ...) and the IPU it asked for (None: not given)."""
 
-    user_id: str
+    user_id: Hashable
     ipu_id: Optional[int]
 
 
@@ -43,13 +45,15 @@ class BlockRecorder:
 
     def __init__(self, on_start: Optional[Callable[[BlockMark], None]] = None):
         self.current: Optional[BlockMark] = None
-        self.ipus: dict[str, Optional[int]] = {}  # block id -> first ipu_id given, in order seen
+        self.ipus: dict[Hashable, Optional[int]] = {}  # block id -> first ipu_id, in order seen
         self._next_auto_id = 0
         self._hook_ids: dict[int, str] = {}
         self._on_start = on_start
 
-    def start(self, user_id: Optional[str], ipu_id: Optional[int]) -> None:
-        if user_id is None:
+    def start(self, user_id: Optional[Hashable], ipu_id: Optional[int]) -> None:
+        # As PopTorch's stage manager does (``user_id or nextAutoId()``), any
+        # false id (None, "", 0) gets the next automatic id.
+        if not user_id:
             user_id = self.next_auto_id()
         mark = BlockMark(user_id, ipu_id)
         self.current = mark
@@ -91,10 +95,9 @@ def current_block() -> Optional[BlockMark]:
 
 
 def _check_ids(user_id: Any, ipu_id: Any, where: str) -> None:
-    if user_id is not None and not isinstance(user_id, str):
-        raise TypeError(f"{where}: user_id must be a str (or None for an automatic id), got "
-                        f"{user_id!r} ({type(user_id).__name__}); block ids are strings so that "
-                        "strategies can name them, e.g. poptorch.Stage(\"B1\").")
+    if not isinstance(user_id, Hashable):
+        raise TypeError(f"{where}: user_id must be hashable (a str, an int, ...) or None for an "
+                        f"automatic id, got {user_id!r} ({type(user_id).__name__}).")
     if ipu_id is not None and (isinstance(ipu_id, bool) or not isinstance(ipu_id, int)
                                or ipu_id < 0):
         raise TypeError(f"{where}: ipu_id must be a non-negative int (or None), got {ipu_id!r}.")
@@ -121,14 +124,14 @@ class Block:
             recorder.reset_auto_id()
 
     @staticmethod
-    def start(user_id: Optional[str] = None, ipu_id: Optional[int] = None) -> None:
+    def start(user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None) -> None:
         """Start a block here without a ``with`` scope."""
         _check_ids(user_id, ipu_id, "poptorch.Block.start")
         recorder = _RECORDER.get()
         if recorder is not None:
             recorder.start(user_id, ipu_id)
 
-    def __init__(self, user_id: Optional[str] = None, ipu_id: Optional[int] = None):
+    def __init__(self, user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None):
         _check_ids(user_id, ipu_id, "poptorch.Block")
         self._user_id = user_id
         self._ipu_id = ipu_id
@@ -144,7 +147,7 @@ class Block:
 class _BlockHook:
     """A forward pre-hook that starts a block when its module is called."""
 
-    def __init__(self, user_id: Optional[str], ipu_id: Optional[int]):
+    def __init__(self, user_id: Optional[Hashable], ipu_id: Optional[int]):
         self.user_id = user_id
         self.ipu_id = ipu_id
 
@@ -163,7 +166,7 @@ def block_hooks(module: torch.nn.Module) -> list[_BlockHook]:
     return [hook for hook in module._forward_pre_hooks.values() if isinstance(hook, _BlockHook)]
 
 
-def BeginBlock(layer_to_call: Any, user_id: Optional[str] = None,
+def BeginBlock(layer_to_call: Any, user_id: Optional[Hashable] = None,
                ipu_id: Optional[int] = None) -> Any:
     """Start a block whenever ``layer_to_call`` (a module) is called.
 
@@ -191,7 +194,7 @@ def BeginBlock(layer_to_call: Any, user_id: Optional[str] = None,
     return layer_to_call
 
 
-def BlockFunction(user_id: Optional[str] = None, ipu_id: Optional[int] = None):
+def BlockFunction(user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None):
     """A decorator running the decorated function inside ``Block(user_id, ipu_id)``.
 
     >>> @poptorch.BlockFunction("Decoder", ipu_id=1)

@@ -160,3 +160,16 @@ class Liveness(enum.IntEnum):
     OffChipAfterFwd = 1
     OffChipAfterFwdNoOverlap = 2
     OffChipAfterEachPhase = 3
+
+
+class ConnectionType(enum.IntEnum):
+    """When a model attaches to its IPUs.
+
+    - ``Always``: from the start (default).
+    - ``OnDemand``: once it is compiled and first run.
+    - ``Never``: never; the model can be compiled (offline compilation) but
+      running it raises.
+    """
+    Always = 0
+    OnDemand = 1
+    Never = 2

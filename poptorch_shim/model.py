@@ -11,6 +11,8 @@ tensors and then only simulates.
 from __future__ import annotations
 
 import copy
+import difflib
+import logging
 from typing import Any
 
 import torch
@@ -20,16 +22,24 @@ from poptorch_shim import enums, profiling, simulated_clock
 from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._fake import fake_inputs, placeholder_outputs
+from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
 from poptorch_shim.blocks import BlockRecorder, recording
+from poptorch_shim.custom_args import flatten_custom_types
+from poptorch_shim.errors import ExecutionError, InvalidUseError
+from poptorch_shim.ipu_context import running_on_ipu
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
 from poptorch_shim.strategies import PipelinedExecution
 
+logger = logging.getLogger(__name__)
+
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
+OFFLINE_ERR = ("Trying to run a model on an offline device (ConnectionType.Never): use "
+               "model.compile(inputs) instead of model(inputs)")
 
 def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
     """Bytes of optimizer state per byte of weights."""
@@ -46,16 +56,19 @@ class PoplarExecutor:
     def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
                  optimizer: torch.optim.Optimizer | None = None):
         options = options if options is not None else Options()
+        if not isinstance(options, Options):
+            raise InvalidUseError(f"Invalid type: 'options' is of type {type(options)} "
+                                  "(Expected poptorch.Options)")
         if not training:
-            if options.Training.gradient_accumulation != 1:
-                raise ValueError(
-                    "Gradient accumulation should be left to its default value (1) for "
-                    f"inference, got Training.gradientAccumulation("
-                    f"{options.Training.gradient_accumulation})")
+            _check_inference_options(options)
             if optimizer is not None:
-                raise ValueError("An optimizer is only for training: inferenceModel takes none")
+                raise InvalidUseError("An optimizer is only for training: inferenceModel "
+                                      "takes none")
         _check_output_period(options, training)
         options._freeze()
+        # The options as given: DataLoaders built with them are found by identity.
+        self._given_options = options
+        options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
         self._user_model = model
@@ -67,6 +80,7 @@ class PoplarExecutor:
         if training:
             check_ipu_optimizer(self._optimizer)
         self._runner = self._make_runner(model)
+        self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.sim_timing_only
         self._placeholder: Any = None  # a timing-only model's output for each micro-batch
         self._overlap = (False, False)  # overlapped input, output stream copies asked for
@@ -110,7 +124,18 @@ class PoplarExecutor:
         return self._require_device()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_user_model"], name)
+        """The wrapped model's attributes, as PopTorch forwards them."""
+        model = self.__dict__["_user_model"]
+        try:
+            return getattr(model, name)
+        except AttributeError:
+            pass
+        known = [n for n in dir(type(self)) + dir(model) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        # name=None: the message has its hint; Python must not add a second.
+        raise AttributeError(f"{type(self).__name__} (wrapping {type(model).__name__}) has no "
+                             f"attribute {name!r}.{hint}", name=None) from None
 
     def isCompiled(self) -> bool:
         return self._device is not None
@@ -120,8 +145,24 @@ class PoplarExecutor:
 
     def _require_device(self) -> SimulatedDevice:
         if self._device is None:
-            raise RuntimeError(NO_EXECUTABLE_ERR)
+            raise ExecutionError(NO_EXECUTABLE_ERR)
         return self._device
+
+    # -- observing tensors ---------------------------------------------------
+    def getTensorNames(self) -> list[str]:
+        """The names of the compiled model's tensors, as ``Options.anchorTensor``
+        takes them (see :mod:`poptorch_shim.anchors`)."""
+        if self._device is None:
+            raise ExecutionError("Model must be compiled before calling getTensorNames")
+        return self._anchors.tensor_names()
+
+    def getAnchoredTensor(self, short_name: str) -> Any:
+        """The value the last run returned for the tensor anchored as ``short_name``."""
+        if self._timing_only:
+            raise InvalidUseError(
+                f"getAnchoredTensor({short_name!r}): a timing-only model computes no tensor "
+                "values; turn Simulation.timingOnly (or IPUSIM_TIMING_ONLY) off to read them.")
+        return self._anchors.value(short_name)
 
     # -- compile and run -----------------------------------------------------
     def compile(self, *args, **kwargs) -> None:
@@ -131,17 +172,23 @@ class PoplarExecutor:
         measurement runs on a copy of the model.
         """
         if self._device is None:
+            flatten_custom_types((args, kwargs))
             self._compile(split((args, kwargs), self._shape)[0])
+        else:
+            logger.warning("Call to compile() ignored: the executable is already compiled")
 
     def _compile(self, first_micro_batch: tuple) -> None:
         first_args, first_kwargs = first_micro_batch
         self._signature = input_signature(first_micro_batch)
-        stages, output, blocks = self._profile(first_args, first_kwargs)
+        stages, output, blocks, called = self._profile(first_args, first_kwargs)
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
-            stages, output, _ = self._profile(first_args, first_kwargs)
+            stages, output, _, called = self._profile(first_args, first_kwargs)
+        self._anchors.compiled(called, self._shape, self._resolved_mode(),
+                               self._options.output_return_period)
+        flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
             self._placeholder = placeholder_outputs(output)
         self._device = SimulatedDevice(
@@ -150,33 +197,46 @@ class PoplarExecutor:
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
             strategy=self._runner.strategy, overlap=self._overlap)
         profiling.register(self)
-        self._attached = True
+        # OnDemand attaches when first run; Never stays offline.
+        self._attached = self._options.connection_type is enums.ConnectionType.Always
 
-    def _profile(self, args: tuple, kwargs: dict) -> tuple[list, Any, list[str]]:
+    def _profile(self, args: tuple, kwargs: dict) -> tuple[list, Any, list, list[str]]:
         """Check the stage layout and measure one micro-batch on a copy of the
-        runner: the stages' profiles, the output and the Blocks it started.
+        runner: the stages' profiles, the output, the Blocks it started and
+        the names of the module outputs it made, in order.
         Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
         probe = copy.deepcopy(self._runner)
-        recorder, asked = BlockRecorder(), set()
-        with _mode(probe.model, self._training), recording(recorder), \
-                observing(lambda kind, tensors: asked.add(kind)), \
-                fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
-            check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
-                         probe.strategy)
-            stages, output = probe.profile(args, kwargs, self._training)
+        recorder, asked, called = BlockRecorder(), set(), []
+        hooks = [module.register_forward_hook(
+                     lambda *_, name=name: called.append(name) if name not in called else None)
+                 for name, module in activation_names(probe.model)]
+        try:
+            with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
+                    observing(lambda kind, tensors: asked.add(kind)), \
+                    fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
+                check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
+                             probe.strategy)
+                stages, output = probe.profile(args, kwargs, self._training)
+        finally:
+            for hook in hooks:
+                hook.remove()
         self._overlap = (OVERLAP_INPUT in asked, OVERLAP_OUTPUT in asked)
-        return stages, output, list(recorder.ipus)
+        return stages, output, list(recorder.ipus), called
 
     def __call__(self, *args, **kwargs) -> Any:
         with simulated_clock.model_call() as call:
             return self._call(call, args, kwargs)
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
+        if self._options.connection_type is enums.ConnectionType.Never:
+            raise InvalidUseError(OFFLINE_ERR)
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
+        flatten_custom_types((args, kwargs))
         micro_batches = split((args, kwargs), self._shape)
         if self._device is None:
             self._compile(micro_batches[0])
+            self._attached = True
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:
@@ -189,8 +249,11 @@ class PoplarExecutor:
         if self._across_instances:
             align_clock(self._device.simulation)
         call.lasted(self._device.simulation.system.now_ps - started)
-        mode = self._options.resolved_output_mode(self._training)
-        return assemble(outputs, self._shape, mode, self._options.output_return_period)
+        return assemble(outputs, self._shape, self._resolved_mode(),
+                        self._options.output_return_period)
+
+    def _resolved_mode(self) -> enums.OutputMode:
+        return self._options.resolved_output_mode(self._training)
 
     def _check_signature(self, micro_batch: tuple) -> None:
         """A compiled model runs the input shapes and dtypes it was compiled
@@ -228,7 +291,9 @@ class PoplarExecutor:
         scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
         rows = [micro_batches[i:i + shape.input_groups]
                 for i in range(0, len(micro_batches), shape.input_groups)]
-        with _mode(self._user_model, self._training):
+        with _mode(self._user_model, self._training), running_on_ipu(), \
+                self._anchors.capturing(shape, self._resolved_mode(),
+                                        self._options.output_return_period, scale) as anchors:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
@@ -237,10 +302,12 @@ class PoplarExecutor:
                         mb_args, mb_kwargs = row[shape.input_of(replica)]
                         out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
                         outputs.append(detach_all(out))
+                        anchors.micro_batch_done()
                 if self._training:
                     if self._across_instances:
                         reduce_gradients(self._user_model.parameters(), mean)
                     self._optimizer.step()
+                    anchors.weights_updated()
         return outputs
 
     # -- weights, optimizer, device ----------------------------------------------
@@ -284,7 +351,7 @@ class PoplarExecutor:
     def cycleCount(self) -> int:
         """Cycles of the last call on the simulated IPUs (needs ``logCycleCount(True)``)."""
         if not self._options.log_cycle_count:
-            raise RuntimeError(
+            raise ExecutionError(
                 "Cycle count logging is disabled. Please set option logCycleCount to True "
                 "to enable.")
         return self._require_device().cycle_count()
@@ -316,6 +383,33 @@ def _describe(signature: tuple) -> str:
     shapes = [f"{list(leaf[0])} {str(leaf[1]).replace('torch.', '')}"
               for leaf in signature[1] if isinstance(leaf, tuple)]
     return "(" + ", ".join(shapes) + ")"
+
+
+def _own_copy(options: Options, training: bool) -> Options:
+    """The model's own frozen copy of the options, as PopTorch makes one: the
+    copy's ``Default`` output mode becomes the one the model uses (``Final``
+    for training, ``All`` for inference), and the user's options stay as they
+    were, so one ``Options`` can serve a training and an inference model."""
+    own = options.clone()
+    if own.defaultOutputMode():
+        own.outputMode(enums.OutputMode.Final if training else enums.OutputMode.All)
+    own._freeze()
+    return own
+
+
+def _check_inference_options(options: Options) -> None:
+    """An inference model accumulates no gradients: say so in PopTorch's words."""
+    if options.Training.gradient_accumulation == 1:
+        return
+    message = ("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it "
+               "as its default value (1) when running a poptorch.inferenceModel().")
+    strategy = options.execution_strategy   # None: PopTorch's default, pipelined
+    if strategy is None or (isinstance(strategy, PipelinedExecution)
+                            and strategy.execution_kind == "pipelined"):
+        message += (" Use poptorch.Options().deviceIterations to process a sufficient number "
+                    "of batches each run for pipelined execution instead.")
+    raise InvalidUseError(message + f" (got gradientAccumulation("
+                                    f"{options.Training.gradient_accumulation}))")
 
 
 def _check_output_period(options: Options, training: bool) -> None:

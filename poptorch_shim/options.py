@@ -16,6 +16,7 @@ The groups are in :mod:`poptorch_shim._option_groups`, except
 :mod:`poptorch_shim.tensor_locations` (re-exported here).
 """
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -28,13 +29,34 @@ from . import enums
 from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
                              _PrecisionOptions, _SimulationOptions, _TrainingOptions,
                              check_engine_options)
+from ._options_sources import apply_environment, load_file
+from .errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
 from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
 from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
 #: Set to 1 to run every model timing-only (``ipusim run --timing-only`` does).
 TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
+#: PopTorch's executable cache directory, applied to every new ``Options``.
+CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorSpec:
+    """A tensor to return from every run besides the outputs
+    (``Options.anchorTensor``): its PopART name and the output mode it is
+    returned with (None: the model's own output mode)."""
+
+    long_name: str
+    output_mode: Optional[enums.OutputMode] = None
+    output_return_period: int = 1
+
+    def toDict(self) -> dict:
+        """Plain values: the output mode by name (None: the model's own)."""
+        mode = None if self.output_mode is None else self.output_mode.name
+        return {"long_name": self.long_name, "output_mode": mode,
+                "output_return_period": self.output_return_period}
 
 
 class Options(OptionsGroup):
@@ -65,7 +87,22 @@ class Options(OptionsGroup):
               OptionSpec("random_seed", None, (int,), "randomSeed", nullable=True),
               OptionSpec("model_name", None, (str,), "modelName", nullable=True),
               OptionSpec("use_model", False, (bool,), "useIpuModel"),
-              OptionSpec("ipu_id", None, (int,), "useIpuId", minimum=0, nullable=True))
+              OptionSpec("ipu_id", None, (int,), "useIpuId", minimum=0, nullable=True),
+              OptionSpec("log_dir", ".", (str,), "logDir"),
+              OptionSpec("auto_round_num_ipus", False, (bool,), "autoRoundNumIPUs"),
+              OptionSpec("connection_type", enums.ConnectionType.Always,
+                         (enums.ConnectionType,), "connectionType"),
+              OptionSpec("ipu_version", None, (int,), "useOfflineIpuTarget", minimum=1,
+                         nullable=True),
+              OptionSpec("broadcast_buffers", True, (bool,), "broadcastBuffers"),
+              OptionSpec("anchored_tensors", {}, (dict,), "anchorTensor"),
+              OptionSpec("available_memory_proportion", {}, (dict,),
+                         "setAvailableMemoryProportion"),
+              OptionSpec("show_compilation_progress_bar", True, (bool,),
+                         "showCompilationProgressBar"),
+              OptionSpec("relax_optimizer_checks", False, (bool,),
+                         "relaxOptimizerAttributesChecks"),
+              OptionSpec("module_namescope_enabled", True, (bool,), "disableModuleNamescope"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,6 +113,11 @@ class Options(OptionsGroup):
         self._tensor_locations = _TensorLocationOptions()
         self._jit = _JitOptions()
         self._simulation = _SimulationOptions()
+        cache = os.environ.get(CACHE_DIR_ENV, "")
+        if cache:
+            logger.info("%s is set: setting cache path to %s", CACHE_DIR_ENV, cache)
+            self.enableExecutableCaching(cache)
+        apply_environment(self)
 
     # -- groups ------------------------------------------------------------------
     @property
@@ -116,6 +158,16 @@ class Options(OptionsGroup):
 
     # -- setters -------------------------------------------------------------------
     @setter
+    def loadFromFile(self, filepath: str) -> "Options":
+        """Set options from a file of setter calls, one a line, written as in
+        Python without the ``options.`` prefix (``deviceIterations(4)``);
+        blank lines and ``#`` comments are skipped. A line that is not valid
+        Python raises ``poptorch.options.ConfigFileError`` naming it."""
+        require_arg(self._path, "loadFromFile", "filepath", filepath, str)
+        load_file(self, filepath)
+        return self
+
+    @setter
     def deviceIterations(self, device_iterations: int) -> "Options":
         """Run this many micro-batch iterations on the device per call."""
         self._set("device_iterations", device_iterations)
@@ -151,8 +203,8 @@ class Options(OptionsGroup):
         check_value(self._path, self._store.spec("output_mode"), output_mode)
         if output_mode is enums.OutputMode.EveryN:
             if output_return_period is None:
-                raise ValueError(f"{self._path}.outputMode: OutputMode.EveryN needs "
-                                 "output_return_period set to a positive integer N, e.g. "
+                raise ValueError(f"{self._path}.outputMode: EveryN anchor must have "
+                                 "output_return_period set to valid positive integer N, e.g. "
                                  "outputMode(poptorch.OutputMode.EveryN, 10).")
             check_value(self._path, self._store.spec("output_return_period"),
                         output_return_period)
@@ -236,6 +288,124 @@ class Options(OptionsGroup):
     def useIpuId(self, ipu_id: int) -> "Options":
         """Use the IPU device with this id, as listed by ``gc-info``."""
         self._set("ipu_id", ipu_id)
+        return self
+
+    @setter
+    def logDir(self, log_dir: str) -> "Options":
+        """Directory where PopTorch saves its log files (default: the current one)."""
+        self._set("log_dir", log_dir)
+        return self
+
+    @setter
+    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":
+        """Round the number of IPUs requested up to a power of two instead of
+        failing (IPU devices come in powers of two)."""
+        self._set("auto_round_num_ipus", auto_round_num_ipus)
+        return self
+
+    @setter
+    def connectionType(self, connection_type) -> "Options":
+        """When to attach to the IPUs: ``Always`` (default), ``OnDemand`` (when
+        first run) or ``Never`` (compile only: running the model raises)."""
+        self._set("connection_type", connection_type)
+        return self
+
+    @setter
+    def useOfflineIpuTarget(self, ipu_version: int = 2) -> "Options":
+        """Compile for an IPU of this version (1: Mk1, 2: Mk2) without attaching
+        to one: sets ``connectionType(ConnectionType.Never)``, so the model can
+        be compiled but not run."""
+        check_value(self._path, self._store.spec("ipu_version"), ipu_version)
+        self._set("connection_type", enums.ConnectionType.Never)
+        self._set("ipu_version", ipu_version)
+        return self
+
+    @setter
+    def setAvailableMemoryProportion(self, available_memory_proportion: dict) -> "Options":
+        """The proportion of each IPU's memory that convolutions and matmuls may
+        use for temporary values, e.g. ``{"IPU0": 0.5, "IPU1": 0.3}``: stored
+        as ``{0: 0.5, 1: 0.3}`` (recorded; the cost model plans without it)."""
+        require_arg(self._path, "setAvailableMemoryProportion", "available_memory_proportion",
+                    available_memory_proportion, dict)
+        proportions = {}
+        for key, proportion in available_memory_proportion.items():
+            index = key[3:] if isinstance(key, str) and key.startswith("IPU") else ""
+            if not index.isdigit():
+                raise ValueError(
+                    f"{self._path}.setAvailableMemoryProportion: Available memory proportions "
+                    "are expected to be in a dictionary of {\"IPU0\": 0.5} where the 0 in IPU "
+                    f"is the index of the IPU. Invalid key: {key}")
+            require_arg(self._path, "setAvailableMemoryProportion", key, proportion, float, int)
+            if not 0 < proportion <= 1:
+                raise ValueError(f"{self._path}.setAvailableMemoryProportion: the proportion of "
+                                 f"{key} must be in (0, 1], got {proportion!r}.")
+            proportions[int(index)] = float(proportion)
+        self._set("available_memory_proportion", proportions)
+        return self
+
+    @setter
+    def enableExecutableCaching(self, path: Optional[str]) -> "Options":
+        """Cache compiled executables under ``path`` (None: no caching), as
+        ``POPTORCH_CACHE_DIR`` does (recorded: compiling is not simulated)."""
+        if path is None:
+            self._popart.set("enableEngineCaching", False)
+        else:
+            require_arg(self._path, "enableExecutableCaching", "path", path, str)
+            self._popart.set("cachePath", path)
+            self._popart.set("enableEngineCaching", True)
+        return self
+
+    @setter
+    def enableStableNorm(self, enabled: bool) -> "Options":
+        """Use the slower, more accurate form of the norm operators."""
+        require_arg(self._path, "enableStableNorm", "enabled", enabled, bool)
+        self._popart.set("enableStableNorm", enabled)
+        return self
+
+    @setter
+    def showCompilationProgressBar(self, show: bool = True) -> "Options":
+        """Show a progress bar while the model compiles (the default)."""
+        self._set("show_compilation_progress_bar", show)
+        return self
+
+    @setter
+    def relaxOptimizerAttributesChecks(self, relax: bool = True) -> "Options":
+        """Log unexpected optimizer attributes at debug level instead of warning."""
+        self._set("relax_optimizer_checks", relax)
+        return self
+
+    @setter
+    def disableModuleNamescope(self) -> "Options":
+        """Do not prefix operator names with their module's name."""
+        self._set("module_namescope_enabled", False)
+        return self
+
+    @setter
+    def broadcastBuffers(self, broadcast_buffers: bool = True) -> "Options":
+        """Broadcast the model's buffers to every replica (default True)."""
+        self._set("broadcast_buffers", broadcast_buffers)
+        return self
+
+    @setter
+    def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
+                     output_return_period: Optional[int] = 1) -> "Options":
+        """Return the tensor PopART names ``long_name`` from every run, read
+        back with ``model.getAnchoredTensor(short_name)``; ``model.getTensorNames()``
+        lists the names. ``output_mode`` (None: the model's own) and
+        ``output_return_period`` (for ``EveryN``) choose which micro-batches'
+        values come back, as ``outputMode`` does for the outputs."""
+        require_arg(self._path, "anchorTensor", "short_name", short_name, str)
+        require_arg(self._path, "anchorTensor", "long_name", long_name, str)
+        if output_mode is not None:
+            check_value(self._path, self._store.spec("output_mode"), output_mode)
+        if output_mode is enums.OutputMode.EveryN:
+            require_arg(self._path, "anchorTensor", "output_return_period",
+                        output_return_period, int, minimum=1)
+        else:
+            output_return_period = 1
+        anchors = self._store.get("anchored_tensors")
+        anchors[short_name] = AnchorSpec(long_name, output_mode, output_return_period)
+        self._set("anchored_tensors", anchors)
         return self
 
     # -- derived read accessors -------------------------------------------------------
@@ -323,11 +493,14 @@ class Options(OptionsGroup):
     def toDict(self) -> dict:
         """Every setting in one flat dict (a copy): the values of this group,
         ``Training``, ``Distributed`` and ``TensorLocations`` under their
-        snake_case names, locations as PopART dicts, the PopART options under
+        snake_case names, locations as PopART dicts and anchors as dicts
+        (``AnchorSpec.toDict``), the PopART options under
         their own names and the simulation settings prefixed ``sim_``. The
         execution strategy, an object, is left out."""
         out = self._store.values()
         del out["execution_strategy"]
+        out["anchored_tensors"] = {short_name: spec.toDict() for short_name, spec
+                                   in out["anchored_tensors"].items()}
         out.update(self._training._store.values())
         out.update(self._distributed._store.values())
         for key, value in self._tensor_locations._store.values().items():
@@ -342,7 +515,8 @@ class Options(OptionsGroup):
         return copy.deepcopy(self)
 
     def __repr__(self) -> str:
-        """The settings changed from their defaults, group by group."""
+        """Every setting, then every group, as PopTorch prints options: two
+        options print alike exactly when they hold the same settings."""
         parts = self._repr_parts() + [f"{name}={group!r}" for name, group
-                                      in self._groups().items() if group._changed()]
+                                      in self._groups().items()]
         return f"{type(self).__name__}({', '.join(parts)})"

@@ -141,7 +141,8 @@ def write_report(executor) -> Path | None:
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
     from poptorch_shim.data_loader import measured_loader_rate
-    loader_rate = options.sim_loader_rate or measured_loader_rate(options)
+    # The model has its own copy of the options; loaders know the user's.
+    loader_rate = options.sim_loader_rate or measured_loader_rate(executor._given_options)
     plain = user_options(options)
     written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                loader_items_per_s=loader_rate)

@@ -15,12 +15,16 @@ execution every stage stays a phase of its own.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Collection, Mapping, Optional, Union
 
-from poptorch_shim.enums import AutoStage
+from poptorch_shim.enums import AutoStage, Liveness
 
-BlockId = str
+#: A block's id: what ``poptorch.Block(user_id)`` was given (any hashable), or
+#: an automatic "0", "1", ... Strategies list blocks by str ids, as PopTorch's
+#: ``Stage`` does; a block with another id is placed by an ``AutoStage``.
+BlockId = Hashable
 
 
 class Stage:
@@ -32,9 +36,19 @@ class Stage:
     def __init__(self, *block_ids: BlockId):
         if not block_ids or not all(isinstance(b, str) for b in block_ids):
             raise TypeError(f"poptorch.Stage: block ids must be one or more strings, got "
-                            f"{block_ids!r}; e.g. poptorch.Stage(\"B1\", \"B2\").")
+                            f"{block_ids!r}; e.g. poptorch.Stage(\"B1\", \"B2\"). A Block whose "
+                            "user_id is not a str can only be staged automatically, by "
+                            "PipelinedExecution() or ShardedExecution() with a poptorch.AutoStage.")
         self._blocks = tuple(block_ids)
         self._ipu: Optional[int] = None
+
+    @classmethod
+    def _automatic(cls, *block_ids: BlockId) -> "Stage":
+        """A stage an ``AutoStage`` makes from the blocks the model started,
+        whatever their ids."""
+        stage = cls.__new__(cls)
+        stage._blocks, stage._ipu = tuple(block_ids), None
+        return stage
 
     @property
     def blocks(self) -> tuple[BlockId, ...]:
@@ -137,7 +151,7 @@ class _ExecutionStrategy:
             if self._merges_on_one_ipu and placed and placed[-1].ipu == ipu:
                 previous = placed.pop()
                 blocks = previous.blocks + blocks
-            placed.append(PlacedStage("+".join(blocks), ipu, blocks))
+            placed.append(PlacedStage("+".join(map(str, blocks)), ipu, blocks))
         return tuple(placed)
 
     def __repr__(self) -> str:
@@ -182,7 +196,7 @@ class PipelinedExecution(_ExecutionStrategy):
         if self._auto is None:
             return super()._ordered(seen)
         if self._auto is AutoStage.AutoIncrement:
-            return [(Stage(block), position) for position, block in enumerate(seen)]
+            return [(Stage._automatic(block), position) for position, block in enumerate(seen)]
         by_ipu: dict[int, list[BlockId]] = {}
         for block, ipu in seen.items():
             if ipu is None:
@@ -195,7 +209,7 @@ class PipelinedExecution(_ExecutionStrategy):
                     f"{type(self).__name__}({list(seen)})), or use "
                     "poptorch.AutoStage.AutoIncrement.")
             by_ipu.setdefault(ipu, []).append(block)
-        return [(Stage(*by_ipu[ipu]), ipu) for ipu in sorted(by_ipu)]
+        return [(Stage._automatic(*by_ipu[ipu]), ipu) for ipu in sorted(by_ipu)]
 
     def __repr__(self) -> str:
         if self._auto is not None:
@@ -241,8 +255,8 @@ class Phase:
     def ipus(self, *ipus: int) -> "Phase":
         """Place the phase's stages on these IPUs, one IPU per stage."""
         if len(ipus) != len(self.stages):
-            raise ValueError(f"poptorch.Phase.ipus: the phase contains {len(self.stages)} "
-                             f"stage(s) but {len(ipus)} IPU(s) were given; give one per stage.")
+            raise ValueError(f"poptorch.Phase.ipus: Phase contains {len(self.stages)} stages but "
+                             f"you provided {len(ipus)} ipus; give one IPU per stage.")
         for stage, ipu in zip(self.stages, ipus):
             stage.ipu(ipu)
         return self
@@ -268,7 +282,40 @@ class _PhasedExecution(_ExecutionStrategy):
                              f"{type(self).__name__}(\"B1\", \"B2\").")
         self._phases = [p if isinstance(p, Phase) else
                         Phase(*p) if isinstance(p, (list, tuple)) else Phase(p) for p in phases]
+        self._tensors_liveness = Liveness.AlwaysLive
+        self._separate_backward_phase = False
         super().__init__([stage for phase in self._phases for stage in phase.stages])
+
+    @property
+    def tensors_liveness(self) -> Liveness:
+        """Where the phases' tensors live between phases (``poptorch.Liveness``)."""
+        return self._tensors_liveness
+
+    @property
+    def separate_backward_phase(self) -> bool:
+        """Whether the backward pass starts a phase of its own."""
+        return self._separate_backward_phase
+
+    def setTensorsLiveness(self, liveness: Liveness) -> "_PhasedExecution":
+        """Keep the tensors on the IPUs between phases (``AlwaysLive``, the
+        default) or send them off chip after the forward pass or after every
+        phase; see ``poptorch.Liveness``. The simulated phases stream weights
+        only: the setting is kept (``tensors_liveness``), not yet timed."""
+        if not isinstance(liveness, Liveness):
+            members = ", ".join(member.name for member in Liveness)
+            raise TypeError(f"{type(self).__name__}.setTensorsLiveness: liveness must be a "
+                            f"poptorch.Liveness ({members}), got {liveness!r}.")
+        self._tensors_liveness = liveness
+        return self
+
+    def useSeparateBackwardPhase(self, use: bool = True) -> "_PhasedExecution":
+        """Give the backward pass phases of its own: forward phases 0, 1, 2 are
+        then followed by backward phases 4, 5, 6 instead of sharing phase 2."""
+        if not isinstance(use, bool):
+            raise TypeError(f"{type(self).__name__}.useSeparateBackwardPhase: use must be a "
+                            f"bool, got {use!r}.")
+        self._separate_backward_phase = use
+        return self
 
     def phase(self, phase: int) -> Phase:
         """The ``phase``-th :class:`Phase`."""
@@ -310,6 +357,15 @@ class ParallelPhasedExecution(_PhasedExecution):
     execution_kind = "parallel_phased"
     _alternate_ipus = True
 
+    def sendTensorsOffChipAfterFwd(self, off_chip: bool = True) -> "ParallelPhasedExecution":
+        """Send the tensors off chip after the forward pass
+        (``Liveness.OffChipAfterFwd``), or keep them live (``AlwaysLive``)."""
+        if not isinstance(off_chip, bool):
+            raise TypeError("ParallelPhasedExecution.sendTensorsOffChipAfterFwd: off_chip must "
+                            f"be a bool, got {off_chip!r}.")
+        return self.setTensorsLiveness(Liveness.OffChipAfterFwd if off_chip
+                                       else Liveness.AlwaysLive)
+
     def place(self, seen: Mapping[BlockId, Optional[int]],
               computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
         placed = super().place(seen, computing)
@@ -322,6 +378,6 @@ class ParallelPhasedExecution(_PhasedExecution):
                 raise ValueError(
                     f"ParallelPhasedExecution: phase {number} places stage {stage.name!r} on "
                     f"IPU {stage.ipu}, but even phases must run on even IPUs and odd phases on "
-                    f"odd IPUs. Place it on an {parity} IPU (for example "
-                    f"strategy.stage({stage.blocks[0]!r}).ipu({stage.ipu - 1 if stage.ipu else 1})).")
+                    f"odd IPUs. Place it on an {parity} IPU (for example strategy.stage("
+                    f"{stage.blocks[0]!r}).ipu({stage.ipu - 1 if stage.ipu else 1})).")
         return placed

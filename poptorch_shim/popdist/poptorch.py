@@ -20,7 +20,7 @@ _CLASS = "popdist.poptorch.Options"
 
 
 def _refused(method: str, reason: str) -> RuntimeError:
-    return RuntimeError(f"Cannot call {method} with {_CLASS}. {reason}")
+    return RuntimeError(f"Cannot call `{method}` with {_CLASS}. {reason}")
 
 
 def _layout() -> str:

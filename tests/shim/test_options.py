@@ -11,11 +11,11 @@ from typing import Any, Callable, Tuple
 import pytest
 import torch
 
-from poptorch_shim.enums import (CommGroupType, HalfFloatCastingBehavior,
+from poptorch_shim.enums import (CommGroupType, ConnectionType, HalfFloatCastingBehavior,
                                  MeanReductionStrategy, OutputMode, RecomputationType,
                                  ReductionType, SyncPattern)
 from poptorch_shim.errors import FrozenOptionsError
-from poptorch_shim.options import Options, TensorLocationSettings
+from poptorch_shim.options import AnchorSpec, Options, TensorLocationSettings
 
 STRATEGY = object()  # any object is accepted as an execution strategy
 
@@ -53,6 +53,32 @@ SETTERS = [
     Case("modelName", lambda: ("tommyflowers",), lambda o: o.model_name, "tommyflowers"),
     Case("useIpuModel", lambda: (True,), lambda o: o.use_model, True),
     Case("useIpuId", lambda: (3,), lambda o: o.ipu_id, 3),
+    Case("logDir", lambda: ("/tmp/logs",), lambda o: o.log_dir, "/tmp/logs"),
+    Case("autoRoundNumIPUs", lambda: (), lambda o: o.auto_round_num_ipus, True),
+    Case("connectionType", lambda: (ConnectionType.OnDemand,), lambda o: o.connection_type,
+         ConnectionType.OnDemand),
+    Case("useOfflineIpuTarget", lambda: (1,), lambda o: (o.connection_type, o.ipu_version),
+         (ConnectionType.Never, 1)),
+    Case("broadcastBuffers", lambda: (False,), lambda o: o.broadcast_buffers, False),
+    Case("setAvailableMemoryProportion", lambda: ({"IPU0": 0.5, "IPU3": 1},),
+         lambda o: o.available_memory_proportion, {0: 0.5, 3: 1.0}),
+    Case("enableExecutableCaching", lambda: ("/tmp/cache",),
+         lambda o: (o._Popart.options["cachePath"], o._Popart.options["enableEngineCaching"]),
+         ("/tmp/cache", True)),
+    Case("enableExecutableCaching", lambda: (None,),
+         lambda o: o._Popart.options["enableEngineCaching"], False),
+    Case("enableStableNorm", lambda: (True,), lambda o: o._Popart.options["enableStableNorm"],
+         True),
+    Case("showCompilationProgressBar", lambda: (False,),
+         lambda o: o.show_compilation_progress_bar, False),
+    Case("relaxOptimizerAttributesChecks", lambda: (),
+         lambda o: o.relax_optimizer_checks, True),
+    Case("disableModuleNamescope", lambda: (), lambda o: o.module_namescope_enabled, False),
+    Case("anchorTensor", lambda: ("g", "Gradient___fc.bias", OutputMode.EveryN, 2),
+         lambda o: o.anchored_tensors,
+         {"g": AnchorSpec("Gradient___fc.bias", OutputMode.EveryN, 2)}),
+    Case("anchorTensor", lambda: ("w", "fc.weight", OutputMode.Sum, 2),
+         lambda o: o.anchored_tensors, {"w": AnchorSpec("fc.weight", OutputMode.Sum, 1)}),
     Case("Training.gradientAccumulation", lambda: (8,),
          lambda o: o.Training.gradient_accumulation, 8),
     Case("Training.accumulationAndReplicationReductionType", lambda: (ReductionType.Sum,),
@@ -139,7 +165,8 @@ def test_setter_stores_value_and_chains(case):
     assert case.read(options) == case.expected
 
 
-QUERIES = {"clone", "defaultOutputMode", "resolved_output_mode", "toDict", "location"}
+QUERIES = {"clone", "defaultOutputMode", "resolved_output_mode", "toDict", "location",
+           "checkIsFrozen", "loadFromFile"}
 GROUPS = ["", "Training", "Distributed", "TensorLocations", "Precision", "Jit", "_Popart",
           "Simulation"]
 
@@ -398,18 +425,21 @@ def test_pickled_frozen_options_stay_frozen():
     assert pickle.loads(pickle.dumps(options)).frozen
 
 
-def test_repr_shows_changed_values_only():
-    assert repr(Options()) == "Options()"
+def test_repr_shows_every_setting_as_poptorch_does():
+    """PopTorch prints every value, defaults included, then every group; two
+    options print alike exactly when their settings agree."""
+    assert repr(Options()) == repr(Options())
     options = Options().replicationFactor(4).outputMode(OutputMode.All)
     options.Training.gradientAccumulation(8)
     options.TensorLocations.setWeightLocation(TensorLocationSettings().useOnChipStorage(False))
     text = repr(options)
-    assert text.startswith("Options(")
-    for fragment in ["replication_factor=4", "output_mode=OutputMode.All",
-                     "Training=_TrainingOptions(gradient_accumulation=8)",
-                     "location_weight=TensorLocationSettings(on_chip=False)"]:
-        assert fragment in text
-    assert "device_iterations" not in text and "Distributed" not in text
+    assert text.startswith("Options(") and f"{id(options):x}" not in text
+    for fragment in ["replication_factor=4", "output_mode=OutputMode.All", "device_iterations=1",
+                     "Training=_TrainingOptions(gradient_accumulation=8,",
+                     "Distributed=_DistributedOptions(process_id=0, num_processes=1)",
+                     "location_weight=TensorLocationSettings(", "on_chip=False"]:
+        assert fragment in text, fragment
+    assert repr(Options()) != text
 
 
 @pytest.mark.parametrize("mode, training, expected", [

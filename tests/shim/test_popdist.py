@@ -67,7 +67,7 @@ def test_popdist_options_take_the_local_replicas_and_the_instance(monkeypatch):
     opts.deviceIterations(4).Training.gradientAccumulation(3)
     clone = opts.clone()
     assert (clone.device_iterations, clone.replication_factor) == (4, 2)
-    with pytest.raises(RuntimeError, match="Cannot call replicationFactor"):
+    with pytest.raises(RuntimeError, match="Cannot call `replicationFactor`"):
         clone.replicationFactor(2)
 
 
@@ -83,13 +83,13 @@ def test_setters_that_poprun_owns_raise_naming_the_method(monkeypatch, call, met
     opts = PopdistOptions()
     with pytest.raises(RuntimeError) as error:
         call(opts)
-    assert str(error.value).startswith(f"Cannot call {method} with popdist.poptorch.Options")
+    assert str(error.value).startswith(f"Cannot call `{method}` with popdist.poptorch.Options")
     assert "--num-replicas 8 --num-instances 4" in str(error.value) or method == "useIpuId"
     assert opts.replication_factor == 2 and opts.Distributed.processId == 1
 
 
 def test_the_seed_error_message_for_replication_factor():
-    with pytest.raises(RuntimeError, match=r"^Cannot call replicationFactor with "
+    with pytest.raises(RuntimeError, match=r"^Cannot call `replicationFactor` with "
                                            r"popdist\.poptorch\.Options"):
         PopdistOptions().replicationFactor(2)
 
