@@ -89,6 +89,10 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
         for stage in stages:
             row = rows[stage.ipu]
             row["weights"] = max(row["weights"], stage.weight_bytes + stage.optimizer_bytes)
+        if run.training and run.stash_off_chip:  # and one phase's stash
+            for ipu, row in rows.items():
+                row["stash"] = max((stage.stash_bytes for stage in stages
+                                    if stage.ipu == ipu), default=0)
     table = pd.DataFrame.from_dict(rows, orient="index")
     table["code"] += model.code_bytes_per_tile * spec.ipu.tiles
     data = table[["weights", "optimizer", "accumulators", "stash"]].sum(axis=1)

@@ -54,6 +54,10 @@ class RunConfig:
                                          "the background"})
     output_period: int = field(
         default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
+    stash_off_chip: bool = field(
+        default=False, metadata={"help": "phased training: each phase's stash streams out after "
+                                         "the forward and back in before the backward "
+                                         "(PopTorch's Liveness other than AlwaysLive)"})
 
     def __post_init__(self) -> None:
         for name in ("replicas", "device_iterations", "gradient_accumulation", "instances"):

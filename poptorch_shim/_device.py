@@ -88,7 +88,9 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
         io_tiles=io_tiles,
         overlap_inputs=overlap[0],
         overlap_outputs=overlap[1],
-        output_period=period)
+        output_period=period,
+        stash_off_chip=getattr(strategy, "tensors_liveness",
+                               enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive)
 
 
 # PopTorch's names for the settings ipusim checks, so its messages speak PopTorch.

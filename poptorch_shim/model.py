@@ -79,6 +79,7 @@ class PoplarExecutor:
             self._optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         if training:
             check_ipu_optimizer(self._optimizer)
+            _reduce_as_optimizer_needs(self._options, self._optimizer, compiled=False)
         self._runner = self._make_runner(model)
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.sim_timing_only
@@ -324,6 +325,7 @@ class PoplarExecutor:
         if not self._training:
             raise ValueError("setOptimizer is only for training models")
         check_ipu_optimizer(optimizer)
+        _reduce_as_optimizer_needs(self._options, optimizer, compiled=self.isCompiled())
         self._optimizer = optimizer
 
     def detachFromDevice(self) -> None:
@@ -395,6 +397,28 @@ def _own_copy(options: Options, training: bool) -> Options:
         own.outputMode(enums.OutputMode.Final if training else enums.OutputMode.All)
     own._freeze()
     return own
+
+
+def _reduce_as_optimizer_needs(options: Options, optimizer: torch.optim.Optimizer,
+                               compiled: bool) -> None:
+    """An optimizer accumulating in FP16 needs the Running mean reduction (a
+    Post sum of FP16 gradients would overflow): PopTorch switches the model's
+    options to it, unless the executable is compiled already. The combined
+    SGD accumulator supports Post only."""
+    half = getattr(optimizer, "accum_type", None) == torch.float16
+    if not half or getattr(optimizer, "use_combined_accum", False):
+        return
+    running = enums.MeanReductionStrategy.Running
+    if options.Training.mean_reduction_strategy is running:
+        return
+    if compiled:
+        raise InvalidUseError(
+            "Invalid optimizer: the new optimizer would require changing options.Training."
+            "meanAccumulationAndReplicationReductionStrategy to poptorch.MeanReductionStrategy."
+            "Running but the executable is already compiled.")
+    options._set_frozen(False, set())   # the model's own copy, not the user's options
+    options.Training.setMeanAccumulationAndReplicationReductionStrategy(running)
+    options._freeze()
 
 
 def _check_inference_options(options: Options) -> None:

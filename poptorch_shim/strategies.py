@@ -299,8 +299,9 @@ class _PhasedExecution(_ExecutionStrategy):
     def setTensorsLiveness(self, liveness: Liveness) -> "_PhasedExecution":
         """Keep the tensors on the IPUs between phases (``AlwaysLive``, the
         default) or send them off chip after the forward pass or after every
-        phase; see ``poptorch.Liveness``. The simulated phases stream weights
-        only: the setting is kept (``tensors_liveness``), not yet timed."""
+        phase; see ``poptorch.Liveness``. Off chip, a training phase streams
+        its stash out after the forward pass and back in before the backward
+        (every off-chip choice alike: each phase is simulated in turn)."""
         if not isinstance(liveness, Liveness):
             members = ", ".join(member.name for member in Liveness)
             raise TypeError(f"{type(self).__name__}.setTensorsLiveness: liveness must be a "

@@ -6,6 +6,10 @@ streaming memory; backward phases run in reverse, each loading its weights
 and optimizer state, computing the gradients, updating the weights and
 storing them back. In inference the forward phases are the whole step.
 What an IPU still holds from the last phase it ran is not streamed again.
+With ``stash_off_chip`` (PopTorch's tensor liveness off chip) a training
+phase streams the activations it keeps for the backward out after its
+forward pass and back in before its backward pass, so one phase's stash at a
+time is on chip.
 
 Serial phased execution does each of these in turn. Parallel phased
 execution alternates the phases between two groups of IPUs and plays
@@ -71,6 +75,8 @@ def emit_phased(b: ProgramBuilder) -> None:
                 b.compute("forward", k, mb)
                 if k == last:
                     b.host_output(mb)
+            if run.training and run.stash_off_chip:
+                b.stream("stream_out", k, stage.stash_bytes * len(mbs))
             if k < last and stages[k + 1].ipu != stage.ipu:
                 b.exchange([Copy(stage.ipu, stage.activation_bytes * len(mbs), k, mbs[0])])
         if not run.training:
@@ -80,6 +86,8 @@ def emit_phased(b: ProgramBuilder) -> None:
             on_chip.load(k, optimizer=True)
             if elsewhere(k, k - 1):
                 on_chip.load(k - 1, optimizer=True)
+            if run.stash_off_chip:
+                b.stream("stream_in", k, stage.stash_bytes * len(mbs))
             for mb in mbs:
                 b.compute("backward", k, mb)
             # The gradients of phase k - 1's outputs, when they cross to another IPU.

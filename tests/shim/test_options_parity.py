@@ -232,3 +232,40 @@ def test_the_cache_directory_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("POPTORCH_CACHE_DIR", str(tmp_path))
     popart = poptorch.Options()._Popart.options
     assert (popart["cachePath"], popart["enableEngineCaching"]) == (str(tmp_path), True)
+
+
+@pytest.mark.parametrize("accum_type, combined, training, expected", [
+    (torch.float32, False, True, MeanReductionStrategy.Post),
+    (torch.float16, False, True, MeanReductionStrategy.Running),
+    (torch.float16, True, True, MeanReductionStrategy.Post),   # combined: Post only
+    (None, False, True, MeanReductionStrategy.Post),
+    (None, False, False, MeanReductionStrategy.Post),
+])
+def test_mean_reduction_strategy_follows_the_optimizer(accum_type, combined, training,
+                                                       expected):
+    net = torch.nn.Linear(2, 1)
+    opts = poptorch.Options()
+    if training:
+        optimizer = poptorch.optim.SGD(net.parameters(), lr=0.01, accum_type=accum_type,
+                                       use_combined_accum=combined)
+        model = poptorch.trainingModel(net, opts, optimizer)
+    else:
+        model = poptorch.inferenceModel(net, opts)
+    assert model.options.Training.meanAccumulationAndReplicationReductionStrategy is expected
+    assert opts.Training.meanAccumulationAndReplicationReductionStrategy is \
+        MeanReductionStrategy.Post   # the user's options are left alone
+
+
+def test_a_half_accumulating_optimizer_after_compiling_is_refused():
+    class Summed(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x).sum()
+
+    net = Summed(2, 1)
+    model = poptorch.trainingModel(net, poptorch.Options(),
+                                   poptorch.optim.Adam(net.parameters(), lr=0.01))
+    model.compile(torch.ones(2, 2))
+    with pytest.raises(ValueError, match="Invalid optimizer: the new optimizer would require "
+                                         "changing options.Training.meanAccumulation"):
+        model.setOptimizer(poptorch.optim.Adam(net.parameters(), lr=0.01,
+                                               accum_type=torch.float16))
