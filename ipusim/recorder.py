@@ -1,4 +1,4 @@
-"""The event record: one tuple per simulated event, a DataFrame at the end.
+"""The event record: typed columns per IPU while simulating, a DataFrame at the end.
 
 Columns of :meth:`Recorder.to_frame` (times in integer picoseconds):
 
@@ -16,13 +16,18 @@ cycle          pipeline cycle within the device iteration, -1 outside pipelines
 bytes          bytes moved (copies) or touched (compute)
 flops          floating-point operations
 =============  =============================================================
+
+While simulating, a row costs 32 bytes: its start and end (two int64) and
+four int32 (its label, micro-batch, step and cycle), appended to its IPU's
+``array.array`` columns. A label is the row's (kind, stage, bytes, flops)
+interned as a small int in :data:`LABELS`: a model has a handful of them.
 """
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
-
-from ipusim._gc import cyclic_gc_paused
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
 KINDS = COMPUTE_KINDS + (
@@ -31,50 +36,133 @@ KINDS = COMPUTE_KINDS + (
 
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
-_DTYPES = {"bytes": np.float64, "flops": np.float64}  # the other columns are int64
-_CHUNK = 1 << 16  # rows converted at a time by Recorder.to_frame
+_KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
+FIELDS = 4  # int32 fields of a row: label, micro_batch, step, cycle
+
+
+class Labels:
+    """The (kind, stage, bytes, flops) of rows, interned as small ints.
+
+    One table for the process, so that the schedule can label its
+    instructions once and the system records the code; the table keeps a
+    typed column per part for :meth:`Recorder.to_frame` to index.
+    """
+
+    def __init__(self) -> None:
+        self._codes: dict[tuple, int] = {}
+        self.kind, self.stage = array("b"), array("q")
+        self.bytes, self.flops = array("d"), array("d")
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def code(self, kind: str, stage: int = -1, nbytes: float = 0.0, flops: float = 0.0) -> int:
+        """The label of rows of ``kind`` for ``stage`` moving ``nbytes`` and computing ``flops``."""
+        key = (kind, stage, nbytes, flops)
+        code = self._codes.get(key)
+        if code is None:
+            if kind not in _KIND_CODE:
+                raise ValueError(f"event kind {kind!r} is not among {KINDS}")
+            code = self._codes[key] = len(self.kind)
+            self.kind.append(_KIND_CODE[kind])
+            self.stage.append(stage)
+            self.bytes.append(nbytes)
+            self.flops.append(flops)
+        return code
+
+
+LABELS = Labels()
+label = LABELS.code
+SYNC_WAIT = label("sync_wait")
 
 
 class Recorder:
-    """Collects events as plain tuples (fast) and builds the DataFrame once."""
+    """Collects events into per-IPU typed columns and builds the DataFrame once."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self._times: list[array] = []   # per IPU: start, end of each row (int64)
+        self._fields: list[array] = []  # per IPU: label, micro_batch, step, cycle (int32)
+
+    def writers(self, ipu: int):
+        """``(times, fields)``: the ``extend`` methods of ``ipu``'s columns, for the hot path.
+
+        A row is ``times((start, end))`` then ``fields((label, micro_batch, step, cycle))``.
+        """
+        while len(self._times) <= ipu:
+            self._times.append(array("q"))
+            self._fields.append(array("i"))
+        return self._times[ipu].extend, self._fields[ipu].extend
+
+    def record(self, start: int, end: int, ipu: int, kind: str, stage: int, micro_batch: int,
+               step: int, cycle: int, nbytes: float = 0.0, flops: float = 0.0) -> None:
+        """Record one row (the readable way; the system's hot path uses :meth:`writers`)."""
+        times, fields = self.writers(ipu)
+        times((start, end))
+        fields((label(kind, stage, nbytes, flops), micro_batch, step, cycle))
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(len(times) for times in self._times) // 2
 
-    def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
-        """The events as a DataFrame sorted by start time, with replica and instance.
+    @property
+    def nbytes(self) -> int:
+        """Bytes the recorded rows take (the columns' used length, not their spare room)."""
+        return sum(t.itemsize * len(t) + f.itemsize * len(f)
+                   for t, f in zip(self._times, self._fields))
 
-        The tuples become 2-D object arrays (a single C pass each) a chunk of
-        a few megabytes at a time, and each column is cast from them into
-        its typed array: several times faster than ``DataFrame.from_records``
-        on millions of tuples, and the dtypes hold even when there are no rows.
+    @property
+    def rows(self) -> list[tuple]:
+        """The rows as tuples in :data:`COLUMNS` order, IPU by IPU, each in recording order.
+
+        For reading a small record (tests, debugging); use :meth:`to_frame` for a large one.
         """
-        with cyclic_gc_paused():
-            return self._frame(ipus_per_replica, instance)
+        out = []
+        for ipu, (times, fields) in enumerate(zip(self._times, self._fields)):
+            for row in range(len(times) // 2):
+                code, micro_batch, step, cycle = fields[FIELDS * row:FIELDS * row + FIELDS]
+                out.append((times[2 * row], times[2 * row + 1], ipu, KINDS[LABELS.kind[code]],
+                            LABELS.stage[code], micro_batch, step, cycle, LABELS.bytes[code],
+                            LABELS.flops[code]))
+        return out
 
-    def _frame(self, ipus_per_replica: int, instance: int) -> pd.DataFrame:
-        rows, n = self.rows, len(self.rows)
-        columns = {name: np.empty(n, np.int8 if name == "kind" else _DTYPES.get(name, np.int64))
-                   for name in COLUMNS}
-        for first in range(0, n, _CHUNK):
-            table = np.array(rows[first:first + _CHUNK], dtype=object).reshape(-1, len(COLUMNS))
-            part = slice(first, first + len(table))
-            for index, name in enumerate(COLUMNS):
-                if name == "kind":
-                    codes = pd.Categorical(table[:, index], categories=KINDS).codes
-                    if (codes < 0).any():
-                        unknown = sorted(set(table[codes < 0, index]))
-                        raise ValueError(f"event kinds {unknown} are not among {KINDS}")
-                    columns[name][part] = codes
-                else:
-                    columns[name][part] = table[:, index]
-        order = _by_start_then_ipu(columns["start_ps"], columns["ipu"])
-        columns = {name: values[order] for name, values in columns.items()}
-        columns["kind"] = pd.Categorical.from_codes(columns["kind"], categories=KINDS)
-        frame = pd.DataFrame(columns)
+    def to_frame(self, ipus_per_replica: int = 1, instance: int = 0,
+                 copies: int = 1) -> pd.DataFrame:
+        """The events as a DataFrame sorted by start time, then IPU, with replica and instance.
+
+        ``copies`` > 1 expands a folded record (see :mod:`ipusim.folding`): the
+        recorded IPUs are one replica's, and replica ``r`` ran exactly what they
+        did on IPUs ``r * ipus_per_replica + i``. Each column is gathered from
+        the typed arrays in one numpy pass: no Python object per row.
+        """
+        recorded = len(self._times)
+        if copies > 1 and recorded > ipus_per_replica:
+            raise ValueError(f"a folded record holds one replica's {ipus_per_replica} IPU(s), "
+                             f"not {recorded}")
+        width = ipus_per_replica if copies > 1 else recorded
+        times = [np.frombuffer(t, np.int64) for t in self._times] + \
+            [np.empty(0, np.int64)] * (width - recorded)
+        fields = [np.frombuffer(f, np.int32) for f in self._fields] + \
+            [np.empty(0, np.int32)] * (width - recorded)
+        counts = np.array([len(t) // 2 for t in times], np.int64)
+        times_all = np.concatenate(times * copies or [np.empty(0, np.int64)]).reshape(-1, 2)
+        fields_all = np.concatenate(fields * copies or [np.empty(0, np.int32)]).reshape(-1, FIELDS)
+        ipu = np.repeat(np.arange(width * copies, dtype=np.int64), np.tile(counts, copies))
+        order = _by_start_then_ipu(times_all[:, 0], ipu)
+        codes = fields_all[order, 0]
+        table = {name: np.frombuffer(getattr(LABELS, name), dtype)
+                 for name, dtype in (("kind", np.int8), ("stage", np.int64),
+                                     ("bytes", np.float64), ("flops", np.float64))}
+        frame = pd.DataFrame({
+            "start_ps": times_all[order, 0],
+            "end_ps": times_all[order, 1],
+            "ipu": ipu[order],
+            "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
+            "stage": table["stage"][codes],
+            "micro_batch": fields_all[order, 1].astype(np.int64),
+            "step": fields_all[order, 2].astype(np.int64),
+            "cycle": fields_all[order, 3].astype(np.int64),
+            "bytes": table["bytes"][codes],
+            "flops": table["flops"][codes],
+        })
         frame.insert(3, "replica", frame["ipu"] // ipus_per_replica)
         frame.insert(4, "instance", instance)
         return frame
@@ -84,12 +172,11 @@ def _by_start_then_ipu(start: np.ndarray, ipu: np.ndarray) -> np.ndarray:
     """The stable order by start time, then IPU.
 
     One stable sort of ``start * num_ipus + ipu`` (numpy's timsort, fast on
-    the nearly sorted record) where that key cannot overflow; ``lexsort`` else.
+    the record's sorted runs) where that key cannot overflow; ``lexsort`` else.
     """
     if len(start) == 0:
         return np.arange(0)
     width = int(ipu.max()) + 1
-    if int(ipu.min()) >= 0 and int(start.min()) >= 0 and \
-            int(start.max()) < np.iinfo(np.int64).max // width:
+    if int(start.min()) >= 0 and int(start.max()) < np.iinfo(np.int64).max // width:
         return np.argsort(start * width + ipu, kind="stable")
     return np.lexsort((ipu, start))
