@@ -109,7 +109,8 @@ class System:
         This loop is the simulator's hot path. Busy time (compute, the copy
         phase of an exchange, this IPU's own stream copies) only moves
         ``busy_until`` on: nothing else can touch the IPU until its next sync,
-        so one timeout catches up with the clock just before that sync. The
+        and a barrier takes the arrival time, so the clock catches up only
+        where a shared host link is reserved or a lone IPU syncs. The
         syncs are yielded here (no nested generators) and a row is two appends
         to this IPU's typed columns, labelled by the instruction's interned label.
         """
@@ -131,22 +132,25 @@ class System:
                         code = label(ins.kind, ins.stage, ins.nbytes, ins.flops)
                     fields((code, ins.micro_batch, ins.step, ins.cycle))
                     continue
-                # An exchange and a host exchange both open with a sync of their group.
-                now = env.now
-                if busy_until > now:
-                    yield timeout(busy_until - now)
-                    now = busy_until
                 if kind is HostIO and ins.overlap:
+                    now = env.now
+                    if busy_until > now:
+                        yield timeout(busy_until - now)
+                        now = busy_until
                     busy_until = self._overlapped_copies(ipu, link, ins, now, io)
                     continue
-                sync = self._sync(ins.group, ins.sync)
-                if sync is not None:
-                    arrived = now
-                    yield sync
-                    now = env.now
-                    if now > arrived:
-                        times((arrived, now))
-                        fields((SYNC_WAIT, -1, ins.step, ins.cycle))
+                # An exchange and a host exchange both open with a sync of their group.
+                # Only the barrier sees the IPU arrive, so it arrives at busy_until
+                # without a timeout to catch the clock up first.
+                arrived, group = busy_until, ins.group
+                if len(group) > 1:
+                    yield self._barrier(group).wait(ins.sync, arrived)
+                elif arrived + ins.sync > env.now:
+                    yield timeout(arrived + ins.sync - env.now)
+                now = env.now
+                if now > arrived:
+                    times((arrived, now))
+                    fields((SYNC_WAIT, -1, ins.step, ins.cycle))
                 if kind is Exchange:
                     if ins.copy:
                         code = ins.label
@@ -157,12 +161,9 @@ class System:
                     busy_until = now + ins.phase
                     continue
                 busy_until = self._stream_copies(ipu, link, ins, now)
-                if len(ins.group) > 1:  # the end-of-exchange sync
-                    if busy_until > now:
-                        yield timeout(busy_until - now)
-                        now = busy_until
-                    arrived = now
-                    yield self._barrier(ins.group).wait(0)
+                if len(group) > 1:  # the end-of-exchange sync
+                    arrived = busy_until
+                    yield self._barrier(group).wait(0, arrived)
                     busy_until = env.now
                     if busy_until > arrived:
                         times((arrived, busy_until))
@@ -171,12 +172,6 @@ class System:
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
             finished.succeed()
-
-    def _sync(self, group: Group, delay: int) -> simpy.Event | None:
-        """The event that ends a sync of ``group`` taking ``delay``; None if nothing to wait for."""
-        if len(group) > 1:
-            return self._barrier(group).wait(delay)
-        return self.env.timeout(delay) if delay else None
 
     def _overlapped_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int,
                            io: "_IOTiles") -> int:

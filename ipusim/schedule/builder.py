@@ -62,6 +62,15 @@ class ProgramBuilder:
         self.prices = [self._price(stage) for stage in self.stages]
         self._gs2 = gs2_group(self.simulated_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
+        # The hot path emits millions of instructions: what repeats is worked out once.
+        self._programs_of = [[self.programs[ipu] for ipu in self._physical(logical)]
+                             for logical in range(self.ipus_per_replica)]
+        self._passes = {(kind, index): (getattr(price, kind), duration)
+                        for index, price in enumerate(self.prices)
+                        for kind, duration in (("forward", price.forward_ps),
+                                               ("backward", price.backward_ps),
+                                               ("recompute", price.recompute_ps))}
+        self._copy_ps: dict[int, int] = {}
 
     def _price(self, stage) -> StagePrices:
         ipu, cost = self._compute_ipu, self.cost
@@ -85,13 +94,7 @@ class ProgramBuilder:
     # Compute ---------------------------------------------------------------
     def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
         """One pass of ``kind`` (forward, backward, recompute) of a stage, in every replica."""
-        price = self.prices[stage]
-        if kind == "forward":
-            work, duration = price.forward, price.forward_ps
-        elif kind == "backward":
-            work, duration = price.backward, price.backward_ps
-        else:
-            work, duration = price.recompute, price.recompute_ps
+        work, duration = self._passes[kind, stage]
         self.busy(self.stages[stage].ipu, kind, stage, micro_batch, cycle, duration, work)
 
     def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, cycle: int,
@@ -100,8 +103,8 @@ class ProgramBuilder:
         nbytes = work.bytes if nbytes is None else nbytes
         ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, nbytes,
                    label(kind, stage, nbytes, work.flops))
-        for ipu in self._physical(logical_ipu):
-            self.programs[ipu].append(ins)
+        for program in self._programs_of[logical_ipu]:
+            program.append(ins)
 
     def weight_update(self, stages: list[int] | None = None, cycle: int = -1) -> None:
         """All-reduce the gradients across replicas, then update the stages' weights.
@@ -204,7 +207,7 @@ class ProgramBuilder:
         for copy in copies:
             nbytes[copy.src] += copy.nbytes
             first[copy.src] = first[copy.src] or copy
-        times = [self.cost.ipu_copy_ps(b, self.spec.ipu) for b in nbytes]
+        times = [self._ipu_copy_ps(b) for b in nbytes]
         phase = max(times, default=0)
         for logical in range(self.ipus_per_replica):
             tag = first[logical]
@@ -212,8 +215,14 @@ class ProgramBuilder:
             ins = Exchange(self._gs2, self._ipu_sync, phase, times[logical], nbytes[logical],
                            stage, mb, self.step, cycle, "ipu_copy",
                            label("ipu_copy", stage, nbytes[logical]))
-            for ipu in self._physical(logical):
-                self.programs[ipu].append(ins)
+            for program in self._programs_of[logical]:
+                program.append(ins)
+
+    def _ipu_copy_ps(self, nbytes: int) -> int:
+        duration = self._copy_ps.get(nbytes)
+        if duration is None:
+            duration = self._copy_ps[nbytes] = self.cost.ipu_copy_ps(nbytes, self.spec.ipu)
+        return duration
 
     def _collective(self, kind: str, phase: int, times: list[int], nbytes: list[int],
                     cycle: int, sync: int | None = None) -> None:
