@@ -23,8 +23,10 @@ def span_ps(events: pd.DataFrame) -> int:
 
 
 def _time_by_ipu(events: pd.DataFrame, kinds: tuple[str, ...], ipus: range) -> pd.Series:
-    chosen = events[events["kind"].isin(kinds)]
-    durations = (chosen["end_ps"] - chosen["start_ps"]).groupby(chosen["ipu"]).sum()
+    # On the columns' arrays: selecting rows of the whole table costs more than the sum.
+    chosen = events["kind"].isin(kinds).to_numpy()
+    durations = events["end_ps"].to_numpy()[chosen] - events["start_ps"].to_numpy()[chosen]
+    durations = pd.Series(durations).groupby(events["ipu"].to_numpy()[chosen]).sum()
     return durations.reindex(ipus, fill_value=0)
 
 
