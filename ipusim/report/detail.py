@@ -59,31 +59,28 @@ def shown(events: pd.DataFrame, detail: Detail) -> np.ndarray:
     """Whether each event is shown one by one (a boolean per row)."""
     if detail.full or events.empty:
         return np.ones(len(events), bool)
-    step, start = events["step"].to_numpy(), events["start_ps"].to_numpy()
+    start, end = events["start_ps"].to_numpy(), events["end_ps"].to_numpy()
     micro_batch = events["micro_batch"].to_numpy()
-    steps = np.unique(step)
-    # Per step: full detail before `head` ends and from `tail` on.
-    head = pd.Series(np.inf, index=steps)
-    tail = pd.Series(-np.inf, index=steps)
+    steps, step = np.unique(events["step"].to_numpy(), return_inverse=True)
+    # Per step: every event shown that starts before `head` or from `tail` on.
+    head, tail = np.full(len(steps), np.inf), np.full(len(steps), -np.inf)
     labelled = micro_batch >= 0
     if labelled.any():
-        by_step = pd.Series(micro_batch[labelled]).groupby(step[labelled])
-        last = by_step.transform("max").to_numpy()
-        first = by_step.transform("min").to_numpy()
-        mbs = micro_batch[labelled]
-        early, late = mbs < first + detail.edge, mbs > last - detail.edge
-        labelled_step = step[labelled]
-        ends = events["end_ps"].to_numpy()[labelled]
-        head = pd.Series(ends[early]).groupby(labelled_step[early]).max().reindex(steps,
-                                                                                fill_value=np.inf)
-        tail = pd.Series(start[labelled][late]).groupby(labelled_step[late]).min().reindex(
-            steps, fill_value=-np.inf)
-    middle = (steps >= steps.min() + detail.edge_steps) & (steps <= steps.max() - detail.edge_steps)
+        at, mbs = step[labelled], micro_batch[labelled]
+        by_step = pd.Series(mbs).groupby(at)
+        early = mbs < by_step.transform("min").to_numpy() + detail.edge
+        late = mbs > by_step.transform("max").to_numpy() - detail.edge
+        ends = pd.Series(end[labelled][early]).groupby(at[early]).max()
+        head[ends.index] = ends.to_numpy()
+        starts = pd.Series(start[labelled][late]).groupby(at[late]).min()
+        tail[starts.index] = starts.to_numpy()
+    middle = (np.arange(len(steps)) >= detail.edge_steps) & \
+        (np.arange(len(steps)) < len(steps) - detail.edge_steps)
     head[middle], tail[middle] = -np.inf, np.inf
-    keep = (start < head.reindex(step).to_numpy()) | (start >= tail.reindex(step).to_numpy())
+    keep = (start < head[step]) | (start >= tail[step])
     if detail.window_ps is not None:
         low, high = detail.window_ps
-        keep |= (start < high) & (events["end_ps"].to_numpy() > low)
+        keep |= (start < high) & (end > low)
     return keep
 
 
