@@ -130,42 +130,66 @@ class Recorder:
 
         ``copies`` > 1 expands a folded record (see :mod:`ipusim.folding`): the
         recorded IPUs are one replica's, and replica ``r`` ran exactly what they
-        did on IPUs ``r * ipus_per_replica + i``. Each column is gathered from
-        the typed arrays in one numpy pass: no Python object per row.
+        did on IPUs ``r * ipus_per_replica + i``. The record is sorted once and
+        each column gathered from its typed array in one numpy pass: no Python
+        object per row, and no copy of the record per replica.
         """
-        recorded = len(self._times)
-        if copies > 1 and recorded > ipus_per_replica:
+        if copies > 1 and len(self._times) > ipus_per_replica:
             raise ValueError(f"a folded record holds one replica's {ipus_per_replica} IPU(s), "
-                             f"not {recorded}")
-        width = ipus_per_replica if copies > 1 else recorded
-        times = [np.frombuffer(t, np.int64) for t in self._times] + \
-            [np.empty(0, np.int64)] * (width - recorded)
-        fields = [np.frombuffer(f, np.int32) for f in self._fields] + \
-            [np.empty(0, np.int32)] * (width - recorded)
-        counts = np.array([len(t) // 2 for t in times], np.int64)
-        times_all = np.concatenate(times * copies or [np.empty(0, np.int64)]).reshape(-1, 2)
-        fields_all = np.concatenate(fields * copies or [np.empty(0, np.int32)]).reshape(-1, FIELDS)
-        ipu = np.repeat(np.arange(width * copies, dtype=np.int64), np.tile(counts, copies))
-        order = _by_start_then_ipu(times_all[:, 0], ipu)
-        codes = fields_all[order, 0]
+                             f"not {len(self._times)}")
+        times = np.concatenate([np.frombuffer(t, np.int64) for t in self._times]
+                               or [np.empty(0, np.int64)]).reshape(-1, 2)
+        fields = np.concatenate([np.frombuffer(f, np.int32) for f in self._fields]
+                                or [np.empty(0, np.int32)]).reshape(-1, FIELDS)
+        ipu = np.repeat(np.arange(len(self._times), dtype=np.int64),
+                        [len(t) // 2 for t in self._times])
+        order = _by_start_then_ipu(times[:, 0], ipu)
+        if copies > 1 and len(order):
+            order, replica = _expanded(order, times[order, 0], copies)
+            ipus = ipu[order] + replica.astype(np.int64) * ipus_per_replica
+        else:
+            ipus = ipu[order]
+        codes = fields[order, 0]
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
                                      ("bytes", np.float64), ("flops", np.float64))}
-        ipus = ipu[order]
         return pd.DataFrame({  # copy=False: the columns stay apart, none copied into a block
-            "start_ps": times_all[order, 0],
-            "end_ps": times_all[order, 1],
+            "start_ps": times[order, 0],
+            "end_ps": times[order, 1],
             "ipu": ipus,
             "replica": ipus // ipus_per_replica,
             "instance": np.full(len(ipus), instance, np.int64),
             "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
             "stage": table["stage"][codes],
-            "micro_batch": fields_all[order, 1].astype(np.int64),
-            "step": fields_all[order, 2].astype(np.int64),
-            "cycle": fields_all[order, 3].astype(np.int64),
+            "micro_batch": fields[order, 1].astype(np.int64),
+            "step": fields[order, 2].astype(np.int64),
+            "cycle": fields[order, 3].astype(np.int64),
             "bytes": table["bytes"][codes],
             "flops": table["flops"][codes],
         }, copy=False)
+
+
+def _expanded(order: np.ndarray, starts: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, replica) of each row of a folded record's ``copies`` replicas, in start-then-IPU order.
+
+    ``order`` sorts one replica's rows by start, then IPU; ``starts`` are their
+    starts in that order. The rows that start together come once per replica,
+    replica by replica (their IPUs ``r * ipus_per_replica + i`` grow with ``r``):
+    row ``k`` of such a group of ``size`` rows goes, in replica ``r``, to
+    ``group_start * copies + r * size + k``.
+    """
+    count = len(order)
+    first = np.flatnonzero(np.concatenate(([True], starts[1:] != starts[:-1])))
+    sizes = np.diff(np.append(first, count))
+    group = np.repeat(np.arange(len(first)), sizes)
+    offset = np.arange(count) - first[group]
+    base = first[group] * copies + offset
+    position = base[:, None] + np.arange(copies)[None, :] * sizes[group][:, None]
+    rows = np.empty(count * copies, np.int64)
+    rows[position] = order[:, None]
+    replica = np.empty(count * copies, np.int16 if copies < 2**15 else np.int64)
+    replica[position] = np.arange(copies)[None, :]
+    return rows, replica
 
 
 def _by_start_then_ipu(start: np.ndarray, ipu: np.ndarray) -> np.ndarray:

@@ -172,6 +172,7 @@ class System:
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
             finished.succeed()
+            program = ins = None  # the next call's programs replace this one's
 
     def _overlapped_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int,
                            io: "_IOTiles") -> int:
