@@ -18,8 +18,8 @@ flops          floating-point operations
 =============  =============================================================
 
 While simulating, a row costs 32 bytes: its start and end (two int64) and
-four int32 (its label, micro-batch, step and cycle), appended to its IPU's
-``array.array`` columns. A label is the row's (kind, stage, bytes, flops)
+four int32 (its label, micro-batch, step and cycle) in its IPU's typed
+columns (:class:`Columns`). A label is the row's (kind, stage, bytes, flops)
 interned as a small int in :data:`LABELS`: a model has a handful of them.
 """
 from __future__ import annotations
@@ -38,6 +38,10 @@ COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
 _KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 FIELDS = 4  # int32 fields of a row: label, micro_batch, step, cycle
+ROW_BYTES = 2 * 8 + FIELDS * 4
+CHUNK = 4096  # rows an IPU keeps as plain ints before packing them
+PENDING = CHUNK * (2 + FIELDS)  # ints in a full pending list
+_INT32 = np.iinfo(np.int32)
 
 
 class Labels:
@@ -76,38 +80,75 @@ label = LABELS.code
 SYNC_WAIT = label("sync_wait")
 
 
-class Recorder:
-    """Collects events into per-IPU typed columns and builds the DataFrame once."""
+class Columns:
+    """One IPU's rows: the last few as plain ints, the rest packed into typed columns.
+
+    The hot path appends a row as six ints with one ``list.extend`` (a tenth of
+    the cost of appending to ``array.array`` one field at a time) and calls
+    :meth:`pack` when :attr:`pending` holds :data:`CHUNK` rows; packing turns
+    them into an int64 (start, end) block and an int32 (label, micro_batch,
+    step, cycle) block in one numpy call.
+    """
+
+    __slots__ = ("pending", "times", "fields")
 
     def __init__(self) -> None:
-        self._times: list[array] = []   # per IPU: start, end of each row (int64)
-        self._fields: list[array] = []  # per IPU: label, micro_batch, step, cycle (int32)
+        self.pending: list[int] = []           # start, end, label, micro_batch, step, cycle, ...
+        self.times: list[np.ndarray] = []      # (rows, 2) int64 blocks
+        self.fields: list[np.ndarray] = []     # (rows, FIELDS) int32 blocks
 
-    def writers(self, ipu: int):
-        """``(times, fields)``: the ``extend`` methods of ``ipu``'s columns, for the hot path.
+    def pack(self) -> None:
+        """Move the pending rows into the typed blocks."""
+        if not self.pending:
+            return
+        block = np.array(self.pending, np.int64).reshape(-1, 2 + FIELDS)
+        fields = block[:, 2:]
+        if len(block) and (fields.max() > _INT32.max or fields.min() < _INT32.min):
+            raise OverflowError(f"a micro-batch, step or cycle index beyond int32 "
+                                f"({int(fields.max())}) cannot be recorded")
+        self.times.append(block[:, :2].copy())
+        self.fields.append(fields.astype(np.int32))
+        self.pending.clear()
 
-        A row is ``times((start, end))`` then ``fields((label, micro_batch, step, cycle))``.
-        """
-        while len(self._times) <= ipu:
-            self._times.append(array("q"))
-            self._fields.append(array("i"))
-        return self._times[ipu].extend, self._fields[ipu].extend
+    def __len__(self) -> int:
+        return sum(len(block) for block in self.times) + len(self.pending) // (2 + FIELDS)
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times, fields) of every row, packed."""
+        self.pack()
+        times = np.concatenate(self.times) if self.times else np.empty((0, 2), np.int64)
+        fields = np.concatenate(self.fields) if self.fields else np.empty((0, FIELDS), np.int32)
+        return times, fields
+
+
+class Recorder:
+    """Collects events into per-IPU :class:`Columns` and builds the DataFrame once."""
+
+    def __init__(self) -> None:
+        self._ipus: list[Columns] = []
+
+    def columns(self, ipu: int) -> Columns:
+        """``ipu``'s columns: the system's hot path appends to their ``pending`` list."""
+        while len(self._ipus) <= ipu:
+            self._ipus.append(Columns())
+        return self._ipus[ipu]
 
     def record(self, start: int, end: int, ipu: int, kind: str, stage: int, micro_batch: int,
                step: int, cycle: int, nbytes: float = 0.0, flops: float = 0.0) -> None:
-        """Record one row (the readable way; the system's hot path uses :meth:`writers`)."""
-        times, fields = self.writers(ipu)
-        times((start, end))
-        fields((label(kind, stage, nbytes, flops), micro_batch, step, cycle))
+        """Record one row (the readable way; the system's hot path appends to :meth:`columns`)."""
+        columns = self.columns(ipu)
+        columns.pending.extend((start, end, label(kind, stage, nbytes, flops), micro_batch,
+                                step, cycle))
+        if len(columns.pending) >= PENDING:
+            columns.pack()
 
     def __len__(self) -> int:
-        return sum(len(times) for times in self._times) // 2
+        return sum(len(columns) for columns in self._ipus)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the recorded rows take (the columns' used length, not their spare room)."""
-        return sum(t.itemsize * len(t) + f.itemsize * len(f)
-                   for t, f in zip(self._times, self._fields))
+        """Bytes the rows take as typed columns (32 a row; the few pending rows counted so)."""
+        return ROW_BYTES * len(self)
 
     @property
     def rows(self) -> list[tuple]:
@@ -116,12 +157,12 @@ class Recorder:
         For reading a small record (tests, debugging); use :meth:`to_frame` for a large one.
         """
         out = []
-        for ipu, (times, fields) in enumerate(zip(self._times, self._fields)):
-            for row in range(len(times) // 2):
-                code, micro_batch, step, cycle = fields[FIELDS * row:FIELDS * row + FIELDS]
-                out.append((times[2 * row], times[2 * row + 1], ipu, KINDS[LABELS.kind[code]],
-                            LABELS.stage[code], micro_batch, step, cycle, LABELS.bytes[code],
-                            LABELS.flops[code]))
+        for ipu, columns in enumerate(self._ipus):
+            times, fields = columns.packed()
+            for (start, end), (code, micro_batch, step, cycle) in zip(times.tolist(),
+                                                                     fields.tolist()):
+                out.append((start, end, ipu, KINDS[LABELS.kind[code]], LABELS.stage[code],
+                            micro_batch, step, cycle, LABELS.bytes[code], LABELS.flops[code]))
         return out
 
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0,
@@ -134,15 +175,16 @@ class Recorder:
         each column gathered from its typed array in one numpy pass: no Python
         object per row, and no copy of the record per replica.
         """
-        if copies > 1 and len(self._times) > ipus_per_replica:
+        if copies > 1 and len(self._ipus) > ipus_per_replica:
             raise ValueError(f"a folded record holds one replica's {ipus_per_replica} IPU(s), "
-                             f"not {len(self._times)}")
-        times = np.concatenate([np.frombuffer(t, np.int64) for t in self._times]
-                               or [np.empty(0, np.int64)]).reshape(-1, 2)
-        fields = np.concatenate([np.frombuffer(f, np.int32) for f in self._fields]
-                                or [np.empty(0, np.int32)]).reshape(-1, FIELDS)
-        ipu = np.repeat(np.arange(len(self._times), dtype=np.int64),
-                        [len(t) // 2 for t in self._times])
+                             f"not {len(self._ipus)}")
+        for columns in self._ipus:
+            columns.pack()
+        times = np.concatenate([t for c in self._ipus for t in c.times]
+                               or [np.empty((0, 2), np.int64)])
+        fields = np.concatenate([f for c in self._ipus for f in c.fields]
+                                or [np.empty((0, FIELDS), np.int32)])
+        ipu = np.repeat(np.arange(len(self._ipus), dtype=np.int64), [len(c) for c in self._ipus])
         order = _by_start_then_ipu(times[:, 0], ipu)
         if copies > 1 and len(order):
             order, replica = _expanded(order, times[order, 0], copies)

@@ -14,7 +14,7 @@ import simpy
 from ipusim._gc import cyclic_gc_paused
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.recorder import SYNC_WAIT, Recorder, label
+from ipusim.recorder import PENDING, SYNC_WAIT, Recorder, label
 from ipusim.sync_groups import Barrier, Group
 
 
@@ -87,9 +87,7 @@ class System:
         if time_ps <= self.env.now:
             return
         for ipu in ipus:
-            times, fields = self.recorder.writers(ipu)
-            times((self.env.now, time_ps))
-            fields((SYNC_WAIT, -1, step, -1))
+            self.recorder.record(self.env.now, time_ps, ipu, "sync_wait", -1, -1, step, -1)
         self.env.run(until=time_ps)
 
     def _barrier(self, group: Group) -> Barrier:
@@ -111,12 +109,15 @@ class System:
         ``busy_until`` on: nothing else can touch the IPU until its next sync,
         and a barrier takes the arrival time, so the clock catches up only
         where a shared host link is reserved or a lone IPU syncs. The
-        syncs are yielded here (no nested generators) and a row is two appends
-        to this IPU's typed columns, labelled by the instruction's interned label.
+        syncs are yielded here (no nested generators) and a row is six ints
+        appended to this IPU's pending list, labelled by the instruction's
+        interned label, packed into typed columns every few thousand rows.
         """
         env = self.env
         timeout = env.timeout
-        times, fields = self.recorder.writers(ipu)
+        columns = self.recorder.columns(ipu)
+        pending = columns.pending
+        record = pending.extend
         link = self.host_links[self.spec.host_link_of(ipu)]
         while True:
             program, finished = yield self._inbox[ipu].get()
@@ -126,12 +127,15 @@ class System:
                 kind = type(ins)
                 if kind is Busy:
                     start, busy_until = busy_until, busy_until + ins.duration
-                    times((start, busy_until))
                     code = ins.label
                     if code < 0:  # built by hand, not by the schedule
                         code = label(ins.kind, ins.stage, ins.nbytes, ins.flops)
-                    fields((code, ins.micro_batch, ins.step, ins.cycle))
+                    record((start, busy_until, code, ins.micro_batch, ins.step, ins.cycle))
+                    if len(pending) >= PENDING:
+                        columns.pack()
                     continue
+                if len(pending) >= PENDING:
+                    columns.pack()
                 if kind is HostIO and ins.overlap:
                     now = env.now
                     if busy_until > now:
@@ -149,15 +153,13 @@ class System:
                     yield timeout(arrived + ins.sync - env.now)
                 now = env.now
                 if now > arrived:
-                    times((arrived, now))
-                    fields((SYNC_WAIT, -1, ins.step, ins.cycle))
+                    record((arrived, now, SYNC_WAIT, -1, ins.step, ins.cycle))
                 if kind is Exchange:
                     if ins.copy:
                         code = ins.label
                         if code < 0:
                             code = label(ins.kind, ins.stage, ins.nbytes)
-                        times((now, now + ins.copy))
-                        fields((code, ins.micro_batch, ins.step, ins.cycle))
+                        record((now, now + ins.copy, code, ins.micro_batch, ins.step, ins.cycle))
                     busy_until = now + ins.phase
                     continue
                 busy_until = self._stream_copies(ipu, link, ins, now)
@@ -166,8 +168,7 @@ class System:
                     yield self._barrier(group).wait(0, arrived)
                     busy_until = env.now
                     if busy_until > arrived:
-                        times((arrived, busy_until))
-                        fields((SYNC_WAIT, -1, ins.step, ins.cycle))
+                        record((arrived, busy_until, SYNC_WAIT, -1, ins.step, ins.cycle))
             busy_until = max(busy_until, io.outputs_sent)  # a call returns with its outputs
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)

@@ -20,7 +20,7 @@ def recorded(rows=ROWS) -> Recorder:
     return recorder
 
 
-def test_a_row_costs_32_bytes_while_simulating():
+def test_a_row_costs_32_bytes_once_packed():
     recorder = recorded(ROWS * 1000)
     assert len(recorder) == 4000
     assert recorder.nbytes == 32 * 4000
@@ -65,3 +65,17 @@ def test_an_empty_record_keeps_the_dtypes():
 def test_an_unknown_kind_is_refused_when_recorded():
     with pytest.raises(ValueError, match="event kind 'teleport' is not among"):
         Recorder().record(0, 1, 0, "teleport", 0, 0, 0, -1)
+
+
+def test_rows_beyond_a_chunk_are_packed_and_kept_in_order():
+    from ipusim.recorder import CHUNK
+    rows = [(t, t + 1, 0, "forward", 0, t, 0, -1, 1.0, 2.0) for t in range(2 * CHUNK + 5)]
+    recorder = recorded(rows)
+    assert len(recorder) == len(rows) and recorder.rows == rows
+    assert recorder.to_frame()["micro_batch"].tolist() == list(range(len(rows)))
+
+
+def test_an_index_beyond_int32_is_refused_not_wrapped():
+    recorder = recorded([(0, 1, 0, "forward", 0, 2**31, 0, -1, 0.0, 0.0)])
+    with pytest.raises(OverflowError, match="beyond int32"):
+        recorder.to_frame()
