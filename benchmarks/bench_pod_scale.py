@@ -8,6 +8,9 @@ gradient accumulation 1,750 (by default) on a Bow Pod64 (16 replicas) and a
 Bow Pod256 (64 replicas), and the benchmark prints, median (min-max) over
 the repeats, in wall seconds:
 
+Each wall time comes with the process's CPU time (on a shared machine, what
+the work cost when other processes took turns on the cores).
+
 - simulate: a fresh ``Simulation``, one ``step()`` and its event DataFrame
   (``timeline.events``), with the rows of that DataFrame; replicas folded
   (simulated once, see ``ipusim/folding.py``) unless ``--no-fold``, and the
@@ -65,27 +68,30 @@ def measured(size: str):
 
 
 def simulate_once(work, run, spec, cost, fold: bool):
-    """(wall seconds, timeline) of a fresh simulation of one step and its DataFrame."""
+    """(wall seconds, timeline, folded, CPU seconds) of a fresh simulation of one step
+    and its DataFrame."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     simulation = Simulation(work, run, spec, cost, fold_replicas=fold)
     simulation.step()
     timeline = simulation.timeline
     len(timeline.events)
-    return time.perf_counter() - start, timeline, simulation.folded
+    return (time.perf_counter() - start, timeline, simulation.folded,
+            time.process_time() - cpu)
 
 
-def report_once(timeline, detail: Detail) -> tuple[float, float, float, int, int]:
-    """Wall seconds of the HTML report and of the trace, the trace's events and bytes."""
+def report_once(timeline, detail: Detail) -> tuple[float, float, float, int, int, float]:
+    """Wall seconds of the HTML report, of the trace and of both, the trace's events and
+    bytes, and the CPU seconds of both."""
     with tempfile.TemporaryDirectory() as tmp:
         gc.collect()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         write_html(timeline, Path(tmp) / "report.html")
         html = time.perf_counter()
         path = write_chrome_trace(timeline, Path(tmp) / "trace.json", detail=detail)
-        trace = time.perf_counter()
+        trace, used = time.perf_counter(), time.process_time() - cpu
         text = path.read_text(encoding="utf-8")
-        return html - start, trace - html, trace - start, text.count('"ph":'), len(text)
+        return html - start, trace - html, trace - start, text.count('"ph":'), len(text), used
 
 
 def main() -> None:
@@ -115,17 +121,18 @@ def main() -> None:
         if pod == "Pod64" and not args.no_fold:
             folds += [False] * args.unfolded_repeats
         results = [simulate_once(work, pod_run, pod_spec, cost, fold) for fold in folds]
+        print(f"\n{pod} ({replicas} replicas x 4 IPUs):")
         for folded in (True, False):
-            walls = [wall for wall, _, did in results if did is folded]
-            if walls:
-                rows = len(next(t for _, t, did in results if did is folded).events)
-                print(f"\n{pod} ({replicas} replicas x 4 IPUs): simulate "
-                      f"{'folded  ' if folded else 'unfolded'} {spread(walls)}, "
-                      f"{rows:,} rows")
+            chosen = [result for result in results if result[2] is folded]
+            if chosen:
+                print(f"  simulate {'folded  ' if folded else 'unfolded'} "
+                      f"{spread([r[0] for r in chosen])} (cpu {spread([r[3] for r in chosen])}), "
+                      f"{len(chosen[0][1].events):,} rows")
         timeline = results[0][1]
         reports = [report_once(timeline, detail) for _ in range(args.repeats)]
         print(f"  report: HTML {spread([r[0] for r in reports])}, Chrome trace "
-              f"{spread([r[1] for r in reports])}, both {spread([r[2] for r in reports])}")
+              f"{spread([r[1] for r in reports])}, both {spread([r[2] for r in reports])} "
+              f"(cpu {spread([r[5] for r in reports])})")
         print(f"  trace: {reports[0][3]:,} trace events, {reports[0][4] / 1e6:.1f} MB "
               f"({'every event' if args.full_detail else 'default level of detail'})")
 

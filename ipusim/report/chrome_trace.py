@@ -53,7 +53,7 @@ def chrome_trace(timeline: Timeline, detail: Detail | None = None) -> dict:
     stage_names = [stage.name for stage in timeline.run.scheduled(timeline.work).stages]
     trace = _metadata(timeline)
     trace += _slices(detailed, stage_names)
-    trace += _aggregate_slices(aggregates(events, detail))
+    trace += _aggregate_slices(aggregates(events, detail, keep))
     trace += _host_slices(timeline, detailed)
     trace += _flows(detailed)
     return {"traceEvents": trace, "displayTimeUnit": "ns",

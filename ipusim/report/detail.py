@@ -30,10 +30,11 @@ class Detail:
     full: bool = False
     edge: int = 16        # micro-batches kept in full at each end of a step
     edge_steps: int = 2   # steps kept (their edges) at each end of the run
+    replicas: int = 16    # replicas kept (their edges); the others' events all aggregated
     window_ps: tuple[int, int] | None = None  # [start, end) always shown in full
 
     def __post_init__(self) -> None:
-        for name in ("edge", "edge_steps"):
+        for name in ("edge", "edge_steps", "replicas"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Detail.{name} must be a positive integer, got {value!r}")
@@ -52,7 +53,17 @@ class Detail:
         window = ("" if self.window_ps is None else
                   f", and {self.window_ps[0] / 1e6:,.3f}-{self.window_ps[1] / 1e6:,.3f} µs")
         return (f"the first and last {self.edge} micro-batches of the first and last "
-                f"{self.edge_steps} steps{window} event by event; the rest aggregated")
+                f"{self.edge_steps} steps of the first {self.replicas} replicas{window} "
+                f"event by event; the rest aggregated")
+
+
+def _per_step(values: np.ndarray, at: np.ndarray, steps: int, how: str,
+              empty: float) -> np.ndarray:
+    """The ``how`` ("min" or "max") of ``values`` per step index ``at`` (``empty`` where none)."""
+    out = np.full(steps, empty)
+    reduced = getattr(pd.Series(values).groupby(at), how)()
+    out[reduced.index.to_numpy()] = reduced.to_numpy()
+    return out
 
 
 def shown(events: pd.DataFrame, detail: Detail) -> np.ndarray:
@@ -61,56 +72,76 @@ def shown(events: pd.DataFrame, detail: Detail) -> np.ndarray:
         return np.ones(len(events), bool)
     start, end = events["start_ps"].to_numpy(), events["end_ps"].to_numpy()
     micro_batch = events["micro_batch"].to_numpy()
-    steps, step = np.unique(events["step"].to_numpy(), return_inverse=True)
+    step = events["step"].to_numpy()
+    first_step = int(step.min())
+    step = step - first_step
+    steps = int(step.max()) + 1
     # Per step: every event shown that starts before `head` or from `tail` on.
-    head, tail = np.full(len(steps), np.inf), np.full(len(steps), -np.inf)
+    head, tail = np.full(steps, np.inf), np.full(steps, -np.inf)
     labelled = micro_batch >= 0
     if labelled.any():
         at, mbs = step[labelled], micro_batch[labelled]
-        by_step = pd.Series(mbs).groupby(at)
-        early = mbs < by_step.transform("min").to_numpy() + detail.edge
-        late = mbs > by_step.transform("max").to_numpy() - detail.edge
-        ends = pd.Series(end[labelled][early]).groupby(at[early]).max()
-        head[ends.index] = ends.to_numpy()
-        starts = pd.Series(start[labelled][late]).groupby(at[late]).min()
-        tail[starts.index] = starts.to_numpy()
-    middle = (np.arange(len(steps)) >= detail.edge_steps) & \
-        (np.arange(len(steps)) < len(steps) - detail.edge_steps)
+        early = mbs < _per_step(mbs, at, steps, "min", np.inf)[at] + detail.edge
+        late = mbs > _per_step(mbs, at, steps, "max", -np.inf)[at] - detail.edge
+        ends = _per_step(end[labelled][early], at[early], steps, "max", -np.inf)
+        starts = _per_step(start[labelled][late], at[late], steps, "min", np.inf)
+        head = np.where(np.isfinite(ends), ends, head)
+        tail = np.where(np.isfinite(starts), starts, tail)
+    index = np.arange(steps)
+    middle = (index >= detail.edge_steps) & (index < steps - detail.edge_steps)
     head[middle], tail[middle] = -np.inf, np.inf
     keep = (start < head[step]) | (start >= tail[step])
+    keep &= events["replica"].to_numpy() < detail.replicas
     if detail.window_ps is not None:
         low, high = detail.window_ps
         keep |= (start < high) & (end > low)
     return keep
 
 
-def aggregates(events: pd.DataFrame, detail: Detail) -> pd.DataFrame:
+def aggregates(events: pd.DataFrame, detail: Detail,
+               keep: np.ndarray | None = None) -> pd.DataFrame:
     """The events not shown, one row per IPU, lane, step (and side of the window):
-    ipu, replica, lane, step, start_ps, end_ps, events, busy_ps and kinds (a text)."""
+    ipu, replica, lane, step, start_ps, end_ps, events, busy_ps and kinds (a text).
+
+    ``keep``: :func:`shown` of the events, when the caller has it already.
+    """
     columns = ["ipu", "replica", "lane", "step", "start_ps", "end_ps", "events", "busy_ps",
                "kinds"]
-    hidden = ~shown(events, detail)
+    hidden = ~(shown(events, detail) if keep is None else keep)
     if not hidden.any():
         return pd.DataFrame(columns=columns)
-    kind = events["kind"].cat.codes.to_numpy()[hidden]
+    kind = events["kind"].cat.codes.to_numpy()[hidden].astype(np.int64)
     lane_of_kind = np.array([lanes.LANES.index(lanes.LANE_OF[k]) for k in KINDS])
     start = events["start_ps"].to_numpy()[hidden]
     end = events["end_ps"].to_numpy()[hidden]
-    keys = {"ipu": events["ipu"].to_numpy()[hidden],
-            "replica": events["replica"].to_numpy()[hidden],
-            "lane": lane_of_kind[kind], "step": events["step"].to_numpy()[hidden],
-            "side": (start >= detail.window_ps[1] if detail.window_ps is not None
-                     else np.zeros(len(start), bool))}
-    table = pd.DataFrame({**keys, "kind": kind, "start_ps": start, "end_ps": end,
-                          "busy_ps": end - start})
-    grouped = table.groupby(list(keys))
-    boxes = grouped.agg(start_ps=("start_ps", "min"), end_ps=("end_ps", "max"),
-                        events=("start_ps", "size"), busy_ps=("busy_ps", "sum"))
-    counts = table.groupby(list(keys) + ["kind"]).size()
-    texts: dict[tuple, list[str]] = {}
-    for (*key, code), count in counts.items():
-        texts.setdefault(tuple(key), []).append(f"{KINDS[code]} ×{count:,}")
-    boxes["kinds"] = [", ".join(texts[key]) for key in boxes.index]
-    boxes = boxes.reset_index()
-    boxes["lane"] = [lanes.LANES[code] for code in boxes["lane"]]
-    return boxes[columns]
+    ipu = events["ipu"].to_numpy()[hidden]
+    step = events["step"].to_numpy()[hidden]
+    first_step, first_ipu = int(step.min()), int(ipu.min())
+    side = (start >= detail.window_ps[1] if detail.window_ps is not None
+            else np.zeros(len(start), bool))
+    # One dense integer key per (IPU, lane, step, side): a few thousand boxes at most.
+    shape = (int(ipu.max()) - first_ipu + 1, len(lanes.LANES), int(step.max()) - first_step + 1, 2)
+    key = np.ravel_multi_index((ipu - first_ipu, lane_of_kind[kind], step - first_step, side),
+                               shape)
+    size = int(np.prod(shape))
+    count = np.bincount(key, minlength=size)
+    busy = np.bincount(key, weights=end - start, minlength=size)
+    low = pd.Series(start).groupby(key).min()
+    high = pd.Series(end).groupby(key).max()
+    by_kind = np.bincount(key * len(KINDS) + kind, minlength=size * len(KINDS)).reshape(
+        size, len(KINDS))
+    used = np.flatnonzero(count)
+    box_ipu, box_lane, box_step, _ = np.unravel_index(used, shape)
+    replica = events["replica"].to_numpy()[hidden]
+    replica_of = dict(zip(ipu.tolist(), replica.tolist()))
+    return pd.DataFrame({
+        "ipu": box_ipu + first_ipu,
+        "replica": [replica_of[i + first_ipu] for i in box_ipu.tolist()],
+        "lane": [lanes.LANES[lane] for lane in box_lane.tolist()],
+        "step": box_step + first_step,
+        "start_ps": low.loc[used].to_numpy(), "end_ps": high.loc[used].to_numpy(),
+        "events": count[used],
+        "busy_ps": busy[used].astype(np.int64),
+        "kinds": [", ".join(f"{KINDS[k]} ×{n:,}" for k, n in enumerate(row) if n)
+                  for row in by_kind[used].tolist()],
+    }, columns=columns)

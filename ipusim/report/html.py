@@ -150,7 +150,7 @@ def _detailed_timeline_figure(timeline: Timeline, max_events_per_lane: int,
     figure = timeline_figure(plotted, max_events_per_lane)
     window = plotted_window(plotted, max_events_per_lane).events
     positions = _lane_positions(plotted, window)[0]
-    boxes = aggregates(timeline.events, detail)
+    boxes = aggregates(timeline.events, detail, keep)
     last = window["end_ps"].max() if len(window) else 0
     on_rows = [(positions[ipu, lane], box) for ipu, lane, box in zip(
         boxes["ipu"], boxes["lane"], boxes.itertuples(index=False)) if (ipu, lane) in positions
