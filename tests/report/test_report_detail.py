@@ -97,3 +97,12 @@ def test_the_html_timeline_draws_the_aggregates(long_run):
 def test_bad_detail_is_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         Detail(**fields)
+
+
+def test_replicas_beyond_the_detailed_ones_are_summarised_whole(long_run):
+    events = long_run.events
+    keep = shown(events, Detail(edge=EDGE, replicas=1))
+    assert keep[(events["replica"] == 0).to_numpy()].any()
+    assert not keep[(events["replica"] == 1).to_numpy()].any()
+    boxes = aggregates(events, Detail(edge=EDGE, replicas=1))
+    assert boxes.loc[boxes["replica"] == 1, "events"].sum() == (events["replica"] == 1).sum()
