@@ -132,11 +132,11 @@ def aggregates(events: pd.DataFrame, detail: Detail,
         size, len(KINDS))
     used = np.flatnonzero(count)
     box_ipu, box_lane, box_step, _ = np.unravel_index(used, shape)
-    replica = events["replica"].to_numpy()[hidden]
-    replica_of = dict(zip(ipu.tolist(), replica.tolist()))
+    replica_of = np.zeros(shape[0], np.int64)
+    replica_of[ipu - first_ipu] = events["replica"].to_numpy()[hidden]
     return pd.DataFrame({
         "ipu": box_ipu + first_ipu,
-        "replica": [replica_of[i + first_ipu] for i in box_ipu.tolist()],
+        "replica": replica_of[box_ipu],
         "lane": [lanes.LANES[lane] for lane in box_lane.tolist()],
         "step": box_step + first_step,
         "start_ps": low.loc[used].to_numpy(), "end_ps": high.loc[used].to_numpy(),
