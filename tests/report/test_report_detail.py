@@ -106,3 +106,27 @@ def test_replicas_beyond_the_detailed_ones_are_summarised_whole(long_run):
     assert not keep[(events["replica"] == 1).to_numpy()].any()
     boxes = aggregates(events, Detail(edge=EDGE, replicas=1))
     assert boxes.loc[boxes["replica"] == 1, "events"].sum() == (events["replica"] == 1).sum()
+
+
+def test_the_command_line_asks_for_full_detail_or_a_window(long_run, tmp_path, capsys):
+    import json
+
+    from ipusim.cli import main
+    from ipusim.report import write_autoreport
+
+    profile = write_autoreport(tmp_path / "training", long_run, outputs={"profile.json",
+                                                                         "events.csv.gz"})
+    counts = {}
+    for name, extra in (("default", []), ("full", ["--full-detail"]),
+                        ("window", ["--window", "0", "1e9"])):
+        output = tmp_path / f"{name}.json"
+        assert main(["trace", str(profile), "-o", str(output), *extra]) == 0
+        trace = json.loads(output.read_text())
+        counts[name] = trace["otherData"]["events_aggregated"]
+    assert counts["default"] > 0 and counts["full"] == 0 and counts["window"] == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["trace", str(profile), "--window", "5", "2"])
+    assert exit_info.value.code == 1
+    assert "--window START_US END_US needs START_US < END_US, got 5.0 2.0" in \
+        capsys.readouterr().err
