@@ -7,7 +7,8 @@ peak memory is its own, and prints per scale:
 
 - rows: rows of the event DataFrame (``timeline.events``);
 - wall s: the whole call (building the programs, the SimPy run, the DataFrame)
-  and us per row, which stays flat when the cost is linear in the rows; cpu s:
+  and us per row (wall, then CPU), which stays flat when the cost is linear
+  in the rows; cpu s:
   the process's CPU time over the same call (on a shared machine, what the
   call cost when other processes took turns on the cores);
 - record B/row: bytes the recorder's typed columns hold per recorded row
@@ -63,7 +64,8 @@ def one_run(micro_batches: int, fold: bool) -> dict:
     end = time.perf_counter()
     return {"rows": len(events), "recorded": len(simulation.recorder),
             "record_bytes": simulation.recorder.nbytes, "rss_during": during,
-            "wall": end - start, "cpu": time.process_time() - cpu, "simulate": simulated - start, "frame": end - simulated,
+            "wall": end - start, "cpu": time.process_time() - cpu,
+            "simulate": simulated - start, "frame": end - simulated,
             "frame_bytes": int(events.memory_usage(deep=True).sum()),
             "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "folded": simulation.folded}
@@ -83,7 +85,8 @@ def main() -> None:
 
     print(f"16 pipeline stages x 4 replicas = 64 IPUs, real data, one call; replicas "
           f"{'simulated each' if args.no_fold else 'folded'}; each scale in a fresh process")
-    print(f"{'scale':>5} {'rows':>11} {'wall s':>7} {'cpu s':>6} {'us/row':>7} {'(sim+frame s)':>14} "
+    print(f"{'scale':>5} {'rows':>11} {'wall s':>7} {'cpu s':>6} {'us/row':>7} {'cpu':>5} "
+          f"{'(sim+frame s)':>14} "
           f"{'record B/row':>13} {'RSS B/row sim':>14} {'peak RSS MB':>12} {'frame MB':>9}")
     for scale in args.scales:
         command = [sys.executable, __file__, "--child", str(args.micro_batches * scale)]
@@ -91,7 +94,7 @@ def main() -> None:
                                 check=True, capture_output=True, text=True).stdout
         r = json.loads(output)
         print(f"{scale:>4}x {r['rows']:>11,} {r['wall']:>7.2f} {r['cpu']:>6.2f} "
-              f"{1e6 * r['wall'] / r['rows']:>7.2f} "
+              f"{1e6 * r['wall'] / r['rows']:>7.2f} {1e6 * r['cpu'] / r['rows']:>5.2f} "
               f"{r['simulate']:>6.2f}+{r['frame']:<6.2f} "
               f"{r['record_bytes'] / r['recorded']:>13.1f} {r['rss_during'] / r['rows']:>14.1f} "
               f"{r['peak'] / 1e6:>12,.0f} {r['frame_bytes'] / 1e6:>9,.0f}")

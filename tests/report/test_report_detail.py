@@ -49,7 +49,8 @@ def test_the_first_and_last_micro_batches_of_the_edge_steps_are_shown(long_run):
     assert keep[(compute & edge_mbs & outer_steps).to_numpy()].all()
     assert not keep[(events["step"] == 2).to_numpy()].any()  # a middle step: aggregated whole
     # The host call and the weight update sit at the edges of a step.
-    assert keep[(events["kind"].isin(["host_call", "weight_update"]) & outer_steps).to_numpy()].all()
+    edges = events["kind"].isin(["host_call", "weight_update"]) & outer_steps
+    assert keep[edges.to_numpy()].all()
 
 
 def test_aggregate_boxes_do_not_overlap_the_compute_shown_on_their_ipu(long_run):
