@@ -65,11 +65,13 @@ class ProgramBuilder:
         # The hot path emits millions of instructions: what repeats is worked out once.
         self._programs_of = [[self.programs[ipu] for ipu in self._physical(logical)]
                              for logical in range(self.ipus_per_replica)]
-        self._passes = {(kind, index): (getattr(price, kind), duration)
+        self._passes = {(kind, index): (work, duration, label(kind, index, work.bytes, work.flops),
+                                        self._programs_of[self.stages[index].ipu])
                         for index, price in enumerate(self.prices)
-                        for kind, duration in (("forward", price.forward_ps),
-                                               ("backward", price.backward_ps),
-                                               ("recompute", price.recompute_ps))}
+                        for kind, work, duration in (
+                            ("forward", price.forward, price.forward_ps),
+                            ("backward", price.backward, price.backward_ps),
+                            ("recompute", price.recompute, price.recompute_ps))}
         self._copy_ps: dict[int, int] = {}
 
     def _price(self, stage) -> StagePrices:
@@ -94,8 +96,11 @@ class ProgramBuilder:
     # Compute ---------------------------------------------------------------
     def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
         """One pass of ``kind`` (forward, backward, recompute) of a stage, in every replica."""
-        work, duration = self._passes[kind, stage]
-        self.busy(self.stages[stage].ipu, kind, stage, micro_batch, cycle, duration, work)
+        work, duration, code, programs = self._passes[kind, stage]
+        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, work.bytes,
+                   code)
+        for program in programs:
+            program.append(ins)
 
     def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, cycle: int,
              duration: int, work: Cost = Cost(), nbytes: float | None = None) -> None:
