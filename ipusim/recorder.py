@@ -188,9 +188,11 @@ class Recorder:
         order = _by_start_then_ipu(times[:, 0], ipu)
         if copies > 1 and len(order):
             order, replica = _expanded(order, times[order, 0], copies)
-            ipus = ipu[order] + replica.astype(np.int64) * ipus_per_replica
+            replica = replica.astype(np.int64)
+            ipus = ipu[order] + replica * ipus_per_replica
         else:
             ipus = ipu[order]
+            replica = ipus // ipus_per_replica
         codes = fields[order, 0]
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
@@ -199,7 +201,7 @@ class Recorder:
             "start_ps": times[order, 0],
             "end_ps": times[order, 1],
             "ipu": ipus,
-            "replica": ipus // ipus_per_replica,
+            "replica": replica,
             "instance": np.full(len(ipus), instance, np.int64),
             "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
             "stage": table["stage"][codes],
