@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--max-events-per-lane", type=int, default=20_000, metavar="N",
                              help="draw whole steps up to N events per timeline lane "
                                   "(default: 20000)")
+        if name != "summary":
+            sub.add_argument("--full-detail", action="store_true",
+                             help="every event one by one (default: the edges of the first "
+                                  "and last steps, the rest as aggregate boxes; or "
+                                  "IPUSIM_TRACE_DETAIL=full)")
+            sub.add_argument("--window", type=float, nargs=2, metavar=("START_US", "END_US"),
+                             help="also show the events between these simulated times (µs) "
+                                  "one by one")
         sub.set_defaults(handler=handler)
     return parser
 
@@ -166,6 +174,17 @@ def _check_writable(directory: Path) -> None:
                          f"there ({error.strerror or error})")
 
 
+def _detail(args: argparse.Namespace):
+    """The level of detail the --full-detail and --window options ask for."""
+    from ipusim.report.detail import Detail
+
+    if args.window is not None and not args.window[0] < args.window[1]:
+        raise ValueError(f"--window START_US END_US needs START_US < END_US, got "
+                         f"{args.window[0]} {args.window[1]}")
+    window = None if args.window is None else tuple(round(t * 10**6) for t in args.window)
+    return Detail(full=args.full_detail or Detail.from_environment().full, window_ps=window)
+
+
 def _load(directory: str):
     from ipusim.report import load_autoreport, load_profile
 
@@ -182,7 +201,7 @@ def _report(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
                title=Path(args.profile_dir).resolve().name,
-               max_events_per_lane=args.max_events_per_lane)
+               max_events_per_lane=args.max_events_per_lane, detail=_detail(args))
     print(output)
     return 0
 
@@ -201,6 +220,6 @@ def _trace(args: argparse.Namespace) -> int:
 
     timeline, _ = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
-    write_chrome_trace(timeline, output)
+    write_chrome_trace(timeline, output, detail=_detail(args))
     print(output)
     return 0

@@ -22,6 +22,7 @@ class Busy(NamedTuple):
     duration: int
     flops: float = 0.0
     nbytes: float = 0.0
+    label: int = -1  # the row's interned label (recorder.label); -1: the system interns it
 
 
 class HostIO(NamedTuple):
@@ -62,6 +63,7 @@ class Exchange(NamedTuple):
     step: int
     cycle: int
     kind: str = "ipu_copy"
+    label: int = -1  # the copy row's interned label (recorder.label); -1: the system interns it
 
 
 Instruction = Union[Busy, HostIO, Exchange]

@@ -1,4 +1,4 @@
-"""The event record: one tuple per simulated event, a DataFrame at the end.
+"""The event record: typed columns per IPU while simulating, a DataFrame at the end.
 
 Columns of :meth:`Recorder.to_frame` (times in integer picoseconds):
 
@@ -16,13 +16,18 @@ cycle          pipeline cycle within the device iteration, -1 outside pipelines
 bytes          bytes moved (copies) or touched (compute)
 flops          floating-point operations
 =============  =============================================================
+
+While simulating, a row costs 32 bytes: its start and end (two int64) and
+four int32 (its label, micro-batch, step and cycle) in its IPU's typed
+columns (:class:`Columns`). A label is the row's (kind, stage, bytes, flops)
+interned as a small int in :data:`LABELS`: a model has a handful of them.
 """
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
-
-from ipusim._gc import cyclic_gc_paused
 
 COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
 KINDS = COMPUTE_KINDS + (
@@ -31,65 +36,215 @@ KINDS = COMPUTE_KINDS + (
 
 COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
            "cycle", "bytes", "flops")
-_DTYPES = {"bytes": np.float64, "flops": np.float64}  # the other columns are int64
-_CHUNK = 1 << 16  # rows converted at a time by Recorder.to_frame
+_KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
+FIELDS = 4  # int32 fields of a row: label, micro_batch, step, cycle
+ROW_BYTES = 2 * 8 + FIELDS * 4
+CHUNK = 4096  # rows an IPU keeps as plain ints before packing them
+PENDING = CHUNK * (2 + FIELDS)  # ints in a full pending list
+_INT32 = np.iinfo(np.int32)
+
+
+class Labels:
+    """The (kind, stage, bytes, flops) of rows, interned as small ints.
+
+    One table for the process, so that the schedule can label its
+    instructions once and the system records the code; the table keeps a
+    typed column per part for :meth:`Recorder.to_frame` to index.
+    """
+
+    def __init__(self) -> None:
+        self._codes: dict[tuple, int] = {}
+        self.kind, self.stage = array("b"), array("q")
+        self.bytes, self.flops = array("d"), array("d")
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def code(self, kind: str, stage: int = -1, nbytes: float = 0.0, flops: float = 0.0) -> int:
+        """The label of rows of ``kind`` for ``stage`` moving ``nbytes`` and computing ``flops``."""
+        key = (kind, stage, nbytes, flops)
+        code = self._codes.get(key)
+        if code is None:
+            if kind not in _KIND_CODE:
+                raise ValueError(f"event kind {kind!r} is not among {KINDS}")
+            code = self._codes[key] = len(self.kind)
+            self.kind.append(_KIND_CODE[kind])
+            self.stage.append(stage)
+            self.bytes.append(nbytes)
+            self.flops.append(flops)
+        return code
+
+
+LABELS = Labels()
+label = LABELS.code
+SYNC_WAIT = label("sync_wait")
+
+
+class Columns:
+    """One IPU's rows: the last few as plain ints, the rest packed into typed columns.
+
+    The hot path appends a row as six ints with one ``list.extend`` (a tenth of
+    the cost of appending to ``array.array`` one field at a time) and calls
+    :meth:`pack` when :attr:`pending` holds :data:`CHUNK` rows; packing turns
+    them into an int64 (start, end) block and an int32 (label, micro_batch,
+    step, cycle) block in one numpy call.
+    """
+
+    __slots__ = ("pending", "times", "fields")
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []           # start, end, label, micro_batch, step, cycle, ...
+        self.times: list[np.ndarray] = []      # (rows, 2) int64 blocks
+        self.fields: list[np.ndarray] = []     # (rows, FIELDS) int32 blocks
+
+    def pack(self) -> None:
+        """Move the pending rows into the typed blocks."""
+        if not self.pending:
+            return
+        block = np.array(self.pending, np.int64).reshape(-1, 2 + FIELDS)
+        fields = block[:, 2:]
+        if len(block) and (fields.max() > _INT32.max or fields.min() < _INT32.min):
+            raise OverflowError(f"a micro-batch, step or cycle index beyond int32 "
+                                f"({int(fields.max())}) cannot be recorded")
+        self.times.append(block[:, :2].copy())
+        self.fields.append(fields.astype(np.int32))
+        self.pending.clear()
+
+    def __len__(self) -> int:
+        return sum(len(block) for block in self.times) + len(self.pending) // (2 + FIELDS)
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times, fields) of every row, packed."""
+        self.pack()
+        times = np.concatenate(self.times) if self.times else np.empty((0, 2), np.int64)
+        fields = np.concatenate(self.fields) if self.fields else np.empty((0, FIELDS), np.int32)
+        return times, fields
 
 
 class Recorder:
-    """Collects events as plain tuples (fast) and builds the DataFrame once."""
+    """Collects events into per-IPU :class:`Columns` and builds the DataFrame once."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self._ipus: list[Columns] = []
+
+    def columns(self, ipu: int) -> Columns:
+        """``ipu``'s columns: the system's hot path appends to their ``pending`` list."""
+        while len(self._ipus) <= ipu:
+            self._ipus.append(Columns())
+        return self._ipus[ipu]
+
+    def record(self, start: int, end: int, ipu: int, kind: str, stage: int, micro_batch: int,
+               step: int, cycle: int, nbytes: float = 0.0, flops: float = 0.0) -> None:
+        """Record one row (the readable way; the system's hot path appends to :meth:`columns`)."""
+        columns = self.columns(ipu)
+        columns.pending.extend((start, end, label(kind, stage, nbytes, flops), micro_batch,
+                                step, cycle))
+        if len(columns.pending) >= PENDING:
+            columns.pack()
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(len(columns) for columns in self._ipus)
 
-    def to_frame(self, ipus_per_replica: int = 1, instance: int = 0) -> pd.DataFrame:
-        """The events as a DataFrame sorted by start time, with replica and instance.
+    @property
+    def nbytes(self) -> int:
+        """Bytes the rows take as typed columns (32 a row; the few pending rows counted so)."""
+        return ROW_BYTES * len(self)
 
-        The tuples become 2-D object arrays (a single C pass each) a chunk of
-        a few megabytes at a time, and each column is cast from them into
-        its typed array: several times faster than ``DataFrame.from_records``
-        on millions of tuples, and the dtypes hold even when there are no rows.
+    @property
+    def rows(self) -> list[tuple]:
+        """The rows as tuples in :data:`COLUMNS` order, IPU by IPU, each in recording order.
+
+        For reading a small record (tests, debugging); use :meth:`to_frame` for a large one.
         """
-        with cyclic_gc_paused():
-            return self._frame(ipus_per_replica, instance)
+        out = []
+        for ipu, columns in enumerate(self._ipus):
+            times, fields = columns.packed()
+            for (start, end), (code, micro_batch, step, cycle) in zip(times.tolist(),
+                                                                     fields.tolist()):
+                out.append((start, end, ipu, KINDS[LABELS.kind[code]], LABELS.stage[code],
+                            micro_batch, step, cycle, LABELS.bytes[code], LABELS.flops[code]))
+        return out
 
-    def _frame(self, ipus_per_replica: int, instance: int) -> pd.DataFrame:
-        rows, n = self.rows, len(self.rows)
-        columns = {name: np.empty(n, np.int8 if name == "kind" else _DTYPES.get(name, np.int64))
-                   for name in COLUMNS}
-        for first in range(0, n, _CHUNK):
-            table = np.array(rows[first:first + _CHUNK], dtype=object).reshape(-1, len(COLUMNS))
-            part = slice(first, first + len(table))
-            for index, name in enumerate(COLUMNS):
-                if name == "kind":
-                    codes = pd.Categorical(table[:, index], categories=KINDS).codes
-                    if (codes < 0).any():
-                        unknown = sorted(set(table[codes < 0, index]))
-                        raise ValueError(f"event kinds {unknown} are not among {KINDS}")
-                    columns[name][part] = codes
-                else:
-                    columns[name][part] = table[:, index]
-        order = _by_start_then_ipu(columns["start_ps"], columns["ipu"])
-        columns = {name: values[order] for name, values in columns.items()}
-        columns["kind"] = pd.Categorical.from_codes(columns["kind"], categories=KINDS)
-        frame = pd.DataFrame(columns)
-        frame.insert(3, "replica", frame["ipu"] // ipus_per_replica)
-        frame.insert(4, "instance", instance)
-        return frame
+    def to_frame(self, ipus_per_replica: int = 1, instance: int = 0,
+                 copies: int = 1) -> pd.DataFrame:
+        """The events as a DataFrame sorted by start time, then IPU, with replica and instance.
+
+        ``copies`` > 1 expands a folded record (see :mod:`ipusim.folding`): the
+        recorded IPUs are one replica's, and replica ``r`` ran exactly what they
+        did on IPUs ``r * ipus_per_replica + i``. The record is sorted once and
+        each column gathered from its typed array in one numpy pass: no Python
+        object per row, and no copy of the record per replica.
+        """
+        if copies > 1 and len(self._ipus) > ipus_per_replica:
+            raise ValueError(f"a folded record holds one replica's {ipus_per_replica} IPU(s), "
+                             f"not {len(self._ipus)}")
+        for columns in self._ipus:
+            columns.pack()
+        times = np.concatenate([t for c in self._ipus for t in c.times]
+                               or [np.empty((0, 2), np.int64)])
+        fields = np.concatenate([f for c in self._ipus for f in c.fields]
+                                or [np.empty((0, FIELDS), np.int32)])
+        ipu = np.repeat(np.arange(len(self._ipus), dtype=np.int64), [len(c) for c in self._ipus])
+        order = _by_start_then_ipu(times[:, 0], ipu)
+        if copies > 1 and len(order):
+            order, replica = _expanded(order, times[order, 0], copies)
+            replica = replica.astype(np.int64)
+            ipus = ipu[order] + replica * ipus_per_replica
+        else:
+            ipus = ipu[order]
+            replica = ipus // ipus_per_replica
+        codes = fields[order, 0]
+        table = {name: np.frombuffer(getattr(LABELS, name), dtype)
+                 for name, dtype in (("kind", np.int8), ("stage", np.int64),
+                                     ("bytes", np.float64), ("flops", np.float64))}
+        return pd.DataFrame({  # copy=False: the columns stay apart, none copied into a block
+            "start_ps": times[order, 0],
+            "end_ps": times[order, 1],
+            "ipu": ipus,
+            "replica": replica,
+            "instance": np.full(len(ipus), instance, np.int64),
+            "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
+            "stage": table["stage"][codes],
+            "micro_batch": fields[order, 1].astype(np.int64),
+            "step": fields[order, 2].astype(np.int64),
+            "cycle": fields[order, 3].astype(np.int64),
+            "bytes": table["bytes"][codes],
+            "flops": table["flops"][codes],
+        }, copy=False)
+
+
+def _expanded(order: np.ndarray, starts: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, replica) of each row of a folded record's ``copies`` replicas, in start-then-IPU order.
+
+    ``order`` sorts one replica's rows by start, then IPU; ``starts`` are their
+    starts in that order. The rows that start together come once per replica,
+    replica by replica (their IPUs ``r * ipus_per_replica + i`` grow with ``r``):
+    row ``k`` of such a group of ``size`` rows goes, in replica ``r``, to
+    ``group_start * copies + r * size + k``.
+    """
+    count = len(order)
+    first = np.flatnonzero(np.concatenate(([True], starts[1:] != starts[:-1])))
+    sizes = np.diff(np.append(first, count))
+    group = np.repeat(np.arange(len(first)), sizes)
+    offset = np.arange(count) - first[group]
+    base = first[group] * copies + offset
+    position = base[:, None] + np.arange(copies)[None, :] * sizes[group][:, None]
+    rows = np.empty(count * copies, np.int64)
+    rows[position] = order[:, None]
+    replica = np.empty(count * copies, np.int16 if copies < 2**15 else np.int64)
+    replica[position] = np.arange(copies)[None, :]
+    return rows, replica
 
 
 def _by_start_then_ipu(start: np.ndarray, ipu: np.ndarray) -> np.ndarray:
     """The stable order by start time, then IPU.
 
     One stable sort of ``start * num_ipus + ipu`` (numpy's timsort, fast on
-    the nearly sorted record) where that key cannot overflow; ``lexsort`` else.
+    the record's sorted runs) where that key cannot overflow; ``lexsort`` else.
     """
     if len(start) == 0:
         return np.arange(0)
     width = int(ipu.max()) + 1
-    if int(ipu.min()) >= 0 and int(start.min()) >= 0 and \
-            int(start.max()) < np.iinfo(np.int64).max // width:
+    if int(start.min()) >= 0 and int(start.max()) < np.iinfo(np.int64).max // width:
         return np.argsort(start * width + ipu, kind="stable")
     return np.lexsort((ipu, start))

@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from ipusim import metrics
 from ipusim.cost_model import DEFAULT, CostModel
+from ipusim.folding import fold_blocker, folding_enabled
 from ipusim.hardware import SystemSpec
 from ipusim.recorder import Recorder
 from ipusim.run_config import RunConfig
@@ -90,26 +91,35 @@ class Simulation:
 
     def __init__(self, work: Work, run: RunConfig = RunConfig(),
                  system: SystemSpec = SystemSpec(), cost_model: CostModel = DEFAULT,
-                 instance: int = 0):
+                 instance: int = 0, fold_replicas: bool | None = None):
+        """``fold_replicas``: simulate one replica for all where that is exact (see
+        :mod:`ipusim.folding`); None: on unless ``IPUSIM_FOLD_REPLICAS=0``."""
         run.validate(work, system.num_ipus)
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
         self.instance = instance
+        self.folded = folding_enabled(fold_replicas) and fold_blocker(work, run, system) is None
         self.recorder = Recorder()
-        self.system = System(system, self.recorder)
+        simulated = replace(system, num_ipus=work.ipus_per_replica) if self.folded else system
+        self.system = System(simulated, self.recorder)
         self.steps = 0
+
+    @property
+    def simulated_ipus(self) -> int:
+        """IPUs the SimPy model runs: one replica's when folded, else the engine's."""
+        return self.work.ipus_per_replica * (1 if self.folded else self.run.replicas)
 
     def step(self) -> int:
         """Simulate one call to the model; returns its simulated duration in ps."""
         start = self.system.now_ps
-        self.system.run(build_step(self.work, self.run, self.spec, self.cost_model, self.steps))
+        self.system.run(build_step(self.work, self.run, self.spec, self.cost_model, self.steps,
+                                   self.folded))
         self.steps += 1
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start
 
     def wait_until(self, time_ps: int) -> None:
         """Let the engine's IPUs idle until ``time_ps`` (e.g. for other instances)."""
-        self.system.wait_until(time_ps, range(self.run.replicas * self.work.ipus_per_replica),
-                               max(self.steps - 1, 0))
+        self.system.wait_until(time_ps, range(self.simulated_ipus), max(self.steps - 1, 0))
         self.__dict__.pop("timeline", None)
 
     def run_steps(self, steps: int, progress: bool = False) -> "Timeline":
@@ -126,7 +136,8 @@ class Simulation:
     @cached_property
     def timeline(self) -> Timeline:
         """The events so far, as a :class:`Timeline`."""
-        events = self.recorder.to_frame(self.work.ipus_per_replica, self.instance)
+        copies = self.run.replicas if self.folded else 1
+        events = self.recorder.to_frame(self.work.ipus_per_replica, self.instance, copies)
         return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance)
 
 
@@ -150,6 +161,9 @@ def job_timeline(timelines: list[Timeline]) -> Timeline:
 
 
 def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),
-             cost_model: CostModel = DEFAULT, steps: int = 1) -> Timeline:
-    """Simulate ``steps`` calls of ``work`` run as ``run`` on ``system``."""
-    return Simulation(work, run, system, cost_model).run_steps(steps)
+             cost_model: CostModel = DEFAULT, steps: int = 1,
+             fold_replicas: bool | None = None) -> Timeline:
+    """Simulate ``steps`` calls of ``work`` run as ``run`` on ``system`` (``fold_replicas``:
+    see :class:`Simulation`)."""
+    return Simulation(work, run, system, cost_model,
+                      fold_replicas=fold_replicas).run_steps(steps)

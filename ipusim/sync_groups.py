@@ -54,21 +54,28 @@ class Barrier:
     """A reusable barrier: the k-th ``wait`` of every member returns one event.
 
     The event fires ``delay`` after the last member arrives (the sync's own
-    latency). Members cannot run ahead a generation: each waits on the
-    current one before it can arrive at the next.
+    latency). A member may call ``wait`` before its arrival time (while the
+    clock has not caught up with its busy time): the release is at the
+    latest arrival, never before the clock. Members cannot run ahead a
+    generation: each waits on the current one before it can arrive at the next.
     """
 
     def __init__(self, env: simpy.Environment, size: int):
         self.env = env
         self.size = size
         self._arrived = 0
+        self._latest = 0
         self._release = _Release(env)
 
-    def wait(self, delay: int) -> simpy.Event:
+    def wait(self, delay: int, arrival: int) -> simpy.Event:
+        """The event that releases this generation; ``arrival`` (>= now) is when this member
+        gets to the sync."""
         release = self._release
         self._arrived += 1
+        if arrival > self._latest:
+            self._latest = arrival
         if self._arrived == self.size:
-            self._arrived = 0
+            release.fire_after(self._latest + delay - self.env.now)
+            self._arrived = self._latest = 0
             self._release = _Release(self.env)
-            release.fire_after(delay)
         return release

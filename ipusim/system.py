@@ -14,7 +14,7 @@ import simpy
 from ipusim._gc import cyclic_gc_paused
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.recorder import Recorder
+from ipusim.recorder import PENDING, SYNC_WAIT, Recorder, label
 from ipusim.sync_groups import Barrier, Group
 
 
@@ -87,8 +87,7 @@ class System:
         if time_ps <= self.env.now:
             return
         for ipu in ipus:
-            self.recorder.rows.append((self.env.now, time_ps, ipu, "sync_wait", -1, -1, step, -1,
-                                       0, 0.0))
+            self.recorder.record(self.env.now, time_ps, ipu, "sync_wait", -1, -1, step, -1)
         self.env.run(until=time_ps)
 
     def _barrier(self, group: Group) -> Barrier:
@@ -108,12 +107,17 @@ class System:
         This loop is the simulator's hot path. Busy time (compute, the copy
         phase of an exchange, this IPU's own stream copies) only moves
         ``busy_until`` on: nothing else can touch the IPU until its next sync,
-        so one timeout catches up with the clock just before that sync. The
-        syncs are yielded here (no nested generators) and rows are tuples.
+        and a barrier takes the arrival time, so the clock catches up only
+        where a shared host link is reserved or a lone IPU syncs. The
+        syncs are yielded here (no nested generators) and a row is six ints
+        appended to this IPU's pending list, labelled by the instruction's
+        interned label, packed into typed columns every few thousand rows.
         """
         env = self.env
         timeout = env.timeout
-        record = self.recorder.rows.append
+        columns = self.recorder.columns(ipu)
+        pending = columns.pending
+        record = pending.extend
         link = self.host_links[self.spec.host_link_of(ipu)]
         while True:
             program, finished = yield self._inbox[ipu].get()
@@ -123,52 +127,53 @@ class System:
                 kind = type(ins)
                 if kind is Busy:
                     start, busy_until = busy_until, busy_until + ins.duration
-                    record((start, busy_until, ipu, ins.kind, ins.stage, ins.micro_batch,
-                            ins.step, ins.cycle, ins.nbytes, ins.flops))
+                    code = ins.label
+                    if code < 0:  # built by hand, not by the schedule
+                        code = label(ins.kind, ins.stage, ins.nbytes, ins.flops)
+                    record((start, busy_until, code, ins.micro_batch, ins.step, ins.cycle))
+                    if len(pending) >= PENDING:
+                        columns.pack()
                     continue
-                # An exchange and a host exchange both open with a sync of their group.
-                now = env.now
-                if busy_until > now:
-                    yield timeout(busy_until - now)
-                    now = busy_until
+                if len(pending) >= PENDING:
+                    columns.pack()
                 if kind is HostIO and ins.overlap:
-                    busy_until = self._overlapped_copies(ipu, link, ins, now, io)
-                    continue
-                sync = self._sync(ins.group, ins.sync)
-                if sync is not None:
-                    arrived = now
-                    yield sync
                     now = env.now
-                    if now > arrived:
-                        record((arrived, now, ipu, "sync_wait", -1, -1, ins.step, ins.cycle,
-                                0, 0.0))
-                if kind is Exchange:
-                    if ins.copy:
-                        record((now, now + ins.copy, ipu, ins.kind, ins.stage, ins.micro_batch,
-                                ins.step, ins.cycle, ins.nbytes, 0.0))
-                    busy_until = now + ins.phase
-                    continue
-                busy_until = self._stream_copies(ipu, link, ins, now)
-                if len(ins.group) > 1:  # the end-of-exchange sync
                     if busy_until > now:
                         yield timeout(busy_until - now)
                         now = busy_until
-                    arrived = now
-                    yield self._barrier(ins.group).wait(0)
+                    busy_until = self._overlapped_copies(ipu, link, ins, now, io)
+                    continue
+                # An exchange and a host exchange both open with a sync of their group.
+                # Only the barrier sees the IPU arrive, so it arrives at busy_until
+                # without a timeout to catch the clock up first.
+                arrived, group = busy_until, ins.group
+                if len(group) > 1:
+                    yield self._barrier(group).wait(ins.sync, arrived)
+                elif arrived + ins.sync > env.now:
+                    yield timeout(arrived + ins.sync - env.now)
+                now = env.now
+                if now > arrived:
+                    record((arrived, now, SYNC_WAIT, -1, ins.step, ins.cycle))
+                if kind is Exchange:
+                    if ins.copy:
+                        code = ins.label
+                        if code < 0:
+                            code = label(ins.kind, ins.stage, ins.nbytes)
+                        record((now, now + ins.copy, code, ins.micro_batch, ins.step, ins.cycle))
+                    busy_until = now + ins.phase
+                    continue
+                busy_until = self._stream_copies(ipu, link, ins, now)
+                if len(group) > 1:  # the end-of-exchange sync
+                    arrived = busy_until
+                    yield self._barrier(group).wait(0, arrived)
                     busy_until = env.now
                     if busy_until > arrived:
-                        record((arrived, busy_until, ipu, "sync_wait", -1, -1, ins.step,
-                                ins.cycle, 0, 0.0))
+                        record((arrived, busy_until, SYNC_WAIT, -1, ins.step, ins.cycle))
             busy_until = max(busy_until, io.outputs_sent)  # a call returns with its outputs
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
             finished.succeed()
-
-    def _sync(self, group: Group, delay: int) -> simpy.Event | None:
-        """The event that ends a sync of ``group`` taking ``delay``; None if nothing to wait for."""
-        if len(group) > 1:
-            return self._barrier(group).wait(delay)
-        return self.env.timeout(delay) if delay else None
+            program = ins = None  # the next call's programs replace this one's
 
     def _overlapped_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int,
                            io: "_IOTiles") -> int:
@@ -176,44 +181,44 @@ class System:
         micro-batch's input is in (fetched ahead during the last one, or now),
         then go on while the next input and the outputs move. Returns when the
         compute tiles can go on."""
-        record = self.recorder.rows.append
+        record = self.recorder.record
         ready = now
         if ins.h2d:
             if io.input_ready is None:  # nothing fetched ahead: fetch it now
                 start, ready = link.reserve_h2d(now, ins.h2d)
-                record((start, ready, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
-                        ins.cycle, ins.h2d_bytes, 0.0))
+                record(start, ready, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
+                        ins.cycle, ins.h2d_bytes, 0.0)
             else:
                 ready, io.input_ready = max(now, io.input_ready), None
             if ready > now:
-                record((now, ready, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
-                        ins.cycle, 0, 0.0))
+                record(now, ready, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
+                        ins.cycle, 0, 0.0)
             if ins.prefetch:  # the next micro-batch has the same shapes
                 start, io.input_ready = link.reserve_h2d(ready, ins.h2d)
-                record((start, io.input_ready, ipu, "io_tiles_copy", ins.stage,
-                        ins.micro_batch + 1, ins.step, ins.cycle, ins.h2d_bytes, 0.0))
+                record(start, io.input_ready, ipu, "io_tiles_copy", ins.stage,
+                        ins.micro_batch + 1, ins.step, ins.cycle, ins.h2d_bytes, 0.0)
         if ins.d2h:
             start, end = link.reserve_d2h(ready, ins.d2h)
-            record((start, end, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.d2h_bytes, 0.0))
+            record(start, end, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, ins.d2h_bytes, 0.0)
             io.outputs_sent = max(io.outputs_sent, end)
         return ready
 
     def _stream_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int) -> int:
         """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""
-        record = self.recorder.rows.append
+        record = self.recorder.record
         end = first = now
         if ins.h2d:
             first, end = link.reserve_h2d(now, ins.h2d)
-            record((first, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.h2d_bytes, 0.0))
+            record(first, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, ins.h2d_bytes, 0.0)
         if ins.d2h:
             start, end_out = link.reserve_d2h(now, ins.d2h)
-            record((start, end_out, ipu, "device_to_host", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.d2h_bytes, 0.0))
+            record(start, end_out, ipu, "device_to_host", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, ins.d2h_bytes, 0.0)
             first = min(first, start) if ins.h2d else start
             end = max(end, end_out)
         if first > now:  # queued behind other IPUs' copies on the shared link
-            record((now, first, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, 0, 0.0))
+            record(now, first, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
+                    ins.cycle, 0, 0.0)
         return end

@@ -7,6 +7,10 @@ complete (``X``) event with times in µs; ``M`` events name and order the
 processes and threads; flow events (``s`` -> ``f``) follow activations from a
 stage's forward to the next stage's forward on another IPU, and gradients
 from a stage's backward to the previous stage's backward.
+
+At pod scale the trace keeps a level of detail (:mod:`ipusim.report.detail`):
+the edges of the steps event by event, the steady middle as boxes named
+"aggregated", each saying how many events of which kinds it stands for.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import pandas as pd
 
 from ipusim.cost_model import PS_PER_US
 from ipusim.report import lanes
+from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.lanes import LANES
 from ipusim.simulation import Timeline
 
@@ -35,25 +40,37 @@ def _link_tid(link: int, direction: str) -> int:
     return 10 + 2 * link + (direction == "device_to_host")
 
 
-def chrome_trace(timeline: Timeline) -> dict:
-    """The timeline as a Chrome trace: ``{"traceEvents": [...], "displayTimeUnit": "ns"}``."""
+def chrome_trace(timeline: Timeline, detail: Detail | None = None) -> dict:
+    """The timeline as a Chrome trace: ``{"traceEvents": [...], "displayTimeUnit": "ns"}``.
+
+    ``detail`` defaults to :meth:`Detail.from_environment` (``IPUSIM_TRACE_DETAIL=full``
+    for every event).
+    """
+    detail = Detail.from_environment() if detail is None else detail
     events = timeline.events
+    keep = shown(events, detail)
+    detailed = events if keep.all() else events[keep]
     stage_names = [stage.name for stage in timeline.run.scheduled(timeline.work).stages]
     trace = _metadata(timeline)
-    trace += _slices(events, stage_names)
-    trace += _host_slices(timeline)
-    trace += _flows(events)
+    trace += _slices(detailed, stage_names)
+    trace += _aggregate_slices(aggregates(events, detail, keep))
+    trace += _host_slices(timeline, detailed)
+    trace += _flows(detailed)
     return {"traceEvents": trace, "displayTimeUnit": "ns",
             "otherData": {"generator": "ipusim", "ipu": timeline.system.ipu.name,
-                          "steps": timeline.steps, "instance": timeline.instance}}
+                          "steps": timeline.steps, "instance": timeline.instance,
+                          "detail": detail.describe(), "events": len(events),
+                          "events_aggregated": int(len(events) - keep.sum())}}
 
 
-def write_chrome_trace(timeline: Timeline, path: str | Path) -> Path:
+def write_chrome_trace(timeline: Timeline, path: str | Path,
+                       detail: Detail | None = None) -> Path:
     """Write :func:`chrome_trace` as JSON to ``path`` (parents created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # json.dumps, not json.dump: only the one-shot encoder runs in C.
-    path.write_text(json.dumps(chrome_trace(timeline), separators=(",", ":")), encoding="utf-8")
+    path.write_text(json.dumps(chrome_trace(timeline, detail), separators=(",", ":")),
+                    encoding="utf-8")
     return path
 
 
@@ -100,8 +117,24 @@ def _slices(events: pd.DataFrame, stage_names: list[str]) -> list[dict]:
     return out
 
 
-def _host_slices(timeline: Timeline) -> list[dict]:
-    """The calls to the model and each host link's transfers, on the host process."""
+def _aggregate_slices(boxes: pd.DataFrame) -> list[dict]:
+    """One box per IPU, lane and step for the events not shown one by one."""
+    out = []
+    for ipu, replica, lane, step, start, end, count, busy, kinds in boxes.itertuples(
+            index=False):
+        out.append({"ph": "X", "name": f"aggregated: {count:,} events", "cat": "aggregated",
+                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lane], "ts": start / PS_PER_US,
+                    "dur": (end - start) / PS_PER_US,
+                    "args": {"aggregated": True, "events": int(count), "kinds": kinds,
+                             "busy_us": busy / PS_PER_US,
+                             "busy_share": busy / (end - start) if end > start else 0.0,
+                             "replica": int(replica), "step": int(step)}})
+    return out
+
+
+def _host_slices(timeline: Timeline, detailed: pd.DataFrame) -> list[dict]:
+    """The calls to the model (all of them) and each host link's transfers (those
+    shown one by one), on the host process."""
     events = timeline.events
     out = []
     grouped = events.groupby("step")
@@ -109,7 +142,7 @@ def _host_slices(timeline: Timeline) -> list[dict]:
         out.append({"ph": "X", "name": f"step {step}", "cat": "step", "pid": HOST_PID,
                     "tid": CALLS_TID, "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
                     "args": {"step": int(step)}})
-    copies = events[events["kind"].isin(("host_to_device", "device_to_host"))]
+    copies = detailed[detailed["kind"].isin(("host_to_device", "device_to_host"))]
     per_link = timeline.system.ipus_per_host_link
     for kind, start, end, ipu, nbytes, mb in zip(
             copies["kind"].astype(str), copies["start_ps"].tolist(), copies["end_ps"].tolist(),

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import plotly
+import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ipusim.report.figures import (MAX_EVENTS_PER_LANE, memory_figure, timeline_figure,
-                                   timeline_name, utilisation_figure)
+from ipusim.cost_model import PS_PER_US
+from ipusim.report.detail import Detail, aggregates, shown
+from ipusim.report.figures import (MAX_EVENTS_PER_LANE, _lane_positions, memory_figure,
+                                   plotted_window, timeline_figure, timeline_name,
+                                   utilisation_figure)
 from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
@@ -80,12 +86,17 @@ _RENDER_CHECK = """(function () {
 
 def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 title: str | None = None, verdict: Verdict | None = None,
-                max_events_per_lane: int = MAX_EVENTS_PER_LANE) -> str:
-    """The report as one HTML string with plotly.js embedded."""
+                max_events_per_lane: int = MAX_EVENTS_PER_LANE,
+                detail: Detail | None = None) -> str:
+    """The report as one HTML string with plotly.js embedded.
+
+    The timeline draws the events ``detail`` shows (default
+    :meth:`Detail.from_environment`) and a grey box labelled aggregated for the rest.
+    """
     verdict = verdict or bottleneck(timeline, loader_items_per_s)
     title = title or ("training" if timeline.run.training else "inference")
     plots = [
-        ("timeline", timeline_figure(timeline, max_events_per_lane)),
+        ("timeline", _detailed_timeline_figure(timeline, max_events_per_lane, detail)),
         ("utilisation", utilisation_figure(timeline)),
         ("memory", memory_figure(timeline)),
     ]
@@ -125,6 +136,42 @@ to reset.</footer>
 </body>
 </html>
 """
+
+
+def _detailed_timeline_figure(timeline: Timeline, max_events_per_lane: int,
+                              detail: Detail | None):
+    """The timeline figure at ``detail``: the events shown one by one, then one grey
+    box per IPU, lane and step for the aggregated rest."""
+    detail = Detail.from_environment() if detail is None else detail
+    keep = shown(timeline.events, detail)
+    if keep.all():
+        return timeline_figure(timeline, max_events_per_lane)
+    plotted = replace(timeline, events=timeline.events[keep])
+    figure = timeline_figure(plotted, max_events_per_lane)
+    window = plotted_window(plotted, max_events_per_lane).events
+    positions = _lane_positions(plotted, window)[0]
+    boxes = aggregates(timeline.events, detail, keep)
+    last = window["end_ps"].max() if len(window) else 0
+    on_rows = [(positions[ipu, lane], box) for ipu, lane, box in zip(
+        boxes["ipu"], boxes["lane"], boxes.itertuples(index=False)) if (ipu, lane) in positions
+        and box.start_ps <= last]
+    if on_rows:
+        rows, chosen = zip(*on_rows)
+        start = np.array([box.start_ps for box in chosen]) / PS_PER_US
+        figure.add_trace(go.Bar(
+            name="aggregated", orientation="h", y=np.array(rows, np.int32),
+            base=np.round(start, 3),
+            x=np.array([box.end_ps - box.start_ps for box in chosen]) / PS_PER_US,
+            width=0.6, marker={"color": "rgba(150,150,150,0.35)",
+                               "line": {"color": "#777", "width": 1}},
+            text=[f"aggregated: {box.events:,} events" for box in chosen],
+            textposition="inside", insidetextanchor="middle",
+            customdata=[[box.kinds, 100 * box.busy_ps / max(box.end_ps - box.start_ps, 1)]
+                        for box in chosen],
+            hovertemplate=("<b>%{text}</b><br>%{customdata[0]}<br>busy %{customdata[1]:.0f}% "
+                           "of %{base:,.3f} µs + %{x:,.3f} µs<br>IPUSIM_TRACE_DETAIL=full "
+                           "shows every event<extra></extra>")))
+    return figure
 
 
 def write_html(timeline: Timeline, path: str | Path, **kwargs) -> Path:

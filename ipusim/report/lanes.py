@@ -84,7 +84,7 @@ def box_labels(events: pd.DataFrame) -> np.ndarray:
 def category_times(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
     """Share of the span each IPU spends in each category, idle included (rows sum to 1)."""
     span = max(int(events["end_ps"].max() - events["start_ps"].min()), 1) if len(events) else 1
-    category = events["kind"].astype(str).map(CATEGORY_OF)
+    category = events["kind"].map(CATEGORY_OF)
     duration = events["end_ps"] - events["start_ps"]
     table = duration.groupby([events["ipu"], category]).sum().unstack(fill_value=0)
     table = table.reindex(index=range(num_ipus), columns=CATEGORIES[:-1], fill_value=0) / span

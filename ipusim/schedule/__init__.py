@@ -21,10 +21,11 @@ _EMITTERS = {
 
 
 def build_step(work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel,
-               step: int) -> list[list[Instruction]]:
-    """The per-IPU programs of one call to the model (index ``step``)."""
+               step: int, folded: bool = False) -> list[list[Instruction]]:
+    """The per-IPU programs of one call to the model (index ``step``); ``folded``:
+    replica 0's only (see :mod:`ipusim.folding`)."""
     with cyclic_gc_paused():
-        builder = ProgramBuilder(work, run, spec, cost, step)
+        builder = ProgramBuilder(work, run, spec, cost, step, folded)
         builder.host_call()
         _EMITTERS[run.execution](builder)
     return builder.programs

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from ipusim.cost_model import CostModel
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
+from ipusim.recorder import label
 from ipusim.run_config import RunConfig
 from ipusim.sync_groups import gs1_group, gs2_group
 from ipusim.work import Cost, Work
@@ -43,7 +44,8 @@ class StagePrices(NamedTuple):
 class ProgramBuilder:
     """Accumulates the per-IPU programs of one step."""
 
-    def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int):
+    def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int,
+                 folded: bool = False):
         self.work = run.scheduled(work, cost.update_cost)
         self.run = run
         self.spec = spec
@@ -52,11 +54,25 @@ class ProgramBuilder:
         self.stages = self.work.stages
         self.ipus_per_replica = self.work.ipus_per_replica
         self.num_ipus = run.replicas * self.ipus_per_replica
-        self.programs: list[list[Instruction]] = [[] for _ in range(self.num_ipus)]
+        # Folded (see ipusim.folding): programs for replica 0 only, its syncs among its own IPUs.
+        self.folded = folded
+        self.simulated_ipus = self.ipus_per_replica if folded else self.num_ipus
+        self.programs: list[list[Instruction]] = [[] for _ in range(self.simulated_ipus)]
         self._compute_ipu = run.compute_ipu(spec.ipu)  # the tiles not kept for I/O
         self.prices = [self._price(stage) for stage in self.stages]
-        self._gs2 = gs2_group(self.num_ipus)
+        self._gs2 = gs2_group(self.simulated_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
+        # The hot path emits millions of instructions: what repeats is worked out once.
+        self._programs_of = [[self.programs[ipu] for ipu in self._physical(logical)]
+                             for logical in range(self.ipus_per_replica)]
+        self._passes = {(kind, index): (work, duration, label(kind, index, work.bytes, work.flops),
+                                        self._programs_of[self.stages[index].ipu])
+                        for index, price in enumerate(self.prices)
+                        for kind, work, duration in (
+                            ("forward", price.forward, price.forward_ps),
+                            ("backward", price.backward, price.backward_ps),
+                            ("recompute", price.recompute, price.recompute_ps))}
+        self._copy_ps: dict[int, int] = {}
 
     def _price(self, stage) -> StagePrices:
         ipu, cost = self._compute_ipu, self.cost
@@ -75,26 +91,25 @@ class ProgramBuilder:
                            cost.compute_ps(stage.recompute_cost, ipu), update_ps)
 
     def _physical(self, logical_ipu: int) -> range:
-        return range(logical_ipu, self.num_ipus, self.ipus_per_replica)
+        return range(logical_ipu, self.simulated_ipus, self.ipus_per_replica)
 
     # Compute ---------------------------------------------------------------
     def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
         """One pass of ``kind`` (forward, backward, recompute) of a stage, in every replica."""
-        price = self.prices[stage]
-        work, duration = {
-            "forward": (price.forward, price.forward_ps),
-            "backward": (price.backward, price.backward_ps),
-            "recompute": (price.recompute, price.recompute_ps),
-        }[kind]
-        self.busy(self.stages[stage].ipu, kind, stage, micro_batch, cycle, duration, work)
+        work, duration, code, programs = self._passes[kind, stage]
+        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, work.bytes,
+                   code)
+        for program in programs:
+            program.append(ins)
 
     def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, cycle: int,
              duration: int, work: Cost = Cost(), nbytes: float | None = None) -> None:
         """The IPU is busy for ``duration`` ps, in every replica."""
-        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops,
-                   work.bytes if nbytes is None else nbytes)
-        for ipu in self._physical(logical_ipu):
-            self.programs[ipu].append(ins)
+        nbytes = work.bytes if nbytes is None else nbytes
+        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, nbytes,
+                   label(kind, stage, nbytes, work.flops))
+        for program in self._programs_of[logical_ipu]:
+            program.append(ins)
 
     def weight_update(self, stages: list[int] | None = None, cycle: int = -1) -> None:
         """All-reduce the gradients across replicas, then update the stages' weights.
@@ -179,6 +194,8 @@ class ProgramBuilder:
                                                  micro_batch, self.step, cycle, True, prefetch))
             return
         groups = {gs1_group(pattern, ipu, n) for ipu in active}
+        if self.folded:
+            groups = {tuple(i for i in group if i < self.simulated_ipus) for group in groups}
         for group in sorted(groups):
             # One instruction for the IPUs that stream, one shared by those that only wait.
             moving = HostIO(group, self.cost.host_sync_ps, h2d, h2d_bytes, d2h, d2h_bytes,
@@ -195,21 +212,28 @@ class ProgramBuilder:
         for copy in copies:
             nbytes[copy.src] += copy.nbytes
             first[copy.src] = first[copy.src] or copy
-        times = [self.cost.ipu_copy_ps(b, self.spec.ipu) for b in nbytes]
+        times = [self._ipu_copy_ps(b) for b in nbytes]
         phase = max(times, default=0)
         for logical in range(self.ipus_per_replica):
-            label = first[logical]
-            stage, mb = (label.stage, label.micro_batch) if label else (-1, -1)
+            tag = first[logical]
+            stage, mb = (tag.stage, tag.micro_batch) if tag else (-1, -1)
             ins = Exchange(self._gs2, self._ipu_sync, phase, times[logical], nbytes[logical],
-                           stage, mb, self.step, cycle)
-            for ipu in self._physical(logical):
-                self.programs[ipu].append(ins)
+                           stage, mb, self.step, cycle, "ipu_copy",
+                           label("ipu_copy", stage, nbytes[logical]))
+            for program in self._programs_of[logical]:
+                program.append(ins)
+
+    def _ipu_copy_ps(self, nbytes: int) -> int:
+        duration = self._copy_ps.get(nbytes)
+        if duration is None:
+            duration = self._copy_ps[nbytes] = self.cost.ipu_copy_ps(nbytes, self.spec.ipu)
+        return duration
 
     def _collective(self, kind: str, phase: int, times: list[int], nbytes: list[int],
                     cycle: int, sync: int | None = None) -> None:
         sync = self._ipu_sync if sync is None else sync
         for logical in range(self.ipus_per_replica):
             ins = Exchange(self._gs2, sync, phase, times[logical], nbytes[logical],
-                           -1, -1, self.step, cycle, kind)
+                           -1, -1, self.step, cycle, kind, label(kind, -1, nbytes[logical]))
             for ipu in self._physical(logical):
                 self.programs[ipu].append(ins)

@@ -1,0 +1,81 @@
+"""The event record: typed columns while simulating, the same DataFrame as ever at the end."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from ipusim.recorder import COLUMNS, KINDS, Recorder
+
+ROWS = [  # (start, end, ipu, kind, stage, micro_batch, step, cycle, bytes, flops)
+    (5, 9, 1, "forward", 0, 3, 0, 2, 10.0, 7.5),
+    (0, 4, 0, "backward", 1, 2, 0, 1, 20.0, 9.0),
+    (5, 6, 0, "sync_wait", -1, -1, 0, 2, 0.0, 0.0),
+    (5, 8, 0, "ipu_copy", 1, 2, 0, 2, 300.0, 0.0),
+]
+
+
+def recorded(rows=ROWS) -> Recorder:
+    recorder = Recorder()
+    for row in rows:
+        recorder.record(*row)
+    return recorder
+
+
+def test_a_row_costs_32_bytes_once_packed():
+    recorder = recorded(ROWS * 1000)
+    assert len(recorder) == 4000
+    assert recorder.nbytes == 32 * 4000
+
+
+def test_the_frame_holds_every_row_sorted_by_start_then_ipu_with_stable_ties():
+    frame = recorded().to_frame(ipus_per_replica=1, instance=3)
+    assert list(frame.columns) == ["start_ps", "end_ps", "ipu", "replica", "instance",
+                                   *COLUMNS[3:]]
+    expected = sorted(ROWS, key=lambda row: (row[0], row[2]))  # stable: sync_wait first
+    assert [tuple(row) for row in frame[list(COLUMNS)].itertuples(index=False)] == expected
+    assert frame["kind"].dtype == pd.CategoricalDtype(KINDS)
+    assert (frame["instance"] == 3).all() and frame["replica"].tolist() == frame["ipu"].tolist()
+    for name in ("start_ps", "end_ps", "ipu", "stage", "micro_batch", "step", "cycle"):
+        assert frame[name].dtype == np.int64
+    assert frame["bytes"].dtype == frame["flops"].dtype == np.float64
+
+
+def test_rows_reads_back_what_was_recorded_ipu_by_ipu():
+    assert recorded().rows == sorted(ROWS, key=lambda row: row[2])
+
+
+def test_a_folded_record_is_expanded_to_every_replica():
+    one = Recorder()
+    for row in ROWS:
+        one.record(*row)
+    frame = one.to_frame(ipus_per_replica=2, copies=3)
+    every = Recorder()
+    for replica in range(3):
+        for start, end, ipu, *rest in ROWS:
+            every.record(start, end, ipu + 2 * replica, *rest)
+    pd.testing.assert_frame_equal(frame, every.to_frame(ipus_per_replica=2))
+    assert frame["replica"].value_counts().to_dict() == {0: 4, 1: 4, 2: 4}
+
+
+def test_an_empty_record_keeps_the_dtypes():
+    frame = Recorder().to_frame()
+    assert len(frame) == 0 and frame["start_ps"].dtype == np.int64
+    assert frame["kind"].dtype == pd.CategoricalDtype(KINDS)
+
+
+def test_an_unknown_kind_is_refused_when_recorded():
+    with pytest.raises(ValueError, match="event kind 'teleport' is not among"):
+        Recorder().record(0, 1, 0, "teleport", 0, 0, 0, -1)
+
+
+def test_rows_beyond_a_chunk_are_packed_and_kept_in_order():
+    from ipusim.recorder import CHUNK
+    rows = [(t, t + 1, 0, "forward", 0, t, 0, -1, 1.0, 2.0) for t in range(2 * CHUNK + 5)]
+    recorder = recorded(rows)
+    assert len(recorder) == len(rows) and recorder.rows == rows
+    assert recorder.to_frame()["micro_batch"].tolist() == list(range(len(rows)))
+
+
+def test_an_index_beyond_int32_is_refused_not_wrapped():
+    recorder = recorded([(0, 1, 0, "forward", 0, 2**31, 0, -1, 0.0, 0.0)])
+    with pytest.raises(OverflowError, match="beyond int32"):
+        recorder.to_frame()
