@@ -13,6 +13,7 @@ from ipusim.hardware import SystemSpec
 from ipusim.recorder import Recorder
 from ipusim.run_config import RunConfig
 from ipusim.schedule import build_step
+from ipusim.step_replay import StepReplay
 from ipusim.system import System
 from ipusim.work import Execution, Work
 
@@ -86,22 +87,30 @@ class Timeline:
 
 
 class Simulation:
-    """An engine (one compiled model) on a simulated system; each call is a step."""
+    """An engine (one compiled model) on a simulated system; each call is a step.
+
+    A call that starts with the system idle is replayed from the last one that
+    did (see :mod:`ipusim.step_replay`); ``replay_steps=False`` simulates each.
+    """
 
     def __init__(self, work: Work, run: RunConfig = RunConfig(),
                  system: SystemSpec = SystemSpec(), cost_model: CostModel = DEFAULT,
-                 instance: int = 0):
+                 instance: int = 0, replay_steps: bool = True):
         run.validate(work, system.num_ipus)
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
         self.instance = instance
         self.recorder = Recorder()
         self.system = System(system, self.recorder)
+        self._replay = StepReplay(self.system, enabled=replay_steps)
         self.steps = 0
 
     def step(self) -> int:
         """Simulate one call to the model; returns its simulated duration in ps."""
         start = self.system.now_ps
-        self.system.run(build_step(self.work, self.run, self.spec, self.cost_model, self.steps))
+        step = self.steps
+        self._replay.run(
+            lambda: self.system.run(build_step(self.work, self.run, self.spec, self.cost_model,
+                                               step)), step)
         self.steps += 1
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start
