@@ -15,15 +15,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 
+from ipusim.recorder import COLUMNS
 from ipusim.system import System
+
+_COLUMNS, _STEP = len(COLUMNS), COLUMNS.index("step")
 
 
 @dataclass(frozen=True)
 class StepTemplate:
     """One call as simulated from an idle system, its times relative to the call's start."""
 
-    rows: tuple[tuple, ...]  # the call's event rows, start and end relative to the call's start
+    # The call's event rows as columns (laid out as ipusim.recorder.COLUMNS:
+    # start, end, ipu, kind, stage, micro_batch, step, cycle, bytes, flops),
+    # start and end relative to the call's start.
+    columns: tuple[tuple, ...]
     duration_ps: int
     # Where the call left each host link's (to-device, to-host) free time, relative
     # to the call's start; None for a direction the call did not use.
@@ -35,15 +42,16 @@ class StepTemplate:
         """The call that started at ``start_ps`` and recorded rows from ``first_row`` on;
         None if a row is not the call's own (its step index is another)."""
         rows = system.recorder.rows[first_row:]
-        # The rows are laid out as ipusim.recorder.COLUMNS: start, end, ..., step (7th), ...
-        if any(row[6] != step for row in rows):
+        columns = tuple(zip(*rows)) if rows else ((),) * _COLUMNS
+        if any(row_step != step for row_step in columns[_STEP]):
             return None
 
         def relative(free_at: int) -> int | None:
             return free_at - start_ps if free_at > start_ps else None
 
+        begin, end = (tuple(t - start_ps for t in column) for column in columns[:2])
         return cls(
-            rows=tuple((row[0] - start_ps, row[1] - start_ps) + row[2:] for row in rows),
+            columns=(begin, end) + columns[2:],
             duration_ps=system.now_ps - start_ps,
             links=tuple((relative(link.h2d_free_at), relative(link.d2h_free_at))
                         for link in system.host_links))
@@ -51,9 +59,10 @@ class StepTemplate:
     def replay(self, system: System, step: int) -> None:
         """Record this call again as call ``step`` from now, and move the clock past it."""
         start = system.now_ps
+        begin, end, *middle = self.columns
+        middle[_STEP - 2] = repeat(step, len(begin))
         system.recorder.rows.extend(
-            (begin + start, end + start, ipu, kind, stage, micro_batch, step, cycle, nbytes, flops)
-            for begin, end, ipu, kind, stage, micro_batch, _, cycle, nbytes, flops in self.rows)
+            zip([t + start for t in begin], [t + start for t in end], *middle))
         if self.duration_ps:
             system.env.run(until=start + self.duration_ps)
         for link, (h2d, d2h) in zip(system.host_links, self.links):

@@ -173,7 +173,8 @@ def test_a_model_that_overrides_train_gets_its_own_mode_on_every_call():
 
 def test_a_model_in_eval_mode_trains_and_comes_back_in_eval_mode():
     net = Net().eval()
-    model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model = poptorch.trainingModel(net, poptorch.Options(),
+                                   torch.optim.SGD(net.parameters(), lr=0.1))
     modes_seen = []
     net.fc.register_forward_hook(lambda module, args, out: modes_seen.append(module.training))
     model(*data(4))
