@@ -5,20 +5,21 @@ the simulated IPU system; this measures what that costs on top of plain
 torch forward + backward + optimizer step (SGD with momentum) over the same
 micro-batches. For each MLP width (64, 256 and 1024 by default) both sides
 start from the same initial weights (the plain model loads the shim model's
-state before wrapping), get one untimed warm-up call each, then run
-interleaved repeats in alternating order, torch on one thread
+state before wrapping), get one untimed warm-up call each, then run pairs of
+calls, one of each side in alternating order, torch on one thread
 (``torch.set_num_threads(1)``) so the two sides do not compete for cores.
 
 Units: milliseconds per call (one call = all the micro-batches of one
 ``deviceIterations`` step), of the process's CPU time by default
 (``--clock cpu``: other processes on a shared machine barely move it) or of
-wall time (``--clock wall``). A repeat times ``--calls`` calls of each side
-back to back. Per width it prints the ratio shim / plain torch and the
-shim's fixed cost per call (shim ms minus plain ms, paired within a repeat),
-each as median (min-max) over the repeats, and the largest weight difference
+wall time (``--clock wall``). Each width runs ``--repeats`` pairs, by
+default as many as fit ``--seconds`` of plain torch (15 at least). Per
+width it prints both sides, the ratio shim / plain torch and the shim's
+fixed cost per call (shim ms minus plain ms within a pair), each as median
+[interquartile range] over the pairs, and the largest weight difference
 between the two models at the end (the same work gives the same weights).
-Goals: the fixed cost below 0.3 ms, which makes the ratio <= 1.10 at width
-64 and <= 1.03 at width 1024. Prints only; asserts nothing.
+Goals: a fixed cost below 0.3 ms, a ratio <= 1.10 at width 64 and <= 1.03
+at width 1024. Prints only; asserts nothing.
 """
 from __future__ import annotations
 
@@ -47,20 +48,19 @@ class Mlp(torch.nn.Module):
 
 
 def spread(values: list[float], fmt: str = ".3f") -> str:
-    """``median (min-max)`` of ``values``, each formatted with ``fmt``."""
-    return (f"{statistics.median(values):{fmt}} "
-            f"({min(values):{fmt}}-{max(values):{fmt}})")
+    """``median [first quartile-third quartile]`` of ``values``, each formatted with ``fmt``."""
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return f"{median:{fmt}} [{q1:{fmt}}-{q3:{fmt}}]"
 
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def elapsed(call, calls: int, clock) -> float:
-    """Seconds per call of ``calls`` calls of ``call()`` on ``clock``."""
+def elapsed(call, clock) -> float:
+    """Seconds of one ``call()`` on ``clock``."""
     start = clock()
-    for _ in range(calls):
-        call()
-    return (clock() - start) / calls
+    call()
+    return clock() - start
 
 
 def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -70,9 +70,10 @@ def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 
 def measure_width(width: int, x: torch.Tensor, y: torch.Tensor, micro_batch: int,
-                  device_iterations: int, repeats: int, calls: int,
+                  device_iterations: int, repeats: int | None, seconds: float,
                   clock) -> dict[str, list[float] | float]:
-    """Paired seconds per call of the shim call and the plain torch step at ``width``."""
+    """Paired seconds of the shim call and the plain torch step at ``width``:
+    ``repeats`` pairs, or as many as fit ``seconds`` of plain torch."""
     torch.manual_seed(width)
     shim_model, plain_model = Mlp(width), Mlp(width)
     plain_model.load_state_dict(shim_model.state_dict())  # the same initial weights
@@ -94,16 +95,17 @@ def measure_width(width: int, x: torch.Tensor, y: torch.Tensor, micro_batch: int
         """One shim training call over the same micro-batches."""
         shim(x, y)
 
-    plain_step()  # warm-up, one call each: both models stay in step
+    warm_up = elapsed(plain_step, clock)  # one call each: both models stay in step
     shim_step()
+    repeats = repeats or max(15, int(seconds / max(warm_up, 1e-6)))
     plain_times, shim_times = [], []
     for repeat in range(repeats):
         if repeat % 2:  # alternate which side goes first
-            shim_times.append(elapsed(shim_step, calls, clock))
-            plain_times.append(elapsed(plain_step, calls, clock))
+            shim_times.append(elapsed(shim_step, clock))
+            plain_times.append(elapsed(plain_step, clock))
         else:
-            plain_times.append(elapsed(plain_step, calls, clock))
-            shim_times.append(elapsed(shim_step, calls, clock))
+            plain_times.append(elapsed(plain_step, clock))
+            shim_times.append(elapsed(shim_step, clock))
     return {"plain": plain_times, "shim": shim_times,
             "weight_diff": max_weight_difference(shim_model, plain_model)}
 
@@ -113,8 +115,10 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--device-iterations", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=4, help="calls of each side per repeat")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="pairs of calls per width (default: as many as fit --seconds)")
+    parser.add_argument("--seconds", type=float, default=8.0,
+                        help="plain torch seconds per width when --repeats is not given")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -124,15 +128,14 @@ def main() -> None:
 
     print(f"one call: {args.device_iterations} micro-batches x {args.micro_batch} samples of an "
           f"MLP 784-W-W-10, SGD momentum; torch threads: {torch.get_num_threads()}; "
-          f"{args.clock} time; median (min-max) of {args.repeats} interleaved repeats of "
-          f"{args.calls} calls each")
-    print(f"{'width':>6}  {'plain torch ms/call':<24}{'shim ms/call':<24}"
+          f"{args.clock} time; median [interquartile range] over pairs of calls")
+    print(f"{'width':>6}{'pairs':>7}  {'plain torch ms/call':<24}{'shim ms/call':<24}"
           f"{'ratio shim/plain':<22}{'fixed cost ms/call':<24}{'max |dw|':>9}")
     for width in args.widths:
         result = measure_width(width, x, y, args.micro_batch, args.device_iterations,
-                               args.repeats, args.calls, CLOCKS[args.clock])
+                               args.repeats, args.seconds, CLOCKS[args.clock])
         plain, shim = result["plain"], result["shim"]
-        print(f"{width:>6}  {spread([1e3 * t for t in plain], '.2f'):<24}"
+        print(f"{width:>6}{len(plain):>7}  {spread([1e3 * t for t in plain], '.2f'):<24}"
               f"{spread([1e3 * t for t in shim], '.2f'):<24}"
               f"{spread([s / p for s, p in zip(shim, plain)]):<22}"
               f"{spread([1e3 * (s - p) for s, p in zip(shim, plain)], '.2f'):<24}"
