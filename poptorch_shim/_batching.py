@@ -122,16 +122,13 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
     args, kwargs = inputs
     leaves, spec = flatten_inputs(args, kwargs)
     size = _micro_batch_size(leaves, shape)
-    starts = range(0, shape.micro_batches * size, size)
-    if spec is _arguments_spec(len(args), tuple(kwargs)):  # every argument a tensor
-        positional = len(args)
-        cuts = [[leaf[start:start + size] if leaf.dim() else leaf for leaf in leaves]
-                for start in starts]
-        return [(tuple(cut[:positional]), dict(zip(kwargs, cut[positional:]))) for cut in cuts]
     batched = [isinstance(leaf, torch.Tensor) and leaf.dim() > 0 for leaf in leaves]
-    return [tree_unflatten([leaf[start:start + size] if cut else leaf
-                            for leaf, cut in zip(leaves, batched)], spec)
-            for start in starts]
+    cuts = [[leaf[start:start + size] if cut else leaf for leaf, cut in zip(leaves, batched)]
+            for start in range(0, shape.micro_batches * size, size)]
+    if spec is not _arguments_spec(len(args), tuple(kwargs)):
+        return [tree_unflatten(cut, spec) for cut in cuts]
+    positional = len(args)  # every argument a tensor: no tree to rebuild
+    return [(tuple(cut[:positional]), dict(zip(kwargs, cut[positional:]))) for cut in cuts]
 
 
 def returned_rows(rows: int, mode: OutputMode, period: int) -> range:
