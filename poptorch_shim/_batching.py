@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -55,7 +56,7 @@ def flatten(value: Any) -> tuple[list[Any], TreeSpec]:
     return: one tensor, or a tuple of tensors."""
     if isinstance(value, torch.Tensor):
         return [value], _LEAF
-    if type(value) is tuple and all(isinstance(leaf, torch.Tensor) for leaf in value):
+    if type(value) is tuple and all(map(isinstance, value, repeat(torch.Tensor))):
         return list(value), _tuple_spec(len(value))
     return tree_flatten(value)
 
@@ -78,7 +79,7 @@ def flatten_inputs(args: tuple, kwargs: dict) -> tuple[list[Any], TreeSpec]:
     """``tree_flatten((args, kwargs))``, without the generic walk when every
     argument is a tensor (as most calls' are)."""
     values = (*args, *kwargs.values())
-    if all(isinstance(value, torch.Tensor) for value in values):
+    if all(map(isinstance, values, repeat(torch.Tensor))):
         return list(values), _arguments_spec(len(args), tuple(kwargs))
     return tree_flatten((args, kwargs))
 

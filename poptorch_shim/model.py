@@ -225,13 +225,14 @@ class PoplarExecutor:
                 for i in range(0, len(micro_batches), shape.input_groups)]
         returned = returned_rows(len(rows), self._options.resolved_output_mode(self._training),
                                  self._options.output_return_period)
+        sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         with _mode(self._user_model, self._training):
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
                 for index in range(start, start + shape.gradient_accumulation):
-                    for replica in range(shape.replicas):
-                        mb_args, mb_kwargs = rows[index][shape.input_of(replica)]
+                    for source in sources:
+                        mb_args, mb_kwargs = rows[index][source]
                         out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
                         outputs.append(flatten_detached(out) if index in returned else None)
                 if self._training:
