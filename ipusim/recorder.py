@@ -113,6 +113,26 @@ class Columns:
     def __len__(self) -> int:
         return sum(len(block) for block in self.times) + len(self.pending) // (2 + FIELDS)
 
+    def tail(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(times, fields) of the last ``count`` rows, packed, gathered from the newest blocks."""
+        self.pack()
+        times, fields, left = [], [], count
+        for block_times, block_fields in zip(reversed(self.times), reversed(self.fields)):
+            if left <= 0:
+                break
+            take = min(left, len(block_times))
+            times.append(block_times[len(block_times) - take:])
+            fields.append(block_fields[len(block_fields) - take:])
+            left -= take
+        return (np.concatenate(times[::-1]) if times else np.empty((0, 2), np.int64),
+                np.concatenate(fields[::-1]) if fields else np.empty((0, FIELDS), np.int32))
+
+    def append(self, times: np.ndarray, fields: np.ndarray) -> None:
+        """Append packed rows (a replayed call's) after those recorded so far."""
+        self.pack()
+        self.times.append(times)
+        self.fields.append(fields)
+
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, fields) of every row, packed."""
         self.pack()
@@ -144,6 +164,19 @@ class Recorder:
 
     def __len__(self) -> int:
         return sum(len(columns) for columns in self._ipus)
+
+    def mark(self) -> tuple[int, ...]:
+        """How many rows each IPU holds now: what :meth:`since` counts from."""
+        return tuple(len(columns) for columns in self._ipus)
+
+    def since(self, mark: tuple[int, ...]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each IPU's (times, fields) recorded after ``mark``, for the IPUs that recorded any."""
+        out = {}
+        for ipu, columns in enumerate(self._ipus):
+            count = len(columns) - (mark[ipu] if ipu < len(mark) else 0)
+            if count:
+                out[ipu] = columns.tail(count)
+        return out
 
     @property
     def nbytes(self) -> int:

@@ -14,6 +14,7 @@ from ipusim.hardware import SystemSpec
 from ipusim.recorder import Recorder
 from ipusim.run_config import RunConfig
 from ipusim.schedule import build_step
+from ipusim.step_replay import StepReplay
 from ipusim.system import System
 from ipusim.work import Execution, Work
 
@@ -87,13 +88,20 @@ class Timeline:
 
 
 class Simulation:
-    """An engine (one compiled model) on a simulated system; each call is a step."""
+    """An engine (one compiled model) on a simulated system; each call is a step.
+
+    A call that starts with the system idle is replayed from the last one that
+    did (see :mod:`ipusim.step_replay`); ``replay_steps=False`` simulates each.
+    """
 
     def __init__(self, work: Work, run: RunConfig = RunConfig(),
                  system: SystemSpec = SystemSpec(), cost_model: CostModel = DEFAULT,
-                 instance: int = 0, fold_replicas: bool | None = None):
+                 instance: int = 0, fold_replicas: bool | None = None,
+                 replay_steps: bool = True):
         """``fold_replicas``: simulate one replica for all where that is exact (see
-        :mod:`ipusim.folding`); None: on unless ``IPUSIM_FOLD_REPLICAS=0``."""
+        :mod:`ipusim.folding`); None: on unless ``IPUSIM_FOLD_REPLICAS=0``.
+        ``replay_steps``: record a call that starts idle as the last such call,
+        shifted in time (see :mod:`ipusim.step_replay`); False simulates each."""
         run.validate(work, system.num_ipus)
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
         self.instance = instance
@@ -101,6 +109,7 @@ class Simulation:
         self.recorder = Recorder()
         simulated = replace(system, num_ipus=work.ipus_per_replica) if self.folded else system
         self.system = System(simulated, self.recorder)
+        self._replay = StepReplay(self.system, enabled=replay_steps)
         self.steps = 0
 
     @property
@@ -111,8 +120,10 @@ class Simulation:
     def step(self) -> int:
         """Simulate one call to the model; returns its simulated duration in ps."""
         start = self.system.now_ps
-        self.system.run(build_step(self.work, self.run, self.spec, self.cost_model, self.steps,
-                                   self.folded))
+        step = self.steps
+        self._replay.run(
+            lambda: self.system.run(build_step(self.work, self.run, self.spec, self.cost_model,
+                                               step, self.folded)), step)
         self.steps += 1
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start

@@ -8,9 +8,9 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import TreeSpec, tree_flatten
 
 from ipusim import Cost
+from poptorch_shim._batching import flatten
 from poptorch_shim._cost_probe import measure, tensor_bytes
 
 
@@ -175,19 +176,14 @@ class LossFinder:
     def __init__(self) -> None:
         self._where: Optional[tuple[TreeSpec, int]] = None  # output structure, leaf index
 
-    @contextmanager
-    def watching(self) -> Iterator[Optional[LossRecorder]]:
-        """Record the loss functions' results while the forward runs, until the
-        loss has been found once."""
-        if self._where is not None:
-            yield None
-            return
-        with LossRecorder() as losses:
-            yield losses
+    def watching(self) -> ContextManager[Optional[LossRecorder]]:
+        """Record the loss functions' results while the forward runs (``with
+        finder.watching() as losses``), until the loss has been found once."""
+        return nullcontext() if self._where is not None else LossRecorder()
 
     def find(self, output: Any, losses: Optional[LossRecorder]) -> torch.Tensor:
         """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
-        leaves, spec = tree_flatten(output)
+        leaves, spec = flatten(output)
         if self._where is not None and self._where[0] == spec:
             return leaves[self._where[1]]
         loss = find_loss(output, losses)
@@ -220,7 +216,9 @@ class WholeModel:
                 return self.model(*args, **kwargs)
         with self.loss_finder.watching() as losses:
             output = self.model(*args, **kwargs)
-        (self.loss_finder.find(output, losses) * loss_scale).backward()
+        loss = self.loss_finder.find(output, losses)
+        # The gradients of loss * loss_scale, without an autograd node for the product.
+        loss.backward(None if loss_scale == 1.0 else torch.full_like(loss, loss_scale))
         return output
 
     def profile(self, args: tuple, kwargs: dict,

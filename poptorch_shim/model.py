@@ -16,10 +16,10 @@ import logging
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from poptorch_shim import enums, profiling, simulated_clock
-from poptorch_shim._batching import StepShape, assemble, batch_size_of, detach_all, split
+from poptorch_shim._batching import (StepShape, assemble, batch_size_of, flatten,
+                                     flatten_detached, flatten_inputs, returned_rows, split)
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._fake import fake_inputs, placeholder_outputs
 from poptorch_shim.anchors import Anchors, activation_names
@@ -83,7 +83,7 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.sim_timing_only
-        self._placeholder: Any = None  # a timing-only model's output for each micro-batch
+        self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._overlap = (False, False)  # overlapped input, output stream copies asked for
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
@@ -191,7 +191,7 @@ class PoplarExecutor:
                                self._options.output_return_period)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
-            self._placeholder = placeholder_outputs(output)
+            self._placeholder = flatten(placeholder_outputs(output))
         self._device = SimulatedDevice(
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
@@ -281,7 +281,8 @@ class PoplarExecutor:
                 "drop_last=True does), or wrap the model again for the new size.")
 
     def _run_step(self, micro_batches: list) -> list:
-        """Real compute of every micro-batch of every replica, in stream order.
+        """Real compute of every micro-batch of every replica, in stream order;
+        the outputs the output mode returns flattened and detached, None for the rest.
 
         ``micro_batches`` are the distinct inputs, a row of ``input_groups``
         per iteration and accumulation step; each replica of a row computes on
@@ -292,17 +293,20 @@ class PoplarExecutor:
         scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
         rows = [micro_batches[i:i + shape.input_groups]
                 for i in range(0, len(micro_batches), shape.input_groups)]
+        returned = returned_rows(len(rows), self._resolved_mode(),
+                                 self._options.output_return_period)
+        sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         with _mode(self._user_model, self._training), running_on_ipu(), \
                 self._anchors.capturing(shape, self._resolved_mode(),
                                         self._options.output_return_period, scale) as anchors:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
-                for row in rows[start:start + shape.gradient_accumulation]:
-                    for replica in range(shape.replicas):
-                        mb_args, mb_kwargs = row[shape.input_of(replica)]
+                for index in range(start, start + shape.gradient_accumulation):
+                    for source in sources:
+                        mb_args, mb_kwargs = rows[index][source]
                         out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
-                        outputs.append(detach_all(out))
+                        outputs.append(flatten_detached(out) if index in returned else None)
                         anchors.micro_batch_done()
                 if self._training:
                     if self._across_instances:
@@ -376,7 +380,7 @@ def input_signature(micro_batch: tuple) -> tuple:
     ``(args, kwargs)``: what an IPU program is compiled for. Keyword arguments
     bind by name, so their order does not count."""
     args, kwargs = micro_batch
-    leaves, spec = tree_flatten((args, dict(sorted(kwargs.items()))))
+    leaves, spec = flatten_inputs(args, dict(sorted(kwargs.items())))
     return (spec, tuple((tuple(leaf.shape), leaf.dtype) if isinstance(leaf, torch.Tensor)
                         else type(leaf) for leaf in leaves))
 
@@ -457,11 +461,15 @@ class _mode:
 
     def __enter__(self):
         self.saved = [(m, m.training) for m in self.module.modules()]
-        self.module.train(self.training)
+        # Module.train only sets the flags: skipped when they are all set already.
+        if any(was != self.training or type(m).train is not torch.nn.Module.train
+               for m, was in self.saved):
+            self.module.train(self.training)
 
     def __exit__(self, *exc):
         for module, was_training in self.saved:
-            module.training = was_training
+            if module.training != was_training:
+                module.training = was_training
 
 
 def trainingModel(model: torch.nn.Module, options: Options | None = None,
