@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._batching import StepShape, assemble
+from poptorch_shim._batching import StepShape, assemble, flatten
 from poptorch_shim.errors import InvalidUseError
 
 GRADIENT, UPDATED = "Gradient___", "UpdatedVar___"
@@ -123,7 +123,8 @@ class Anchors:
             values = capture.values[short_name]
             if kind == UPDATED:   # one per update, the same on every replica
                 values = [value for value in values for _ in range(shape.replicas)]
-            self._values[short_name] = assemble(values, shape, mode, period)
+            self._values[short_name] = assemble([flatten(value) for value in values],
+                                                shape, mode, period)
 
     def value(self, short_name: str) -> Any:
         """The value the last run returned for the anchor ``short_name``."""
