@@ -56,6 +56,7 @@ class LocalProcesses:
                                    initializer=_ignore_interrupts)
         pending: dict[Future, str] = {}
         tasks = iter(tasks)
+        finished = False
         try:
             while True:
                 for key, point in tasks:
@@ -63,6 +64,7 @@ class LocalProcesses:
                     if len(pending) >= 2 * self.workers:
                         break
                 if not pending:
+                    finished = True
                     return
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -74,12 +76,15 @@ class LocalProcesses:
                                           "held are not done") from None
                     yield key, row, seconds
         finally:
-            _stop(pool)
+            if finished:
+                pool.shutdown(wait=True)
+            else:
+                _stop(pool)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Cancel what is queued and end the workers now, waiting for them to exit."""
-    processes = list((pool._processes or {}).values())
+    processes = list((pool._processes or {}).values())  # no public way to reach them
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():

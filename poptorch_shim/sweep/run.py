@@ -23,6 +23,7 @@ from poptorch_shim.sweep.backends import InProcess, LocalProcesses, Task
 from poptorch_shim.sweep.measure import Measurements, signature
 from poptorch_shim.sweep.points import design_point, point_options
 from poptorch_shim.sweep.spec import SweepSpec
+from poptorch_shim.sweep import store as store_module
 from poptorch_shim.sweep.store import ResultsStore
 
 THROUGHPUT = "throughput(items/s)"
@@ -38,21 +39,18 @@ def cell(value: Any) -> Any:
 class _Rows:
     """The results of this sweep: the store (if any), the progress bar and the hook."""
 
-    def __init__(self, store: ResultsStore | None, total: int, progress: bool,
+    def __init__(self, store: ResultsStore | None, total: int, done: int, progress: bool,
                  on_result: Callable[[dict], None] | None):
         self.store, self.on_result = store, on_result
         self.rows: dict[str, dict] = {}
-        done = store.done if store is not None else set()
-        self.bar = tqdm(total=total, initial=len(done), desc="sweep", unit="point",
+        self.bar = tqdm(total=total, initial=done, desc="sweep", unit="point",
                         disable=not progress, dynamic_ncols=True)
         self.failed = self.best = 0
-        self.new = 0
 
     def add(self, row: dict) -> None:
         self.rows[row["point_id"]] = row
         if self.store is not None:
             self.store.add(row)
-        self.new += 1
         if row.get("error"):
             self.failed += 1
         elif row.get("fits") and row[THROUGHPUT] > self.best:
@@ -90,15 +88,27 @@ def sweep(spec: SweepSpec | str | Path, output: str | Path | None = None,
     spec = sweep_spec.load(spec) if isinstance(spec, (str, Path)) else spec
     output = output if output is not None else spec.output
     store = ResultsStore(output) if output is not None else None
+    rows = run_points(spec, spec.points(), store, backend, progress, on_result, measurements)
+    if store is not None and store.path.exists():
+        return read_results(store.path)
+    return store_module.normalised(pd.DataFrame(rows))
+
+
+def run_points(spec: SweepSpec, points: list[dict[str, Any]], store: ResultsStore | None = None,
+               backend: Any = None, progress: bool = False,
+               on_result: Callable[[dict], None] | None = None,
+               measurements: Measurements | None = None, first_index: int = 0) -> list[dict]:
+    """Simulate the points (settings) of ``spec``'s model not yet in ``store``;
+    the rows of this run, numbered from ``first_index`` in the order given."""
     backend = backend if backend is not None else LocalProcesses()
     measurements = measurements or Measurements(spec.model)
-    points = spec.points()
     done = store.done if store is not None else set()
-    todo = [(index, spec.point_id(settings), settings) for index, settings in enumerate(points)]
+    todo = [(first_index + index, spec.point_id(settings), settings)
+            for index, settings in enumerate(points)]
     todo = [entry for entry in todo if entry[1] not in done]
     # Points that share a measurement run together: each signature measured once.
     todo.sort(key=lambda entry: repr(signature(entry[2])))
-    rows = _Rows(store, len(points), progress, on_result)
+    rows = _Rows(store, len(points), len(points) - len(todo), progress, on_result)
     by_key = {key: (index, settings) for index, key, settings in todo}
 
     def tasks() -> Iterator[Task]:
@@ -122,14 +132,9 @@ def sweep(spec: SweepSpec | str | Path, output: str | Path | None = None,
         rows.bar.close()
         if store is not None:
             store.close()
-    if store is not None and store.path.exists():
-        return read_results(store.path)
-    return pd.DataFrame(sorted(rows.rows.values(), key=lambda row: row["point"]))
+    return list(rows.rows.values())
 
 
 def read_results(path: str | Path) -> pd.DataFrame:
     """A results file as a table, a row per point in the sweep's order."""
-    path = Path(path)
-    table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    return table.sort_values("point", kind="stable", ignore_index=True)
-
+    return store_module.read(path)

@@ -69,11 +69,16 @@ def _location(calls: dict) -> TensorLocationSettings:
     return settings
 
 
-def _arguments(name: str, value: Any) -> list:
+def _arguments(name: str, value: Any) -> tuple[list, dict]:
+    """Positional and keyword arguments of the call: a table last in a list
+    gives keywords (``["mk2", 4, {clock_hz = 1.2e9}]``)."""
     values = value if isinstance(value, list) else [value]
     if name.endswith("Location") and len(values) == 1 and isinstance(values[0], dict):
-        return [_location(values[0])]
-    return [convert(v) for v in values]
+        return [_location(values[0])], {}
+    keywords = values[-1] if values and isinstance(values[-1], dict) else {}
+    if keywords:
+        values = values[:-1]
+    return [convert(v) for v in values], {key: convert(v) for key, v in keywords.items()}
 
 
 def _setter(options: Options, name: str):
@@ -107,7 +112,8 @@ def apply(options: Options, settings: dict[str, Any]) -> Options:
         elif name == RECOMPUTATION:
             options._Popart.set("autoRecomputation", int(convert(f"RecomputationType.{value}")))
         else:
-            _setter(options, name)(*_arguments(name, value))
+            positional, keywords = _arguments(name, value)
+            _setter(options, name)(*positional, **keywords)
     return options
 
 
@@ -159,6 +165,8 @@ def as_code(settings: dict[str, Any]) -> str:
                                 in values[0].items())
                 arguments = f"poptorch.TensorLocationSettings(){calls}"
             else:
-                arguments = ", ".join(_literal(v) for v in values)
+                keywords = values[-1] if values and isinstance(values[-1], dict) else {}
+                arguments = ", ".join([_literal(v) for v in values[:len(values) - bool(keywords)]]
+                                      + [f"{key}={_literal(v)}" for key, v in keywords.items()])
             lines.append(f"opts.{name}({arguments})")
     return "\n".join(lines)

@@ -68,10 +68,7 @@ class ResultsStore:
 
     def table(self) -> pd.DataFrame:
         """Every row, in the order of the points of the sweep."""
-        table = pd.DataFrame(list(self._rows.values()))
-        if "point" in table:
-            table = table.sort_values("point", kind="stable", ignore_index=True)
-        return table
+        return normalised(pd.DataFrame(list(self._rows.values())))
 
     def write(self) -> None:
         """Rewrite the results table with every row, then empty the journal."""
@@ -99,8 +96,26 @@ class ResultsStore:
             self._file = None
 
 
+def normalised(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with one type per column whatever the order its rows came
+    in or the file it was read from: ``fits`` a nullable boolean, rows in the
+    order of the sweep's points."""
+    if "fits" in table:
+        table = table.assign(fits=table["fits"].astype("boolean"))
+    if "point" in table:
+        table = table.sort_values("point", kind="stable", ignore_index=True)
+    return table
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    """A results file (Parquet or CSV) as a table."""
+    path = Path(path)
+    table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    return normalised(table)
+
+
 def _plain(value):
     """A table cell as the journal holds it (NaN as None, numpy scalars as Python)."""
-    if isinstance(value, float) and value != value:
+    if value is pd.NA or isinstance(value, float) and value != value:
         return None
     return value.item() if hasattr(value, "item") else value
