@@ -141,7 +141,8 @@ def _in_precision(value: Any, dtype: torch.dtype) -> Any:
     return value
 
 
-def _micro_batch_size(case: ModelCase) -> int:
+def micro_batch_size(case: ModelCase) -> int:
+    """Samples in the case's micro-batch: the first dimension of its first tensor."""
     for value in (*case.inputs, *case.kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim():
             return value.shape[0]
@@ -163,7 +164,7 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     if size is not None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"micro_batch must be a positive integer, got {size!r}")
-        old = _micro_batch_size(case)
+        old = micro_batch_size(case)
         inputs, kwargs = _resized(inputs, old, size), _resized(kwargs, old, size)
     options = case.options.clone()
     if sweep_settings.PIPELINE in point_settings:

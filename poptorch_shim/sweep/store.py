@@ -98,10 +98,12 @@ class ResultsStore:
 
 def normalised(table: pd.DataFrame) -> pd.DataFrame:
     """The table with one type per column whatever the order its rows came
-    in or the file it was read from: ``fits`` a nullable boolean, rows in the
-    order of the sweep's points."""
+    in or the file it was read from: ``fits`` a nullable boolean, ``ipus`` a
+    nullable integer, rows in the order of the sweep's points (``fits`` and ``ipus`` empty for invalid points)."""
     if "fits" in table:
         table = table.assign(fits=table["fits"].astype("boolean"))
+    if "ipus" in table:
+        table = table.assign(ipus=table["ipus"].astype("Int64"))
     if "point" in table:
         table = table.sort_values("point", kind="stable", ignore_index=True)
     return table
