@@ -61,7 +61,8 @@ def search_space(measurements: Measurements, ipus: int, system: str) -> tuple[di
     if per_replica > ipus:
         raise ValueError(f"--ipus {ipus}: the model's stages need {per_replica} IPUs per "
                          "replica")
-    fixed: dict[str, Any] = {"Simulation.system": [system, ipus]}
+    machine = [system, ipus] + ([dict(options.sim_overrides)] if options.sim_overrides else [])
+    fixed: dict[str, Any] = {"Simulation.system": machine}
     replicas = _divisors(ipus // per_replica)
     micro_batches = sorted({m for m in (micro_batch // 2, micro_batch, micro_batch * 2) if m >= 1})
     space: dict[str, list] = {"replicationFactor": replicas, sweep_settings.MICRO_BATCH:

@@ -2,7 +2,9 @@
 
 Every backend takes ``(point id, design point)`` pairs and yields ``(point
 id, row, seconds)`` as points finish, in whatever order they finish. Workers
-run :func:`ipusim.design_point.evaluate`, which imports only ipusim. A
+run :func:`ipusim.design_point.evaluate`, which imports only ipusim (but a
+spawned worker imports the parent's main script, so a script that calls
+:func:`~poptorch_shim.sweep.sweep` keeps it under ``if __name__ == "__main__":``). A
 bounded number of points is in flight at a time, so an interrupted sweep
 stops quickly; leaving the iteration early (Ctrl-C, an error) cancels what
 is in flight and stops the workers, leaving no process behind.
@@ -38,11 +40,6 @@ class InProcess:
             yield key, row, seconds
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them in order."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class LocalProcesses:
     """Worker processes on this machine (spawned: no state shared with the parent)."""
 
@@ -52,8 +49,12 @@ class LocalProcesses:
         self.workers = workers or os.cpu_count() or 1
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        # Workers leave Ctrl-C to the parent, which stops them in order. The
+        # initializer is signal.signal itself: a function of this module would
+        # make every worker import the shim, and torch with it.
         pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_interrupts)
+                                   initializer=signal.signal,
+                                   initargs=(signal.SIGINT, signal.SIG_IGN))
         pending: dict[Future, str] = {}
         tasks = iter(tasks)
         finished = False

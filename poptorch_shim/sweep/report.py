@@ -40,7 +40,7 @@ def write_sweep_report(spec: SweepSpec, table: pd.DataFrame, directory: str | Pa
     if points not in POINTS:
         raise ValueError(f"points must be one of {POINTS}, got {points!r}")
     directory = Path(directory)
-    measurements = measurements or Measurements(spec.model)
+    measurements = measurements if measurements is not None else Measurements(spec.model)
     valid = table[table["error"].isna()]
     chosen = {"pareto": table.loc[pareto_front(table)], "all": valid,
               "none": valid.iloc[:0]}[points]

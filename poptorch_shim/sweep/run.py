@@ -101,7 +101,7 @@ def run_points(spec: SweepSpec, points: list[dict[str, Any]], store: ResultsStor
     """Simulate the points (settings) of ``spec``'s model not yet in ``store``;
     the rows of this run, numbered from ``first_index`` in the order given."""
     backend = backend if backend is not None else LocalProcesses()
-    measurements = measurements or Measurements(spec.model)
+    measurements = measurements if measurements is not None else Measurements(spec.model)
     done = store.done if store is not None else set()
     todo = [(first_index + index, spec.point_id(settings), settings)
             for index, settings in enumerate(points)]

@@ -99,7 +99,8 @@ class ResultsStore:
 def normalised(table: pd.DataFrame) -> pd.DataFrame:
     """The table with one type per column whatever the order its rows came
     in or the file it was read from: ``fits`` a nullable boolean, ``ipus`` a
-    nullable integer, rows in the order of the sweep's points (``fits`` and ``ipus`` empty for invalid points)."""
+    nullable integer (both empty for invalid points), rows in the order of
+    the sweep's points."""
     if "fits" in table:
         table = table.assign(fits=table["fits"].astype("boolean"))
     if "ipus" in table:
