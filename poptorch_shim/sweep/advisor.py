@@ -23,6 +23,9 @@ from poptorch_shim.sweep.run import THROUGHPUT, run_points
 from poptorch_shim.sweep.spec import ModelSource, SweepSpec
 from poptorch_shim.sweep.store import normalised
 
+_ORDER = ["Simulation.system", "replicationFactor", "deviceIterations",
+          "Training.gradientAccumulation", sweep_settings.MICRO_BATCH,
+          sweep_settings.RECOMPUTATION, "TensorLocations.setOptimizerLocation"]
 OFF_CHIP = {"useOnChipStorage": False}
 ON_CHIP = {"useOnChipStorage": True}
 
@@ -130,6 +133,9 @@ def _advice(rows: list[dict], searched: str) -> Advice:
         ["_fits", THROUGHPUT], ascending=[False, False], kind="stable",
         ignore_index=True, na_position="last").drop(columns="_fits")
     best = json.loads(table.iloc[0]["config"]) if fitting.any() else None
+    if best is not None:  # in the order a person writes them
+        best = dict(sorted(best.items(), key=lambda item: _ORDER.index(item[0])
+                           if item[0] in _ORDER else len(_ORDER)))
     return Advice(table, best, searched)
 
 
