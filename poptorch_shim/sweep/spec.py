@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -141,15 +142,14 @@ def from_dict(data: dict[str, Any], base: Path = Path(".")) -> SweepSpec:
         raise ValueError(f"[model]: unknown key(s) {sorted(extra)}; expected factory, script, "
                          "args, kwargs")
     if model.get("script") is not None:
-        model["script"] = str((base / model["script"]).resolve()) \
-            if not Path(model["script"]).is_absolute() else model["script"]
+        model["script"] = os.path.normpath(base / model["script"])
     sweep = dict(data.get("sweep", {}))
     extra = set(sweep) - {"steps", "sample", "seed", "output"}
     if extra:
         raise ValueError(f"[sweep]: unknown key(s) {sorted(extra)}; expected steps, sample, "
                          "seed, output")
     if sweep.get("output") is not None and not Path(sweep["output"]).is_absolute():
-        sweep["output"] = str(base / sweep["output"])
+        sweep["output"] = os.path.normpath(base / sweep["output"])
     return SweepSpec(model=ModelSource(factory=model.get("factory"), script=model.get("script"),
                                        args=tuple(model.get("args", ())),
                                        kwargs=dict(model.get("kwargs", {}))),
