@@ -71,7 +71,8 @@ def main() -> None:
     tasks = design_points(spec, measurements)
     print(f"BERT-Large sweep: {len(spec.points())} points sampled, {len(tasks)} accepted by "
           f"PopTorch's checks; {len(measurements)} measurements (stage signatures) in "
-          f"{time.perf_counter() - start:.1f} s; {cores} cores")
+          f"{time.perf_counter() - start:.1f} s; {cores} cores, load average "
+          f"{os.getloadavg()[0]:.1f} (other work on the machine slows the parallel backends)")
 
     serial, seconds = timed(InProcess(), tasks)
     print(f"  in this process:          {serial:6.1f} s, {len(tasks) / serial:5.2f} points/s "
@@ -101,6 +102,7 @@ def main() -> None:
     overhead = (wall - sum(seconds)) / len(cheap_tasks)
     print(f"  Ray overhead per point (1 CPU, {len(cheap_tasks)} points of "
           f"{statistics.median(seconds) * 1e3:.0f} ms): {overhead * 1e3:.1f} ms (goal <= 20 ms)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,10 @@ def figures(table: pd.DataFrame, links: dict[str, str]) -> dict[str, go.Figure]:
         "pareto": _scatter(table, MEMORY, THROUGHPUT, names, links,
                            "Throughput against memory (fullest IPU)", "MB", "items/s", front),
     }
+    capacity = table["capacity(MB)"].dropna()
+    if len(capacity):  # what fits lies left of the line
+        out["pareto"].add_vline(x=float(capacity.min()), line_dash="dash", line_color="#777",
+                                annotation_text="SRAM of an IPU")
     if GA in table:
         out["bubble_vs_ga"] = _scatter(table, GA, "bubble_fraction", names, links,
                                        "Pipeline bubble against gradient accumulation",
