@@ -70,12 +70,11 @@ class LocalProcesses:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     key = pending.pop(future)
-                    try:
-                        row, seconds = future.result()
-                    except BrokenProcessPool as error:
-                        raise WorkersLost(f"a worker process died ({error}); the points it "
-                                          "held are not done") from None
+                    row, seconds = future.result()
                     yield key, row, seconds
+        except BrokenProcessPool as error:
+            raise WorkersLost(f"a worker process died ({error}); the points it held are not "
+                              "done") from None
         finally:
             if finished:
                 pool.shutdown(wait=True)

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from poptorch_shim.sweep.backends import InProcess, LocalProcesses, RayCluster
+from poptorch_shim.sweep.backends import InProcess, LocalProcesses, RayCluster, WorkersLost
 from poptorch_shim.sweep.spec import ModelSource
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
@@ -40,6 +40,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(f"\nipusim sweep: interrupted; the finished points are in {output}: run the "
               "same command to resume", file=sys.stderr)
         return INTERRUPTED
+    except WorkersLost as error:
+        print(f"ipusim sweep: error: {error}; the finished points are in {output}: run the "
+              "same command to resume", file=sys.stderr)
+        return 1
     failed = int(table["error"].notna().sum())
     fitting = table[table["error"].isna() & table["fits"].fillna(False).astype(bool)]
     print(f"{len(table)} points: {len(fitting)} fit, {len(table) - failed - len(fitting)} do "

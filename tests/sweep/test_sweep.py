@@ -10,6 +10,9 @@ finished point again, and leaves no worker process behind.
 import html
 import json
 import multiprocessing
+import os
+import signal
+import time
 
 import pandas as pd
 import pytest
@@ -20,6 +23,7 @@ from ipusim.cli import main as ipusim_main
 from ipusim.report.sweep import pareto_front
 from poptorch_shim.sweep import (InProcess, LocalProcesses, Measurements, ModelSource, SweepSpec,
                                  read_results, sweep)
+from poptorch_shim.sweep.backends import WorkersLost
 from poptorch_shim.sweep.settings import as_code
 from poptorch_shim.sweep.spec import from_dict
 from poptorch_shim.sweep.store import ResultsStore
@@ -112,13 +116,31 @@ def test_interrupted_sweep_resumes_to_the_same_table_computing_no_point_twice(
     assert len(kept) == 3 and set(kept["point_id"]) == set(seen)
 
     resumed = []
-    table = sweep(spec(), path, LocalProcesses(2), on_result=lambda r: resumed.append(r["point_id"]))
+    table = sweep(spec(), path, LocalProcesses(2),
+                  on_result=lambda row: resumed.append(row["point_id"]))
     assert len(resumed) == 15 and not set(resumed) & set(seen)
     pd.testing.assert_frame_equal(table, uninterrupted[0])
     # Once complete, running the sweep again computes nothing.
     again = []
     sweep(spec(), path, InProcess(), on_result=lambda r: again.append(r))
     assert again == []
+
+
+def test_a_killed_worker_stops_the_sweep_which_then_resumes(tmp_path, uninterrupted):
+    path, seen = tmp_path / "results.parquet", []
+
+    def kill_a_worker(row):
+        seen.append(row)
+        if len(seen) == 8:
+            os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+            time.sleep(0.5)  # let the pool see it before the next result
+
+    with pytest.raises(WorkersLost, match="a worker process died"):
+        sweep(spec(), path, LocalProcesses(2), on_result=kill_a_worker)
+    assert multiprocessing.active_children() == []
+    assert len(read_results(path)) == len(seen) < 18
+    table = sweep(spec(), path, LocalProcesses(2))
+    pd.testing.assert_frame_equal(table, uninterrupted[0])
 
 
 def test_a_sweep_killed_before_the_table_was_written_keeps_its_journal(tmp_path):
