@@ -94,6 +94,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+    pool.shutdown(wait=True)  # the pool's thread sees them gone and closes its queues
 
 
 class RayCluster:
