@@ -19,11 +19,11 @@ from tqdm import tqdm
 
 from ipusim.design_point import FIGURES
 from poptorch_shim.sweep import spec as sweep_spec
-from poptorch_shim.sweep.backends import InProcess, LocalProcesses, Task
+from poptorch_shim.sweep import store as store_module
+from poptorch_shim.sweep.backends import LocalProcesses, Task
 from poptorch_shim.sweep.measure import Measurements, signature
 from poptorch_shim.sweep.points import design_point, point_options
 from poptorch_shim.sweep.spec import SweepSpec
-from poptorch_shim.sweep import store as store_module
 from poptorch_shim.sweep.store import ResultsStore
 
 THROUGHPUT = "throughput(items/s)"
@@ -39,22 +39,27 @@ def cell(value: Any) -> Any:
 class _Rows:
     """The results of this sweep: the store (if any), the progress bar and the hook."""
 
-    def __init__(self, store: ResultsStore | None, total: int, done: int, progress: bool,
-                 on_result: Callable[[dict], None] | None):
+    def __init__(self, store: ResultsStore | None, total: int, done: list[dict],
+                 progress: bool, on_result: Callable[[dict], None] | None):
         self.store, self.on_result = store, on_result
         self.rows: dict[str, dict] = {}
-        self.bar = tqdm(total=total, initial=done, desc="sweep", unit="point",
+        self.bar = tqdm(total=total, initial=len(done), desc="sweep", unit="point",
                         disable=not progress, dynamic_ncols=True)
         self.failed = self.best = 0
+        for row in done:  # a resumed sweep's counts start from the points it has
+            self._count(row)
+
+    def _count(self, row: dict) -> None:
+        if row.get("error"):
+            self.failed += 1
+        elif row.get("fits") and row[THROUGHPUT] > self.best:
+            self.best = row[THROUGHPUT]
 
     def add(self, row: dict) -> None:
         self.rows[row["point_id"]] = row
         if self.store is not None:
             self.store.add(row)
-        if row.get("error"):
-            self.failed += 1
-        elif row.get("fits") and row[THROUGHPUT] > self.best:
-            self.best = row[THROUGHPUT]
+        self._count(row)
         self.bar.set_postfix_str(f"failed {self.failed}, best {self.best:,.0f} items/s "
                                  "(fits)", refresh=False)
         self.bar.update()
@@ -105,10 +110,11 @@ def run_points(spec: SweepSpec, points: list[dict[str, Any]], store: ResultsStor
     done = store.done if store is not None else set()
     todo = [(first_index + index, spec.point_id(settings), settings)
             for index, settings in enumerate(points)]
+    finished = [store.row(key) for _, key, _ in todo if key in done]
     todo = [entry for entry in todo if entry[1] not in done]
     # Points that share a measurement run together: each signature measured once.
     todo.sort(key=lambda entry: repr(signature(entry[2])))
-    rows = _Rows(store, len(points), len(points) - len(todo), progress, on_result)
+    rows = _Rows(store, len(points), finished, progress, on_result)
     by_key = {key: (index, settings) for index, key, settings in todo}
 
     def tasks() -> Iterator[Task]:

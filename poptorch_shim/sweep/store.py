@@ -53,6 +53,10 @@ class ResultsStore:
         """Ids of the points already in the results."""
         return set(self._rows)
 
+    def row(self, point_id: str) -> dict:
+        """The recorded row of a point."""
+        return self._rows[point_id]
+
     def add(self, row: dict) -> None:
         """Record a finished point now (journal), and the table when it is due."""
         if self._file is None:
