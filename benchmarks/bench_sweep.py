@@ -12,7 +12,10 @@ each backend and it prints, for each, wall seconds and points per second:
 - Ray on this machine, one worker per core, the cluster started beforehand
   (its start printed apart): each measured work put in the object store once.
 
-Then the Ray backend's overhead per point: on a one-CPU Ray, points cheap to
+With each backend it prints the seconds its workers spent simulating,
+added up: where they exceed the in-process figure, the workers were sharing
+cores (with each other or with other work on the machine). Then the Ray
+backend's overhead per point: on a one-CPU Ray, points cheap to
 simulate (the reduced BERT, gradient accumulation 8), wall time less the
 time the worker spent simulating, per point (goal: at most 20 ms).
 
@@ -27,6 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+# Every backend simulates on one thread per process, as Ray's and the local
+# workers do: numeric libraries' idle thread pools spin and take the cores.
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -77,16 +84,18 @@ def main() -> None:
     serial, seconds = timed(InProcess(), tasks)
     print(f"  in this process:          {serial:6.1f} s, {len(tasks) / serial:5.2f} points/s "
           f"(a point: median {statistics.median(seconds) * 1e3:.0f} ms)")
-    local, _ = timed(LocalProcesses(cores), tasks)
+    local, worker_seconds = timed(LocalProcesses(cores), tasks)
     print(f"  local processes ({cores}):     {local:6.1f} s, {len(tasks) / local:5.2f} points/s, "
-          f"{serial / local:.2f}x in-process (pool start included)")
+          f"{serial / local:.2f}x in-process (pool start included); the workers' own seconds "
+          f"add up to {sum(worker_seconds):.1f} s against {sum(seconds):.1f} s in-process")
     start = time.perf_counter()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     started = time.perf_counter() - start
-    on_ray, _ = timed(RayCluster(), tasks)
+    on_ray, worker_seconds = timed(RayCluster(), tasks)
     print(f"  Ray, local cluster ({cores}):  {on_ray:6.1f} s, {len(tasks) / on_ray:5.2f} points/s, "
-          f"{serial / on_ray:.2f}x in-process (cluster start, {started:.1f} s, not included)")
+          f"{serial / on_ray:.2f}x in-process (cluster start, {started:.1f} s, not included); "
+          f"the workers' own seconds add up to {sum(worker_seconds):.1f} s")
     ray.shutdown()
 
     cheap = SweepSpec(ModelSource(factory="scenarios.bert_large:sweep_case",

@@ -40,8 +40,14 @@ class InProcess:
             yield key, row, seconds
 
 
+# A worker simulates on one core: numeric libraries' thread pools (which spin
+# while idle) would only take cores from the other workers. Ray does the same.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 class LocalProcesses:
-    """Worker processes on this machine (spawned: no state shared with the parent)."""
+    """Worker processes on this machine (spawned: no state shared with the
+    parent), each on one thread (the spawned workers inherit the setting)."""
 
     name = "local"
 
@@ -49,6 +55,16 @@ class LocalProcesses:
         self.workers = workers or os.cpu_count() or 1
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
+        os.environ.update({name: "1" for name, value in saved.items() if value is None})
+        try:
+            yield from self._run(tasks)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+
+    def _run(self, tasks: Iterable[Task]) -> Iterator[Result]:
         # Workers leave Ctrl-C to the parent, which stops them in order. The
         # initializer is signal.signal itself: a function of this module would
         # make every worker import the shim, and torch with it.
