@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="local worker processes (default: one per core; 0: in this "
                               "process)")
         sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                         help="run on Ray: the cluster at ADDRESS, or a local Ray if none")
+                         help="run on Ray: the cluster at ADDRESS, or a local Ray if none "
+                              "(a bare --ray goes before another option, not before "
+                              "SCRIPT or SPEC, which it would take for the address)")
         sub.add_argument("--no-progress", action="store_true", help="no progress bar")
         sub.set_defaults(handler=handler)
 

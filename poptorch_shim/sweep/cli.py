@@ -19,7 +19,10 @@ def backend(args: argparse.Namespace):
     """The backend the arguments ask for: Ray, this process (``--workers 0``)
     or local worker processes."""
     if args.ray is not None:
-        return RayCluster(args.ray or None)
+        try:
+            return RayCluster(args.ray or None)
+        except RuntimeError as error:  # Ray is not installed
+            raise SystemExit(f"ipusim {args.command}: error: {error}") from None
     if args.workers == 0:
         return InProcess()
     return LocalProcesses(args.workers)
