@@ -74,6 +74,50 @@ def build_parser() -> argparse.ArgumentParser:
                           "its own timings are the IPUs' (sets IPUSIM_SIMULATED_CLOCK=1)")
     run.set_defaults(handler=_run)
 
+    sweep = commands.add_parser(
+        "sweep", help="simulate every point of a design-space sweep (SPEC.toml)",
+        description="Measure the spec's model once per stage signature (timing-only), then\n"
+                    "simulate every point, recording each as it finishes; run it again to\n"
+                    "resume. See poptorch_shim.sweep.spec for the spec's format.",
+        epilog="example: ipusim sweep scenarios/sweeps/bert_large.toml --ray --report reports/",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("spec", metavar="SPEC", help="the sweep spec (.toml)")
+    sweep.add_argument("--output", "-o", metavar="FILE",
+                       help="results file, .parquet or .csv (default: the spec's [sweep] output)")
+    sweep.add_argument("--report", metavar="DIR", help="write the sweep report under DIR")
+    sweep.add_argument("--report-points", choices=("pareto", "all", "none"), default="pareto",
+                       help="which points get their own timeline report (default: pareto)")
+    advise = commands.add_parser(
+        "advise", help="the fastest configuration of a model that fits in memory",
+        usage="ipusim advise [-h] [--ipus N] [--system PRESET] [options] SCRIPT [SCRIPT_ARGS ...]",
+        description="Search replicas, micro-batch size and gradient accumulation (keeping the\n"
+                    "global batch), recomputation and optimizer placement for SCRIPT's first\n"
+                    "model (or a module:function factory), and print the fastest that fits\n"
+                    "as poptorch.Options code, with the runners-up.",
+        epilog="example: ipusim advise --ipus 16 --system bow scenarios/resnet50.py --size reduced",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    advise.add_argument("script", metavar="SCRIPT", help="a PopTorch script or module:function")
+    advise.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
+                        help="everything after SCRIPT goes to the script")
+    advise.add_argument("--ipus", type=int, default=16, help="IPUs of the machine (default: 16)")
+    advise.add_argument("--system", choices=("bow", "mk2", "mk1"), default="bow",
+                        help="the IPU (default: bow)")
+    advise.add_argument("--top", type=int, default=5, help="runners-up to show (default: 5)")
+    advise.add_argument("--trials", type=int, default=48,
+                        help="configurations Optuna tries in a large space (default: 48)")
+    advise.add_argument("--exhaustive-limit", type=int, default=64, metavar="N",
+                        help="search exhaustively up to N configurations (default: 64)")
+    for sub, handler in ((sweep, _sweep), (advise, _advise)):
+        sub.add_argument("--workers", type=int, default=None, metavar="N",
+                         help="local worker processes (default: one per core; 0: in this "
+                              "process)")
+        sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                         help="run on Ray: the cluster at ADDRESS, or a local Ray if none "
+                              "(a bare --ray goes before another option, not before "
+                              "SCRIPT or SPEC, which it would take for the address)")
+        sub.add_argument("--no-progress", action="store_true", help="no progress bar")
+        sub.set_defaults(handler=handler)
+
     for name, help_text, handler in (
             ("report", "re-render the HTML report of a saved profile directory", _report),
             ("summary", "print the text summary of a saved profile directory", _summary),
@@ -160,6 +204,18 @@ def _run(args: argparse.Namespace) -> int:
             print(f"ipusim: no model wrote a profile under {report} (did the script run a "
                   "poptorch model?)", file=sys.stderr)
     return status if isinstance(status, int) else 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from poptorch_shim.sweep.cli import run_sweep
+
+    return run_sweep(args)
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from poptorch_shim.sweep.cli import run_advise
+
+    return run_advise(args)
 
 
 def _check_writable(directory: Path) -> None:

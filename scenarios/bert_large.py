@@ -42,12 +42,23 @@ def options(replicas: int = 4, gradient_accumulation: int = 2048) -> poptorch.Op
     return opts
 
 
-def build(size: str = "large") -> torch.nn.Module:
-    """The model in fp16, its layers placed on four IPUs, a checkpoint after each layer."""
+def build(size: str = "large", ipu_layout: tuple[int, ...] | None = None) -> torch.nn.Module:
+    """The model in fp16, its layers placed on the IPUs (Graphcore's four by
+    default, else ``ipu_layout`` layers on each), a checkpoint after each layer."""
     hidden, layers, heads, intermediate, vocab, layout = SIZES[size]
     return bert_large(vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
-                      intermediate=intermediate, ipu_layout=layout,
+                      intermediate=intermediate, ipu_layout=tuple(ipu_layout or layout),
                       recompute_checkpoint=True).half()
+
+
+def sweep_case(size: str = "large", ipu_layout: list[int] | None = None,
+               micro_batch: int = 8, sequence_length: int = 128):
+    """What ``ipusim sweep`` measures: the model, one micro-batch, Graphcore's
+    options and LAMB (see ``scenarios/sweeps/bert_large.toml``)."""
+    model = build(size, ipu_layout)
+    optimizer = poptorch.optim.LAMB(model.parameters(), lr=0.006, weight_decay=0.01)
+    batch = synthetic_bert_batch(micro_batch, sequence_length, SIZES[size][4])
+    return model, batch, options(), optimizer
 
 
 def main() -> None:

@@ -75,6 +75,14 @@ def step_batch(samples: int, size: str = "50") -> tuple[torch.Tensor, torch.Tens
     return images.expand(samples, -1, -1, -1), torch.randint(0, 1000, (samples,))
 
 
+def sweep_case(size: str = "50", micro_batch: int = 18):
+    """What ``ipusim sweep`` measures: the model, one micro-batch, Graphcore's
+    options and SGD (see ``scenarios/sweeps/resnet50.toml``)."""
+    model = build(size)
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=2.0, momentum=0.9, loss_scaling=128)
+    return model, step_batch(micro_batch, size), options(), optimizer
+
+
 def main() -> None:
     args = arguments(__doc__.splitlines()[0], SIZES, "50", replicas=16,
                      gradient_accumulation=57, micro_batch=18).parse_args()

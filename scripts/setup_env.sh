@@ -16,4 +16,5 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 pip_install --upgrade pip
 pip_install "torch==2.13.0"
-pip_install -e ".[test]"
+# The sweep tests run a real Ray cluster and the advisor Optuna: both extras.
+pip_install -e ".[test,ray,advisor]"

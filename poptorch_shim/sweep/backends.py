@@ -1,0 +1,179 @@
+"""Where a sweep's points are simulated: this process, local worker processes, or Ray.
+
+Every backend takes ``(point id, design point)`` pairs and yields ``(point
+id, row, seconds)`` as points finish, in whatever order they finish. Workers
+run :func:`ipusim.design_point.evaluate`, which imports only ipusim (but a
+spawned worker imports the parent's main script, so a script that calls
+:func:`~poptorch_shim.sweep.sweep` keeps it under ``if __name__ == "__main__":``). A
+bounded number of points is in flight at a time, so an interrupted sweep
+stops quickly; leaving the iteration early (Ctrl-C, an error) cancels what
+is in flight and stops the workers, leaving no process behind.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from ipusim.design_point import DesignPoint, evaluate, evaluate_parts
+
+Task = tuple[str, DesignPoint]
+Result = tuple[str, dict, float]
+
+
+class WorkersLost(RuntimeError):
+    """Workers died (killed, or a Ray node lost): the points they held are not done."""
+
+
+class InProcess:
+    """Each point in turn in this process: no start-up, no parallelism."""
+
+    name = "in-process"
+    workers = 1
+
+    def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        for key, point in tasks:
+            row, seconds = evaluate(point)
+            yield key, row, seconds
+
+
+# A worker simulates on one core: numeric libraries' thread pools (which spin
+# while idle) would only take cores from the other workers. Ray does the same.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class LocalProcesses:
+    """Worker processes on this machine (spawned: no state shared with the
+    parent), each on one thread (the spawned workers inherit the setting)."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or os.cpu_count() or 1
+
+    def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
+        os.environ.update({name: "1" for name, value in saved.items() if value is None})
+        try:
+            yield from self._run(tasks)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+
+    def _run(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        # Workers leave Ctrl-C to the parent, which stops them in order. The
+        # initializer is signal.signal itself: a function of this module would
+        # make every worker import the shim, and torch with it.
+        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=signal.signal,
+                                   initargs=(signal.SIGINT, signal.SIG_IGN))
+        pending: dict[Future, str] = {}
+        tasks = iter(tasks)
+        finished = False
+        try:
+            while True:
+                for key, point in tasks:
+                    pending[pool.submit(evaluate, point)] = key
+                    if len(pending) >= 2 * self.workers:
+                        break
+                if not pending:
+                    finished = True
+                    return
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    key = pending.pop(future)
+                    row, seconds = future.result()
+                    yield key, row, seconds
+        except BrokenProcessPool as error:
+            raise WorkersLost(f"a worker process died ({error}); the points it held are not "
+                              "done") from None
+        finally:
+            if finished:
+                pool.shutdown(wait=True)
+            else:
+                _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now, waiting for them to exit."""
+    processes = list((pool._processes or {}).values())  # no public way to reach them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    pool.shutdown(wait=True)  # the pool's thread sees them gone and closes its queues
+
+
+class RayCluster:
+    """Ray tasks on a running cluster (``address``) or a local Ray started
+    here (``address`` None) and shut down when the sweep ends. Each measured
+    work goes to the object store once; a point ships only its options."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("the Ray backend needs Ray: pip install 'ipusim[ray]'") from None
+        self._ray = ray
+        self.address, self.num_cpus = address, num_cpus
+        self._started = False
+        self.workers = num_cpus or 1
+
+    def _start(self) -> None:
+        ray = self._ray
+        if ray.is_initialized():
+            self.workers = int(ray.cluster_resources().get("CPU", 1))
+            return
+        import ipusim
+        runtime_env = {"py_modules": [ipusim]} if self.address else None
+        ray.init(address=self.address, num_cpus=None if self.address else self.num_cpus,
+                 runtime_env=runtime_env, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        self._started = True
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+
+    def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        ray = self._ray
+        self._start()
+        remote = ray.remote(num_cpus=1, max_retries=2)(evaluate_parts)
+        works: dict[int, tuple[object, object]] = {}  # id(work) -> (work, its object ref)
+        pending: dict[object, str] = {}
+        tasks = iter(tasks)
+        try:
+            while True:
+                for key, point in tasks:
+                    if id(point.work) not in works:
+                        works[id(point.work)] = (point.work, ray.put(point.work))
+                    reference = works[id(point.work)][1]
+                    pending[remote.remote(reference, point.run, point.system, point.cost_model,
+                                          point.steps)] = key
+                    if len(pending) >= 4 * self.workers:
+                        break
+                if not pending:
+                    return
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for reference in done:
+                    key = pending.pop(reference)
+                    try:
+                        row, seconds = ray.get(reference)
+                    except ray.exceptions.RayError as error:
+                        raise WorkersLost(f"Ray lost the point's worker ({type(error).__name__}); "
+                                          "the points in flight are not done") from None
+                    yield key, row, seconds
+        finally:
+            for reference in pending:
+                ray.cancel(reference, force=True)
+            if self._started:
+                ray.shutdown()
+                self._started = False

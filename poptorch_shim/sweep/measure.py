@@ -1,0 +1,228 @@
+"""The model of a sweep and its measurements, one per distinct stage signature.
+
+A model comes from a factory or from the first model a PopTorch script
+compiles. Measuring it (timing-only: forward and backward of one
+micro-batch on fake tensors) gives the ipusim :class:`Work` every point
+with the same signature shares: the same model arguments, pipeline split,
+micro-batch size and precision. Replicas, gradient accumulation, sync
+pattern, system and the rest only change how that work runs.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ipusim import Work
+from poptorch_shim import enums
+from poptorch_shim.model import PoplarExecutor
+from poptorch_shim.options import Options
+from poptorch_shim.runner import install_aliases
+from poptorch_shim.sweep import settings as sweep_settings
+from poptorch_shim.sweep.spec import ModelSource
+
+# Batching the measurement runs under: only the stages' costs are kept, so it
+# is chosen to pass every check (a pipeline of up to this many stages).
+_MEASURE_REPEATS = 1024
+_MEASURE_IPUS = 64
+
+
+@dataclass
+class ModelCase:
+    """A model ready to wrap: the torch model, one micro-batch of inputs, its
+    options (never frozen), optimizer and whether it trains."""
+
+    model: torch.nn.Module
+    inputs: tuple
+    kwargs: dict
+    options: Options
+    training: bool = True
+    optimizer: torch.optim.Optimizer | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a measurement gives a point: the work, and how the model asked to run it."""
+
+    work: Work
+    training: bool
+    strategy: Any  # the execution strategy the stages were placed by (None: one stage)
+    overlap: tuple[bool, bool]  # overlapped input / output stream copies asked for
+
+
+def signature(point_settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a point that change its measurement."""
+    return {name: value for name, value in sorted(point_settings.items())
+            if sweep_settings.is_measured(name)}
+
+
+def from_factory(source: ModelSource, model_arguments: dict[str, Any]) -> ModelCase:
+    """Call ``module:function`` with the spec's and the point's model arguments."""
+    module_name, _, function_name = source.factory.partition(":")
+    install_aliases()  # the factory's module may `import poptorch`
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"[model] factory {source.factory!r}: {error}") from None
+    made = factory(**{**source.kwargs, **model_arguments})
+    if isinstance(made, ModelCase):
+        return made
+    if not isinstance(made, tuple) or len(made) not in (3, 4):
+        raise TypeError(f"the model factory {source.factory!r} must return (model, inputs, "
+                        f"options) or (model, inputs, options, optimizer), got {type(made)}")
+    model, inputs, options, *optimizer = made
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    return ModelCase(model, inputs, {}, options.clone(), training=True,
+                     optimizer=optimizer[0] if optimizer else None)
+
+
+class _Captured(Exception):
+    """Stops a script at its first compile, once its model is captured."""
+
+
+def from_script(source: ModelSource) -> ModelCase:
+    """The first model the script compiles (or runs), with its options and
+    first micro-batch; the script stops there."""
+    from poptorch_shim.runner import run_script
+
+    captured: list[ModelCase] = []
+
+    def capture(executor: PoplarExecutor, first_micro_batch: tuple) -> None:
+        args, kwargs = first_micro_batch
+        captured.append(ModelCase(executor.model, tuple(args), dict(kwargs),
+                                  executor.options.clone(), executor.training,
+                                  executor._optimizer if executor.training else None))
+        raise _Captured
+
+    original = PoplarExecutor._compile
+    PoplarExecutor._compile = capture
+    saved = os.environ.get("IPUSIM_TIMING_ONLY")
+    os.environ["IPUSIM_TIMING_ONLY"] = "1"
+    try:
+        run_script(source.script, list(source.args))
+    except _Captured:
+        pass
+    finally:
+        PoplarExecutor._compile = original
+        if saved is None:
+            os.environ.pop("IPUSIM_TIMING_ONLY", None)
+        else:
+            os.environ["IPUSIM_TIMING_ONLY"] = saved
+    if not captured:
+        raise ValueError(f"the script {source.script} ended without compiling or running a "
+                         "poptorch model (trainingModel or inferenceModel)")
+    return captured[0]
+
+
+def _resized(value: Any, old: int, new: int) -> Any:
+    """Tensors whose first dimension is the micro-batch, at ``new`` samples:
+    a stride-0 view of the first sample (measuring reads shapes only)."""
+    if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == old:
+        return value[:1].expand(new, *value.shape[1:])
+    if isinstance(value, (tuple, list)):
+        return type(value)(_resized(v, old, new) for v in value)
+    if isinstance(value, dict):
+        return {key: _resized(v, old, new) for key, v in value.items()}
+    return value
+
+
+def _in_precision(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(dtype)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_in_precision(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {key: _in_precision(v, dtype) for key, v in value.items()}
+    return value
+
+
+def micro_batch_size(case: ModelCase) -> int:
+    """Samples in the case's micro-batch: the first dimension of its first tensor."""
+    for value in (*case.inputs, *case.kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim():
+            return value.shape[0]
+    raise ValueError("the model's inputs hold no tensor with a batch dimension")
+
+
+def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
+    """Measure ``case`` with the point's measured settings, timing-only."""
+    model, inputs, kwargs = case.model, case.inputs, case.kwargs
+    precision = point_settings.get(sweep_settings.PRECISION)
+    if precision is not None:
+        if precision not in sweep_settings.PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(sweep_settings.PRECISIONS)}, "
+                             f"got {precision!r}")
+        dtype = sweep_settings.PRECISIONS[precision]
+        model = copy.deepcopy(model).to(dtype)
+        inputs, kwargs = _in_precision(inputs, dtype), _in_precision(kwargs, dtype)
+    size = point_settings.get(sweep_settings.MICRO_BATCH)
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"micro_batch must be a positive integer, got {size!r}")
+        old = micro_batch_size(case)
+        inputs, kwargs = _resized(inputs, old, size), _resized(kwargs, old, size)
+    options = case.options.clone()
+    if sweep_settings.PIPELINE in point_settings:
+        options.setExecutionStrategy(
+            sweep_settings.pipeline_strategy(point_settings[sweep_settings.PIPELINE]))
+    options.replicationFactor(1)
+    options.inputReplicaGrouping(1, enums.CommGroupType.Consecutive)
+    options.deviceIterations(1 if case.training else _MEASURE_REPEATS)
+    options.Training.gradientAccumulation(_MEASURE_REPEATS if case.training else 1)
+    options.outputMode(enums.OutputMode.Final)
+    options.Simulation.system(options.sim_preset, _MEASURE_IPUS, **options.sim_overrides)
+    options.Simulation.timingOnly(True)
+    options._Popart.set("engineOptions", {"debug.allowOutOfMemory": "true"})
+    optimizer = case.optimizer if case.training else None
+    executor = PoplarExecutor(model, options, case.training, optimizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        executor._compile((tuple(inputs), dict(kwargs)))
+    return Measured(executor.device.work, case.training, executor._runner.strategy,
+                    executor._overlap)
+
+
+class Measurements:
+    """The model's measurements, one per distinct signature, made on first use."""
+
+    def __init__(self, source: ModelSource):
+        self.source = source
+        self._cases: dict[str, ModelCase] = {}
+        self._measured: dict[str, Measured | Exception] = {}
+
+    def case(self, point_settings: dict[str, Any]) -> ModelCase:
+        """The model case for the point's model arguments (built once each)."""
+        arguments = {name[len(sweep_settings.MODEL_PREFIX):]: value
+                     for name, value in point_settings.items()
+                     if name.startswith(sweep_settings.MODEL_PREFIX)}
+        key = repr(sorted(arguments.items()))
+        if key not in self._cases:
+            if self.source.script is not None:
+                if arguments:
+                    raise ValueError(f"model arguments {sorted(arguments)} need a model factory; "
+                                     f"the model comes from the script {self.source.script}")
+                self._cases[key] = from_script(self.source)
+            else:
+                self._cases[key] = from_factory(self.source, arguments)
+        return self._cases[key]
+
+    def get(self, point_settings: dict[str, Any]) -> Measured:
+        """The measurement the point needs (measured now if it is the first)."""
+        key = repr(signature(point_settings))
+        if key not in self._measured:
+            try:
+                self._measured[key] = measure(self.case(point_settings), point_settings)
+            except Exception as error:  # every point of the signature fails the same way
+                self._measured[key] = error
+        measured = self._measured[key]
+        if isinstance(measured, Exception):
+            raise measured
+        return measured
+
+    def __len__(self) -> int:
+        return len(self._measured)

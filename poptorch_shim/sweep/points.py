@@ -1,0 +1,41 @@
+"""A sweep point as ipusim sees it: PopTorch options over a measurement, to a design point.
+
+This is where a point's settings meet PopTorch's checks, worded as PopTorch
+words them; a point that fails them is recorded with the error, and the rest
+become :class:`ipusim.design_point.DesignPoint` values that any worker can
+simulate without torch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ipusim.design_point import DesignPoint
+from poptorch_shim._device import (_POPTORCH_NAMES, _share_host_links, cost_model, run_config,
+                                   system_spec)
+from poptorch_shim.model import _check_output_period
+from poptorch_shim.options import Options
+from poptorch_shim.sweep import settings as sweep_settings
+from poptorch_shim.sweep.measure import Measured
+
+
+def point_options(base: Options, point_settings: dict[str, Any]) -> Options:
+    """The base options with the point's settings, frozen (checked) as a model freezes them."""
+    options = sweep_settings.apply(base.clone(), point_settings)
+    options._freeze()
+    return options
+
+
+def design_point(measured: Measured, options: Options, steps: int) -> DesignPoint:
+    """The point's work, run configuration, system and cost model, after
+    PopTorch's checks of the options against the measured stages."""
+    training, work = measured.training, measured.work
+    if not training and options.Training.gradient_accumulation != 1:
+        raise ValueError(
+            "Gradient accumulation should be left to its default value (1) for inference, got "
+            f"Training.gradientAccumulation({options.Training.gradient_accumulation})")
+    _check_output_period(options, training)
+    run = run_config(options, training, len(work.stages), measured.strategy, measured.overlap)
+    system = system_spec(options)
+    run.validate(work, system.num_ipus, names=_POPTORCH_NAMES)
+    return DesignPoint(work, run, _share_host_links(system, run, work.ipus_per_replica),
+                       cost_model(options), steps)

@@ -1,0 +1,74 @@
+"""The advisor: the fastest configuration that fits, found exhaustively or with Optuna.
+
+With SRAM tight enough that the fastest configuration overall does not fit,
+the advisor must pick the fastest of those that do; the code it prints must
+make the options it simulated.
+"""
+import pytest
+import torch
+
+import poptorch_shim as poptorch
+from ipusim.cli import main as ipusim_main
+from poptorch_shim.sweep import InProcess, ModelSource
+from poptorch_shim.sweep.advisor import advise
+
+THROUGHPUT = "throughput(items/s)"
+TILES = 1472  # of a Mk2 IPU: the system's SRAM is set per tile
+
+
+@pytest.fixture(scope="module")
+def roomy():
+    return advise(ModelSource(factory="sweep_models:pipelined"), ipus=8, system="mk2",
+                  backend=InProcess())
+
+
+def test_with_room_for_all_the_fastest_is_chosen(roomy):
+    table = roomy.results
+    assert roomy.searched == "exhaustive"
+    valid = table[table["error"].isna()]
+    assert valid["fits"].all()
+    assert roomy.best[THROUGHPUT] == valid[THROUGHPUT].max()
+    # The global batch (8 micro-batches of 4, one replica) is kept by every point.
+    products = (table["replicationFactor"] * table["micro_batch"]
+                * table["Training.gradientAccumulation"])
+    assert (products == 32).all()
+
+
+def test_the_fastest_that_fits_when_the_fastest_does_not(roomy):
+    smallest, fastest = roomy.results["memory_max(MB)"].min(), roomy.best["memory_max(MB)"]
+    assert smallest < fastest
+    per_tile = int((smallest + fastest) / 2 * 1e6 / TILES)
+    tight = advise(ModelSource(factory="sweep_models:pipelined",
+                               kwargs={"sram_per_tile_bytes": per_tile}),
+                   ipus=8, system="mk2", backend=InProcess())
+    table = tight.results
+    fitting = table[table["error"].isna() & table["fits"].fillna(False).astype(bool)]
+    assert tight.best["fits"] and tight.best[THROUGHPUT] == fitting[THROUGHPUT].max()
+    assert table.loc[~table["fits"].fillna(True).astype(bool), THROUGHPUT].max() \
+        > tight.best[THROUGHPUT]
+    # The printed code makes the chosen options.
+    namespace = {"poptorch": poptorch, "torch": torch}
+    exec(tight.code(), namespace)
+    made = namespace["opts"]
+    assert made.replication_factor == tight.settings["replicationFactor"]
+    assert made.Training.gradient_accumulation == tight.settings["Training.gradientAccumulation"]
+    assert made.sim_overrides == {"sram_per_tile_bytes": per_tile}
+
+
+def test_a_large_space_is_searched_with_optuna(roomy):
+    searched = advise(ModelSource(factory="sweep_models:pipelined"), ipus=8, system="mk2",
+                      backend=InProcess(), exhaustive_limit=4, trials=6, seed=1)
+    assert searched.searched == "optuna"
+    assert 1 <= len(searched.results) <= 6
+    assert searched.best[THROUGHPUT] <= roomy.best[THROUGHPUT]
+    valid = searched.results[searched.results["error"].isna()]
+    assert searched.best[THROUGHPUT] == valid[THROUGHPUT].max()
+
+
+def test_ipusim_advise_prints_the_code_and_the_runners_up(capsys):
+    status = ipusim_main(["advise", "--ipus", "4", "--system", "bow", "--workers", "0",
+                          "--no-progress", "--top", "3", "sweep_models:pipelined"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "Fastest that fits:" in out and "opts.Simulation.system('bow', 4)" in out
+    assert "Runners-up:" in out
