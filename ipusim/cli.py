@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(default: 20000)")
         if name != "summary":
             sub.add_argument("--full-detail", action="store_true",
-                             help="every event one by one (default: beyond 100,000 events, "
+                             help="every event one by one (default: beyond 200,000 events, "
                                   "the edges of the first and last steps, the rest as "
                                   "aggregate boxes; or IPUSIM_TRACE_DETAIL=full)")
             sub.add_argument("--window", type=float, nargs=2, metavar=("START_US", "END_US"),

@@ -1,7 +1,7 @@
 """Level of detail: which events a trace shows one by one, and aggregate boxes for the rest.
 
 A pod-scale step records millions of events, most of them the same steady
-pipeline cycle again. A timeline of up to 100,000 events is shown in full;
+pipeline cycle again. A timeline of up to 200,000 events is shown in full;
 beyond that, a step keeps in full its start up to the end
 of its first ``edge`` micro-batches (the pipeline filling, the host call) and
 its end from the start of its last ``edge`` micro-batches (draining, the
@@ -33,7 +33,7 @@ class Detail:
     edge_steps: int = 2   # steps kept (their edges) at each end of the run
     replicas: int = 16    # replicas kept (their edges); the others' events all aggregated
     window_ps: tuple[int, int] | None = None  # [start, end) always shown in full
-    full_up_to: int = 100_000  # a timeline of at most this many events is shown in full
+    full_up_to: int = 200_000  # a timeline of at most this many events is shown in full
 
     def __post_init__(self) -> None:
         for name in ("edge", "edge_steps", "replicas"):
@@ -50,11 +50,11 @@ class Detail:
     @classmethod
     def from_environment(cls) -> "Detail":
         """``IPUSIM_TRACE_DETAIL``: ``full`` for every event, ``edges`` for the level of
-        detail whatever the size; unset, the default (in full up to 100,000 events)."""
+        detail whatever the size; unset, the default (in full up to 200,000 events)."""
         setting = os.environ.get(DETAIL_ENV, "")
         if setting not in ("", "full", "edges"):
             raise ValueError(f"{DETAIL_ENV} must be 'full' or 'edges', got {setting!r}")
-        return cls(full=setting == "full", full_up_to=0 if setting == "edges" else 100_000)
+        return cls(full=setting == "full", full_up_to=0 if setting == "edges" else 200_000)
 
     def describe(self) -> str:
         if self.full:
