@@ -137,9 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(default: 20000)")
         if name != "summary":
             sub.add_argument("--full-detail", action="store_true",
-                             help="every event one by one (default: the edges of the first "
-                                  "and last steps, the rest as aggregate boxes; or "
-                                  "IPUSIM_TRACE_DETAIL=full)")
+                             help="every event one by one (default: beyond 200,000 events, "
+                                  "the edges of the first and last steps, the rest as "
+                                  "aggregate boxes; or IPUSIM_TRACE_DETAIL=full)")
             sub.add_argument("--window", type=float, nargs=2, metavar=("START_US", "END_US"),
                              help="also show the events between these simulated times (µs) "
                                   "one by one")
@@ -232,13 +232,16 @@ def _check_writable(directory: Path) -> None:
 
 def _detail(args: argparse.Namespace):
     """The level of detail the --full-detail and --window options ask for."""
+    from dataclasses import replace
+
     from ipusim.report.detail import Detail
 
     if args.window is not None and not args.window[0] < args.window[1]:
         raise ValueError(f"--window START_US END_US needs START_US < END_US, got "
                          f"{args.window[0]} {args.window[1]}")
     window = None if args.window is None else tuple(round(t * 10**6) for t in args.window)
-    return Detail(full=args.full_detail or Detail.from_environment().full, window_ps=window)
+    detail = Detail.from_environment()
+    return replace(detail, full=args.full_detail or detail.full, window_ps=window)
 
 
 def _load(directory: str):

@@ -1,7 +1,8 @@
 """Level of detail: which events a trace shows one by one, and aggregate boxes for the rest.
 
 A pod-scale step records millions of events, most of them the same steady
-pipeline cycle again. By default a step keeps in full its start up to the end
+pipeline cycle again. A timeline of up to 200,000 events is shown in full;
+beyond that, a step keeps in full its start up to the end
 of its first ``edge`` micro-batches (the pipeline filling, the host call) and
 its end from the start of its last ``edge`` micro-batches (draining, the
 weight update); the first and last ``edge_steps`` steps do, the steps between
@@ -32,20 +33,28 @@ class Detail:
     edge_steps: int = 2   # steps kept (their edges) at each end of the run
     replicas: int = 16    # replicas kept (their edges); the others' events all aggregated
     window_ps: tuple[int, int] | None = None  # [start, end) always shown in full
+    full_up_to: int = 200_000  # a timeline of at most this many events is shown in full
 
     def __post_init__(self) -> None:
         for name in ("edge", "edge_steps", "replicas"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Detail.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.full_up_to, int) or self.full_up_to < 0:
+            raise ValueError(f"Detail.full_up_to must be a non-negative integer, got "
+                             f"{self.full_up_to!r}")
         if self.window_ps is not None and not self.window_ps[0] < self.window_ps[1]:
             raise ValueError(f"Detail.window_ps must be (start, end) with start < end, "
                              f"got {self.window_ps!r}")
 
     @classmethod
     def from_environment(cls) -> "Detail":
-        """``IPUSIM_TRACE_DETAIL=full`` asks for every event; default detail otherwise."""
-        return cls(full=os.environ.get(DETAIL_ENV, "") == "full")
+        """``IPUSIM_TRACE_DETAIL``: ``full`` for every event, ``edges`` for the level of
+        detail whatever the size; unset, the default (in full up to 200,000 events)."""
+        setting = os.environ.get(DETAIL_ENV, "")
+        if setting not in ("", "full", "edges"):
+            raise ValueError(f"{DETAIL_ENV} must be 'full' or 'edges', got {setting!r}")
+        return cls(full=setting == "full", full_up_to=0 if setting == "edges" else 200_000)
 
     def describe(self) -> str:
         if self.full:
@@ -68,7 +77,7 @@ def _per_step(values: np.ndarray, at: np.ndarray, steps: int, how: str,
 
 def shown(events: pd.DataFrame, detail: Detail) -> np.ndarray:
     """Whether each event is shown one by one (a boolean per row)."""
-    if detail.full or events.empty:
+    if detail.full or len(events) <= detail.full_up_to:
         return np.ones(len(events), bool)
     start, end = events["start_ps"].to_numpy(), events["end_ps"].to_numpy()
     micro_batch = events["micro_batch"].to_numpy()

@@ -26,7 +26,7 @@ def slices(trace: dict, aggregated: bool) -> list[dict]:
 
 
 def test_every_event_is_shown_or_counted_in_exactly_one_aggregate_box(long_run):
-    events, detail = long_run.events, Detail(edge=EDGE)
+    events, detail = long_run.events, Detail(full_up_to=0, edge=EDGE)
     keep = shown(events, detail)
     boxes = aggregates(events, detail)
     assert 0 < keep.sum() < len(events) / 4
@@ -42,7 +42,7 @@ def test_every_event_is_shown_or_counted_in_exactly_one_aggregate_box(long_run):
 
 def test_the_first_and_last_micro_batches_of_the_edge_steps_are_shown(long_run):
     events = long_run.events
-    keep = shown(events, Detail(edge=EDGE, edge_steps=2))
+    keep = shown(events, Detail(full_up_to=0, edge=EDGE, edge_steps=2))
     compute = events["kind"].isin(["forward", "backward"])
     edge_mbs = (events["micro_batch"] < EDGE) | (events["micro_batch"] >= 40 - EDGE)
     outer_steps = events["step"].isin([0, 1, 3, 4])
@@ -54,7 +54,7 @@ def test_the_first_and_last_micro_batches_of_the_edge_steps_are_shown(long_run):
 
 
 def test_aggregate_boxes_do_not_overlap_the_compute_shown_on_their_ipu(long_run):
-    detail = Detail(edge=EDGE)
+    detail = Detail(full_up_to=0, edge=EDGE)
     trace = chrome_trace(long_run, detail)
     for box in slices(trace, aggregated=True):
         for event in slices(trace, aggregated=False):
@@ -68,10 +68,10 @@ def test_a_chosen_window_is_shown_in_full(long_run):
     step2 = events[events["step"] == 2]
     middle = int(step2["start_ps"].median())
     window = (middle, middle + 10**7)
-    keep = shown(events, Detail(edge=EDGE, window_ps=window))
+    keep = shown(events, Detail(full_up_to=0, edge=EDGE, window_ps=window))
     inside = (events["start_ps"] < window[1]) & (events["end_ps"] > window[0])
     assert inside.any() and keep[inside.to_numpy()].all()
-    boxes = aggregates(events, Detail(edge=EDGE, window_ps=window))
+    boxes = aggregates(events, Detail(full_up_to=0, edge=EDGE, window_ps=window))
     ipu0 = boxes[(boxes["ipu"] == 0) & (boxes["lane"] == "compute") & (boxes["step"] == 2)]
     assert len(ipu0) == 2  # before and after the window
     assert ipu0["end_ps"].min() <= window[1] and ipu0["start_ps"].max() >= window[0]
@@ -86,7 +86,7 @@ def test_full_detail_shows_every_event(long_run, monkeypatch):
 
 
 def test_the_html_timeline_draws_the_aggregates(long_run):
-    assert '"name":"aggregated"' in render_html(long_run, detail=Detail(edge=EDGE))
+    assert '"name":"aggregated"' in render_html(long_run, detail=Detail(full_up_to=0, edge=EDGE))
     assert '"name":"aggregated"' not in render_html(long_run, detail=Detail(full=True))
 
 
@@ -102,14 +102,15 @@ def test_bad_detail_is_refused(fields, message):
 
 def test_replicas_beyond_the_detailed_ones_are_summarised_whole(long_run):
     events = long_run.events
-    keep = shown(events, Detail(edge=EDGE, replicas=1))
+    keep = shown(events, Detail(full_up_to=0, edge=EDGE, replicas=1))
     assert keep[(events["replica"] == 0).to_numpy()].any()
     assert not keep[(events["replica"] == 1).to_numpy()].any()
-    boxes = aggregates(events, Detail(edge=EDGE, replicas=1))
+    boxes = aggregates(events, Detail(full_up_to=0, edge=EDGE, replicas=1))
     assert boxes.loc[boxes["replica"] == 1, "events"].sum() == (events["replica"] == 1).sum()
 
 
-def test_the_command_line_asks_for_full_detail_or_a_window(long_run, tmp_path, capsys):
+def test_the_command_line_asks_for_full_detail_or_a_window(long_run, tmp_path, capsys,
+                                                            monkeypatch):
     import json
 
     from ipusim.cli import main
@@ -117,6 +118,7 @@ def test_the_command_line_asks_for_full_detail_or_a_window(long_run, tmp_path, c
 
     profile = write_autoreport(tmp_path / "training", long_run, outputs={"profile.json",
                                                                          "events.csv.gz"})
+    monkeypatch.setenv(DETAIL_ENV, "edges")  # a small run: aggregated only when asked
     counts = {}
     for name, extra in (("default", []), ("full", ["--full-detail"]),
                         ("window", ["--window", "0", "1e9"])):
@@ -131,3 +133,15 @@ def test_the_command_line_asks_for_full_detail_or_a_window(long_run, tmp_path, c
     assert exit_info.value.code == 1
     assert "--window START_US END_US needs START_US < END_US, got 5.0 2.0" in \
         capsys.readouterr().err
+
+
+def test_a_timeline_of_up_to_full_up_to_events_is_shown_in_full(long_run, monkeypatch):
+    events = long_run.events
+    assert shown(events, Detail(full_up_to=len(events))).all()
+    assert not shown(events, Detail(full_up_to=len(events) - 1)).all()
+    assert aggregates(events, Detail()).empty  # the default: a small run in full
+    monkeypatch.setenv(DETAIL_ENV, "edges")
+    assert not shown(events, Detail.from_environment()).all()
+    monkeypatch.setenv(DETAIL_ENV, "some")
+    with pytest.raises(ValueError, match="IPUSIM_TRACE_DETAIL must be 'full' or 'edges'"):
+        Detail.from_environment()
