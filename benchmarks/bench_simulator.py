@@ -47,6 +47,7 @@ import simpy
 
 from ipusim import DEFAULT, Cost, Execution, RunConfig, Stage, Work, system_spec
 from ipusim._gc import cyclic_gc_paused
+from ipusim.plan import EnginePlan
 from ipusim.recorder import COLUMNS
 from ipusim.schedule import build_step
 from ipusim.system import System
@@ -83,7 +84,7 @@ def timed_run(work: Work, run: RunConfig) -> dict[str, object]:
     spec = system_spec("mk2", run.replicas * work.ipus_per_replica)
     gc.collect()
     start = time.perf_counter()
-    programs = build_step(work, run, spec, DEFAULT, 0)
+    programs = build_step(EnginePlan.build(work, run, spec, DEFAULT), spec, 0)
     built = time.perf_counter()
     system = System(spec)
     system.run(programs)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ipusim.hardware import SystemSpec
+from ipusim.plan import EnginePlan, pipeline_depth
 from ipusim.run_config import RunConfig
 from ipusim.work import Execution, Work
 
@@ -36,14 +37,14 @@ class OutOfMemoryError(ValueError):
 def stash_depth(stage: int, num_stages: int, run: RunConfig) -> int:
     """Micro-batches whose activations a stage keeps for its backward.
 
-    In a training pipeline the forward of stage k and its backward are
-    2(F - 1 - k) pipeline stages apart, so 2(F - 1 - k) + 1 micro-batches
-    are in flight; elsewhere only the current one.
+    In a training pipeline of P pipeline stages the forward of stage k is
+    pipeline stage k and its backward pipeline stage P - 1 - k, so P - 2k
+    micro-batches are in flight; elsewhere only the current one.
     """
     if not run.training:
         return 0
     if run.execution is Execution.PIPELINED:
-        return 2 * (num_stages - 1 - stage) + 1
+        return pipeline_depth(num_stages, training=True) - 2 * stage
     return 1
 
 
@@ -57,13 +58,18 @@ def recomputes(run: RunConfig, depth: int) -> bool:
 
 
 def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
-                   model: MemoryModel = MemoryModel()) -> pd.DataFrame:
-    """Bytes each IPU of one replica needs, by category, against its capacity."""
-    work = run.scheduled(work)
+                   model: MemoryModel = MemoryModel(),
+                   plan: EnginePlan | None = None) -> pd.DataFrame:
+    """Bytes each IPU of one replica needs, by category, against its capacity.
+
+    ``plan``: the engine's plan when the caller has it (else worked out here).
+    """
+    plan = plan or EnginePlan.build(work, run, spec)
+    work = plan.work
     offload = run.offload
     stages = work.stages
     rows = {ipu: dict.fromkeys(("weights", "optimizer", "accumulators", "stash", "code"), 0.0)
-            for ipu in range(work.ipus_per_replica)}
+            for ipu in range(plan.ipus_per_replica)}
     for k, stage in enumerate(stages):
         row = rows[stage.ipu]
         weights_on_chip = not offload.weights and not run.execution.phased

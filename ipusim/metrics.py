@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_S, PS_PER_US
+from ipusim.plan import pipeline_depth
 from ipusim.recorder import COMPUTE_KINDS
 
 HOST_TRANSFER_KINDS = ("host_to_device", "device_to_host")
@@ -89,9 +90,9 @@ def pipeline_slots(events: pd.DataFrame, num_stages: int, training: bool,
     flush of the pipeline: a device iteration in training, a call in inference.
     """
     compute = events[(events["cycle"] >= 0) & events["kind"].isin(("forward", "backward"))]
-    last = num_stages - 1
-    backward = compute["kind"] == "backward"
-    pipeline_stage = compute["stage"].where(~backward, 2 * last - compute["stage"])
+    backward = compute["kind"] == "backward"  # stage k's backward is pipeline stage P - 1 - k
+    last = pipeline_depth(num_stages, training) - 1
+    pipeline_stage = compute["stage"].where(~backward, last - compute["stage"])
     slots = pd.DataFrame({
         "replica": compute["replica"],
         "step": compute["step"],
@@ -111,7 +112,7 @@ def bubble_fraction(events: pd.DataFrame, num_stages: int, training: bool,
     slots = pipeline_slots(events, num_stages, training, micro_batches_per_run)
     if slots.empty:
         return 0.0
-    stages = 2 * num_stages - 1 if training else num_stages
+    stages = pipeline_depth(num_stages, training)
     cycles = slots.groupby(["replica", "step", "run"])["cycle"].nunique().sum()
     return 1.0 - len(slots) / (stages * cycles)
 

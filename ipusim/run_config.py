@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ipusim.hardware import IPUSpec
+from ipusim.plan import pipeline_depth
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Cost, Execution, Stage, Work
 
@@ -140,7 +141,7 @@ class RunConfig:
             return
         stages = len(self.scheduled(work).stages)
         if self.training:
-            needed = 2 * stages - 1
+            needed = pipeline_depth(stages, training=True)
             if self.gradient_accumulation < needed:
                 raise ValueError(
                     f"{name['gradient_accumulation']} must be greater than or equal to the number "

@@ -1,7 +1,7 @@
 """The facade: a work description run on a system, call after call."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import pandas as pd
@@ -11,17 +11,22 @@ from ipusim import metrics
 from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.folding import fold_blocker, folding_enabled
 from ipusim.hardware import SystemSpec
+from ipusim.plan import EnginePlan
 from ipusim.recorder import Recorder
 from ipusim.run_config import RunConfig
 from ipusim.schedule import build_step
 from ipusim.step_replay import StepReplay
 from ipusim.system import System
-from ipusim.work import Execution, Work
+from ipusim.work import Work
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """The events of a simulation and the figures derived from them."""
+    """The events of a simulation and the figures derived from them.
+
+    ``plan`` is the engine's (see :class:`ipusim.plan.EnginePlan`); left out,
+    it is worked out from ``work``, ``run`` and ``system``.
+    """
 
     events: pd.DataFrame
     work: Work
@@ -29,16 +34,21 @@ class Timeline:
     system: SystemSpec
     steps: int
     instance: int = 0
+    plan: EnginePlan | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.plan is None:
+            object.__setattr__(self, "plan", EnginePlan.build(self.work, self.run, self.system))
 
     @property
     def num_ipus(self) -> int:
         """IPUs the engine uses (replicas x IPUs per replica)."""
-        return self.run.replicas * self.work.ipus_per_replica
+        return self.plan.num_ipus
 
     @property
     def items(self) -> int:
         """Samples processed over all calls and replicas."""
-        return (self.steps * self.run.replicas * self.run.micro_batches_per_step
+        return (self.steps * self.run.replicas * self.plan.micro_batches_per_step
                 * self.work.micro_batch_size)
 
     @property
@@ -63,11 +73,11 @@ class Timeline:
 
     def bubble_fraction(self) -> float:
         """Pipeline bubble (0 when the execution is not pipelined)."""
-        if self.run.execution is not Execution.PIPELINED:
+        plan = self.plan
+        if not plan.pipeline:
             return 0.0
-        stages = len(self.run.scheduled(self.work).stages)
-        return float(metrics.bubble_fraction(self.events, stages, self.run.training,
-                                             self.run.gradient_accumulation))
+        return float(metrics.bubble_fraction(self.events, plan.forward_stages, self.run.training,
+                                             plan.micro_batches_per_run))
 
     def latency_ps(self) -> float:
         return metrics.latency_ps(self.events)
@@ -104,6 +114,7 @@ class Simulation:
         shifted in time (see :mod:`ipusim.step_replay`); False simulates each."""
         run.validate(work, system.num_ipus)
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
+        self.plan = EnginePlan.build(work, run, system, cost_model)
         self.instance = instance
         self.folded = folding_enabled(fold_replicas) and fold_blocker(work, run, system) is None
         self.recorder = Recorder()
@@ -115,15 +126,14 @@ class Simulation:
     @property
     def simulated_ipus(self) -> int:
         """IPUs the SimPy model runs: one replica's when folded, else the engine's."""
-        return self.work.ipus_per_replica * (1 if self.folded else self.run.replicas)
+        return self.plan.ipus_per_replica if self.folded else self.plan.num_ipus
 
     def step(self) -> int:
         """Simulate one call to the model; returns its simulated duration in ps."""
         start = self.system.now_ps
         step = self.steps
         self._replay.run(
-            lambda: self.system.run(build_step(self.work, self.run, self.spec, self.cost_model,
-                                               step, self.folded)), step)
+            lambda: self.system.run(build_step(self.plan, self.spec, step, self.folded)), step)
         self.steps += 1
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start
@@ -148,8 +158,9 @@ class Simulation:
     def timeline(self) -> Timeline:
         """The events so far, as a :class:`Timeline`."""
         copies = self.run.replicas if self.folded else 1
-        events = self.recorder.to_frame(self.work.ipus_per_replica, self.instance, copies)
-        return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance)
+        events = self.recorder.to_frame(self.plan.ipus_per_replica, self.instance, copies)
+        return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance,
+                        self.plan)
 
 
 def job_timeline(timelines: list[Timeline]) -> Timeline:
@@ -168,7 +179,8 @@ def job_timeline(timelines: list[Timeline]) -> Timeline:
         ["start_ps", "ipu"], kind="stable", ignore_index=True)
     run = replace(first.run, replicas=first.run.replicas * count, instances=1)
     system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
-    return Timeline(events, first.work, run, system, first.steps, instance=0)
+    return Timeline(events, first.work, run, system, first.steps, instance=0,
+                    plan=EnginePlan.build(first.work, run, system, first.plan.cost))
 
 
 def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),

@@ -14,7 +14,6 @@ from typing import NamedTuple
 import pandas as pd
 
 from ipusim.simulation import Timeline
-from ipusim.work import Execution
 
 PHASES = ("ramp-up", "main", "ramp-down")
 PHASE_COLUMNS = ["step", "run", "phase", "first_cycle", "last_cycle", "start_ps", "end_ps"]
@@ -22,10 +21,7 @@ PHASE_COLUMNS = ["step", "run", "phase", "first_cycle", "last_cycle", "start_ps"
 
 def pipeline_depth(timeline: Timeline) -> int:
     """P: pipeline stages of a pipelined run (0 when the run is not pipelined)."""
-    if timeline.run.execution is not Execution.PIPELINED:
-        return 0
-    forward_stages = len(timeline.run.scheduled(timeline.work).stages)
-    return 2 * forward_stages - 1 if timeline.run.training else forward_stages
+    return timeline.plan.pipeline_depth
 
 
 def micro_batches_per_run(timeline: Timeline) -> int:
@@ -34,8 +30,7 @@ def micro_batches_per_run(timeline: Timeline) -> int:
     A run is a device iteration in training (the gradient accumulation count)
     and a whole call in inference (the device iterations).
     """
-    run = timeline.run
-    return run.gradient_accumulation if run.training else run.device_iterations
+    return timeline.plan.micro_batches_per_run
 
 
 def cycle_times(timeline: Timeline) -> pd.DataFrame:

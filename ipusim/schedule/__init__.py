@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 from ipusim._gc import cyclic_gc_paused
-from ipusim.cost_model import CostModel
 from ipusim.hardware import SystemSpec
+from ipusim.plan import EnginePlan, pipeline_stages
 from ipusim.program import Instruction
-from ipusim.run_config import RunConfig
 from ipusim.schedule.builder import ProgramBuilder
 from ipusim.schedule.phased import emit_phased
-from ipusim.schedule.pipelined import emit_pipelined, pipeline_stages
+from ipusim.schedule.pipelined import emit_pipelined
 from ipusim.schedule.sharded import emit_sharded
-from ipusim.work import Execution, Work
+from ipusim.work import Execution
 
 _EMITTERS = {
     Execution.SHARDED: emit_sharded,
@@ -20,14 +19,14 @@ _EMITTERS = {
 }
 
 
-def build_step(work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel,
-               step: int, folded: bool = False) -> list[list[Instruction]]:
-    """The per-IPU programs of one call to the model (index ``step``); ``folded``:
-    replica 0's only (see :mod:`ipusim.folding`)."""
+def build_step(plan: EnginePlan, spec: SystemSpec, step: int,
+               folded: bool = False) -> list[list[Instruction]]:
+    """The per-IPU programs of one call to the engine ``plan`` (index ``step``);
+    ``folded``: replica 0's only (see :mod:`ipusim.folding`)."""
     with cyclic_gc_paused():
-        builder = ProgramBuilder(work, run, spec, cost, step, folded)
+        builder = ProgramBuilder(plan, spec, step, folded)
         builder.host_call()
-        _EMITTERS[run.execution](builder)
+        _EMITTERS[plan.run.execution](builder)
     return builder.programs
 
 

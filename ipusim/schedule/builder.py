@@ -7,16 +7,14 @@ and adds the sync groups the sync pattern asks for.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
-from ipusim.cost_model import CostModel
 from ipusim.hardware import SystemSpec
+from ipusim.plan import EnginePlan
 from ipusim.program import Busy, Exchange, HostIO, Instruction
 from ipusim.recorder import label
-from ipusim.run_config import RunConfig
 from ipusim.sync_groups import gs1_group, gs2_group
-from ipusim.work import Cost, Work
+from ipusim.work import Cost
 
 
 class Copy(NamedTuple):
@@ -28,38 +26,25 @@ class Copy(NamedTuple):
     micro_batch: int
 
 
-class StagePrices(NamedTuple):
-    """A stage's costs and their durations on this system, per micro-batch."""
-
-    forward: Cost
-    backward: Cost
-    recompute: Cost
-    update: Cost
-    forward_ps: int
-    backward_ps: int
-    recompute_ps: int
-    update_ps: int
-
-
 class ProgramBuilder:
     """Accumulates the per-IPU programs of one step."""
 
-    def __init__(self, work: Work, run: RunConfig, spec: SystemSpec, cost: CostModel, step: int,
-                 folded: bool = False):
-        self.work = run.scheduled(work, cost.update_cost)
+    def __init__(self, plan: EnginePlan, spec: SystemSpec, step: int, folded: bool = False):
+        run, cost = plan.run, plan.cost
+        self.plan = plan
+        self.work = plan.work
         self.run = run
         self.spec = spec
         self.cost = cost
         self.step = step
-        self.stages = self.work.stages
-        self.ipus_per_replica = self.work.ipus_per_replica
-        self.num_ipus = run.replicas * self.ipus_per_replica
+        self.stages = plan.stages
+        self.ipus_per_replica = plan.ipus_per_replica
+        self.num_ipus = plan.num_ipus
         # Folded (see ipusim.folding): programs for replica 0 only, its syncs among its own IPUs.
         self.folded = folded
         self.simulated_ipus = self.ipus_per_replica if folded else self.num_ipus
         self.programs: list[list[Instruction]] = [[] for _ in range(self.simulated_ipus)]
-        self._compute_ipu = run.compute_ipu(spec.ipu)  # the tiles not kept for I/O
-        self.prices = [self._price(stage) for stage in self.stages]
+        self.prices = plan.prices
         self._gs2 = gs2_group(self.simulated_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
         # The hot path emits millions of instructions: what repeats is worked out once.
@@ -73,22 +58,6 @@ class ProgramBuilder:
                             ("backward", price.backward, price.backward_ps),
                             ("recompute", price.recompute, price.recompute_ps))}
         self._copy_ps: dict[int, int] = {}
-
-    def _price(self, stage) -> StagePrices:
-        ipu, cost = self._compute_ipu, self.cost
-        # With the optimizer state sharded, each replica updates its share of the
-        # weights: a derived update is priced on that share (its fixed costs
-        # whole), a given one divided by the shards.
-        shards = self.run.optimizer_shards
-        share = (stage if shards == 1 or stage.update is not None
-                 else replace(stage, weight_bytes=-(-stage.weight_bytes // shards)))
-        update = cost.update_cost(share)
-        update_ps = cost.compute_ps(update, ipu)
-        if stage.update is not None:
-            update_ps = -(-update_ps // shards)
-        return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
-                           cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
-                           cost.compute_ps(stage.recompute_cost, ipu), update_ps)
 
     def _physical(self, logical_ipu: int) -> range:
         return range(logical_ipu, self.simulated_ipus, self.ipus_per_replica)
@@ -188,7 +157,7 @@ class ProgramBuilder:
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
             # The I/O tiles meet the host alone: no sync holds the compute tiles.
-            prefetch = h2d_bytes > 0 and micro_batch < self.run.micro_batches_per_step - 1
+            prefetch = h2d_bytes > 0 and micro_batch < self.plan.micro_batches_per_step - 1
             for ipu in active:
                 self.programs[ipu].append(HostIO((ipu,), 0, h2d, h2d_bytes, d2h, d2h_bytes, stage,
                                                  micro_batch, self.step, cycle, True, prefetch))

@@ -11,38 +11,16 @@ GS2. Training flushes the pipeline before the weight update.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ipusim.plan import PipelineStage, pipeline_stages
 from ipusim.schedule.builder import Copy, ProgramBuilder
 
-
-class PipelineStage(NamedTuple):
-    """One of the P pipeline stages: which model stage, and in which direction(s)."""
-
-    stage: int
-    forward: bool
-    backward: bool
-
-
-def pipeline_stages(num_stages: int, training: bool) -> list[PipelineStage]:
-    """The P pipeline stages of a model of ``num_stages`` forward stages."""
-    last = num_stages - 1
-    if not training:
-        return [PipelineStage(k, True, False) for k in range(num_stages)]
-    forward = [PipelineStage(k, True, False) for k in range(last)]
-    fused = [PipelineStage(last, True, True)]
-    backward = [PipelineStage(k, False, True) for k in range(last - 1, -1, -1)]
-    return forward + fused + backward
+__all__ = ["PipelineStage", "emit_pipelined", "pipeline_stages"]
 
 
 def emit_pipelined(b: ProgramBuilder) -> None:
     """Emit one call's worth of pipelined execution into ``b``."""
-    run, stages = b.run, b.stages
-    pipeline = pipeline_stages(len(stages), run.training)
-    if run.training:
-        runs, per_run = run.device_iterations, run.gradient_accumulation
-    else:
-        runs, per_run = 1, run.device_iterations
+    run, stages, plan = b.run, b.stages, b.plan
+    pipeline, runs, per_run = plan.pipeline, plan.pipeline_runs, plan.micro_batches_per_run
     last = len(stages) - 1
     for r in range(runs):
         b.load_offloaded_weights()

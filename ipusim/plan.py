@@ -1,0 +1,137 @@
+"""The engine plan: what an engine's work, run and system fix once, before any call.
+
+A :class:`Simulation` builds one :class:`EnginePlan` when it is created: the
+stages as the schedule runs them (merged, and priced on the system's compute
+tiles), the IPUs the engine spans, the pipeline's depth and how many
+micro-batches go through it. The schedules, the memory model and the figures
+read these numbers here instead of working them out again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
+
+from ipusim.cost_model import DEFAULT, CostModel
+from ipusim.work import Cost, Execution, Stage, Work
+
+if TYPE_CHECKING:
+    from ipusim.hardware import IPUSpec, SystemSpec
+    from ipusim.run_config import RunConfig
+
+
+class PipelineStage(NamedTuple):
+    """One of the P pipeline stages: which model stage, and in which direction(s)."""
+
+    stage: int
+    forward: bool
+    backward: bool
+
+
+def pipeline_depth(forward_stages: int, training: bool) -> int:
+    """P, the pipeline stages of a model of F forward stages: 2F - 1 in training
+    (the backward stages follow, the last forward one fused with the first
+    backward one), F in inference."""
+    return 2 * forward_stages - 1 if training else forward_stages
+
+
+def pipeline_stages(forward_stages: int, training: bool) -> list[PipelineStage]:
+    """The P pipeline stages of a model of ``forward_stages`` forward stages, in order."""
+    last = forward_stages - 1
+    if not training:
+        return [PipelineStage(k, True, False) for k in range(forward_stages)]
+    forward = [PipelineStage(k, True, False) for k in range(last)]
+    fused = [PipelineStage(last, True, True)]
+    backward = [PipelineStage(k, False, True) for k in range(last - 1, -1, -1)]
+    return forward + fused + backward
+
+
+class StagePrices(NamedTuple):
+    """A stage's costs and their durations on this system, per micro-batch."""
+
+    forward: Cost
+    backward: Cost
+    recompute: Cost
+    update: Cost
+    forward_ps: int
+    backward_ps: int
+    recompute_ps: int
+    update_ps: int
+
+
+def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StagePrices:
+    """What one micro-batch of ``stage`` costs on ``ipu`` (its compute tiles).
+
+    With the optimizer state sharded, each replica updates its share of the
+    weights: a derived update is priced on that share (its fixed costs
+    whole), a given one divided by the shards.
+    """
+    shards = run.optimizer_shards
+    share = (stage if shards == 1 or stage.update is not None
+             else replace(stage, weight_bytes=-(-stage.weight_bytes // shards)))
+    update = cost.update_cost(share)
+    update_ps = cost.compute_ps(update, ipu)
+    if stage.update is not None:
+        update_ps = -(-update_ps // shards)
+    return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
+                       cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
+                       cost.compute_ps(stage.recompute_cost, ipu), update_ps)
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """One engine's shape, worked out once from its work, run and system.
+
+    ``work`` holds the stages as the schedule runs them (consecutive stages
+    on one IPU merged, except in phased execution) and ``prices`` what each
+    costs per micro-batch. A pipeline run is one fill and flush of the
+    pipeline: a device iteration in training, a whole call in inference.
+    """
+
+    run: RunConfig
+    work: Work
+    prices: tuple[StagePrices, ...]
+    cost: CostModel
+    ipus_per_replica: int
+    num_ipus: int                 # replicas x IPUs per replica
+    forward_stages: int           # F
+    pipeline: tuple[PipelineStage, ...]  # the P pipeline stages; empty unless pipelined
+    pipeline_runs: int            # pipeline runs per call
+    micro_batches_per_run: int
+    micro_batches_per_step: int   # per replica and call
+
+    @classmethod
+    def build(cls, work: Work, run: RunConfig, system: SystemSpec,
+              cost: CostModel = DEFAULT) -> EnginePlan:
+        """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``."""
+        scheduled = run.scheduled(work, cost.update_cost)
+        compute_ipu = run.compute_ipu(system.ipu)
+        forward_stages = len(scheduled.stages)
+        pipelined = run.execution is Execution.PIPELINED
+        if run.training:
+            runs, per_run = run.device_iterations, run.gradient_accumulation
+        else:
+            runs, per_run = 1, run.device_iterations
+        return cls(
+            run=run, work=scheduled,
+            prices=tuple(price(stage, run, compute_ipu, cost) for stage in scheduled.stages),
+            cost=cost,
+            ipus_per_replica=scheduled.ipus_per_replica,
+            num_ipus=run.replicas * scheduled.ipus_per_replica,
+            forward_stages=forward_stages,
+            pipeline=(tuple(pipeline_stages(forward_stages, run.training)) if pipelined else ()),
+            pipeline_runs=runs, micro_batches_per_run=per_run,
+            micro_batches_per_step=run.micro_batches_per_step)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The stages as the schedule runs them."""
+        return self.work.stages
+
+    @property
+    def pipeline_depth(self) -> int:
+        """P: pipeline stages of a pipelined run (0 when the run is not pipelined)."""
+        return len(self.pipeline)
+
+    def replica_of(self, ipu: int) -> int:
+        """The replica whose IPUs include ``ipu`` (replica r has IPUs r x IPUs per replica on)."""
+        return ipu // self.ipus_per_replica
