@@ -49,7 +49,7 @@ def fold_blocker(work: Work, run: RunConfig, spec: SystemSpec) -> str | None:
     if moves_host_data and per_replica % spec.ipus_per_host_link:
         return (f"replicas share host links (ipus_per_replica={per_replica} is not a multiple "
                 f"of ipus_per_host_link={spec.ipus_per_host_link})")
-    total = replicas * per_replica
+    total = run.ipus(work)
     first: list[set[int]] = []  # replica 0's groups, in its own IPUs
     for ipu in range(total):
         replica, logical = divmod(ipu, per_replica)

@@ -98,6 +98,7 @@ class EnginePlan:
     pipeline_runs: int            # pipeline runs per call
     micro_batches_per_run: int
     micro_batches_per_step: int   # per replica and call
+    returned_micro_batches: range  # those of a call whose outputs go back to the host
 
     @classmethod
     def build(cls, work: Work, run: RunConfig, system: SystemSpec,
@@ -116,11 +117,12 @@ class EnginePlan:
             prices=tuple(price(stage, run, compute_ipu, cost) for stage in scheduled.stages),
             cost=cost,
             ipus_per_replica=scheduled.ipus_per_replica,
-            num_ipus=run.replicas * scheduled.ipus_per_replica,
+            num_ipus=run.ipus(scheduled),
             forward_stages=forward_stages,
             pipeline=(tuple(pipeline_stages(forward_stages, run.training)) if pipelined else ()),
             pipeline_runs=runs, micro_batches_per_run=per_run,
-            micro_batches_per_step=run.micro_batches_per_step)
+            micro_batches_per_step=run.micro_batches_per_step,
+            returned_micro_batches=run.returned_micro_batches)
 
     @property
     def stages(self) -> tuple[Stage, ...]:

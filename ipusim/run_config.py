@@ -14,6 +14,14 @@ from ipusim.sync_groups import SyncPattern
 from ipusim.work import Cost, Execution, Stage, Work
 
 
+def returned_micro_batches(micro_batches: int, output_period: int) -> range:
+    """Which of a call's ``micro_batches`` (per replica) send their outputs to the
+    host: every ``output_period``-th one, or with a period of 0 only the last."""
+    if output_period == 0:
+        return range(micro_batches - 1, micro_batches)
+    return range(output_period - 1, micro_batches, output_period)
+
+
 @dataclass(frozen=True)
 class Offload:
     """Which tensors live in streaming memory instead of SRAM (PopTorch's TensorLocations)."""
@@ -84,15 +92,22 @@ class RunConfig:
 
     def returns_outputs(self, micro_batch: int) -> bool:
         """Whether the outputs of ``micro_batch`` (index within a call) go back to the host."""
-        if self.output_period == 0:
-            return micro_batch == self.micro_batches_per_step - 1
-        return (micro_batch + 1) % self.output_period == 0
+        return micro_batch in self.returned_micro_batches
+
+    @property
+    def returned_micro_batches(self) -> range:
+        """The micro-batches of a call whose outputs go back to the host."""
+        return returned_micro_batches(self.micro_batches_per_step, self.output_period)
 
     @property
     def optimizer_shards(self) -> int:
         """Replicas the optimizer state is split across (1 without replicated
         tensor sharding): each holds, streams and updates its share."""
         return self.total_replicas if self.offload.sharded_optimizer else 1
+
+    def ipus(self, work: Work) -> int:
+        """IPUs the engine spans: its replicas, each on the IPUs ``work`` is placed on."""
+        return self.replicas * work.ipus_per_replica
 
     @property
     def total_replicas(self) -> int:
@@ -131,7 +146,7 @@ class RunConfig:
                     f"Stage {stage.name!r} is placed on IPU {stage.ipu} but the system has "
                     f"{name['num_ipus']}={num_ipus} (IPUs 0..{num_ipus - 1}); place it on an "
                     "existing IPU or simulate a larger system")
-        ipus_needed = work.ipus_per_replica * self.replicas
+        ipus_needed = self.ipus(work)
         if ipus_needed > num_ipus:
             raise ValueError(
                 f"{name['replicas']}={self.replicas} x {work.ipus_per_replica} IPU(s) per replica "

@@ -16,16 +16,24 @@ from typing import Any
 import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
-from poptorch_shim.enums import OutputMode
+from ipusim.run_config import returned_micro_batches
+from poptorch_shim.enums import CommGroupType, OutputMode
+
+
+# The output modes as ipusim's output period: every N micro-batches, or 0 for only the
+# last of a call (Sum adds the micro-batches' outputs up on the device and returns one).
+_OUTPUT_PERIOD = {OutputMode.All: 1, OutputMode.Final: 0, OutputMode.Sum: 0}
 
 
 @dataclass(frozen=True)
 class StepShape:
-    """How many micro-batches one call holds, and in which order.
+    """How many micro-batches one call holds, in which order, and which outputs return.
 
     With input replica grouping, the replicas of a group share one input
     micro-batch: a call carries ``replicas / input_group_size`` distinct
-    micro-batches per iteration and gradient-accumulation step.
+    micro-batches per iteration and gradient-accumulation step. Built once
+    from the options (:meth:`of`), it is what the DataLoader, the model and
+    the simulated run configuration all read.
     """
 
     device_iterations: int
@@ -33,6 +41,18 @@ class StepShape:
     replicas: int
     input_group_size: int = 1
     orthogonal_groups: bool = False
+    output_mode: OutputMode = OutputMode.All
+    output_return_period: int = 1
+
+    @classmethod
+    def of(cls, options, training: bool = False) -> "StepShape":
+        """The shape of a call under ``options`` (``poptorch.Options``), for a
+        training or an inference model (whose ``Default`` output modes differ)."""
+        return cls(options.device_iterations, options.Training.gradient_accumulation,
+                   options.replication_factor, options.input_group_size,
+                   orthogonal_groups=options.input_group_type == CommGroupType.Orthogonal,
+                   output_mode=options.resolved_output_mode(training),
+                   output_return_period=options.output_return_period)
 
     @property
     def input_groups(self) -> int:
@@ -40,15 +60,49 @@ class StepShape:
         return self.replicas // self.input_group_size
 
     @property
+    def rows(self) -> int:
+        """Micro-batches each replica runs in one call: a row of replicas per
+        device iteration and gradient-accumulation step."""
+        return self.device_iterations * self.gradient_accumulation
+
+    @property
     def micro_batches(self) -> int:
         """Distinct input micro-batches in one call."""
-        return self.device_iterations * self.gradient_accumulation * self.input_groups
+        return self.rows * self.input_groups
 
     def input_of(self, replica: int) -> int:
         """Which of a row's input micro-batches ``replica`` computes on."""
         if self.orthogonal_groups:
             return replica % self.input_groups
         return replica // self.input_group_size
+
+    @property
+    def output_period(self) -> int:
+        """The output mode as :attr:`ipusim.RunConfig.output_period`: outputs go
+        back to the host every N micro-batches, or (0) only the last of a call."""
+        if self.output_mode == OutputMode.EveryN:
+            return self.output_return_period
+        if self.output_mode not in _OUTPUT_PERIOD:
+            raise ValueError(f"Output mode {self.output_mode!r} must be resolved before "
+                             "assembling outputs")
+        return _OUTPUT_PERIOD[self.output_mode]
+
+    def returned_rows(self, rows: int) -> range:
+        """Which of a call's ``rows`` the outputs are assembled from: those the
+        output mode sends back to the host, or all of them for Sum, which adds
+        them up."""
+        if self.output_mode == OutputMode.Sum:
+            return range(rows)
+        return returned_micro_batches(rows, self.output_period)
+
+    def check_output_period(self) -> None:
+        """EveryN's period must divide the micro-batches each replica runs per call."""
+        period = self.output_return_period
+        if self.output_mode == OutputMode.EveryN and self.rows % period:
+            raise ValueError(
+                f"outputMode(OutputMode.EveryN, {period}): the output return period must "
+                f"divide the micro-batches each replica runs per call, deviceIterations x "
+                f"gradientAccumulation = {self.rows}; choose a period that divides {self.rows}")
 
 
 def flatten(value: Any) -> tuple[list[Any], TreeSpec]:
@@ -132,20 +186,7 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
     return [(tuple(cut[:positional]), dict(zip(kwargs, cut[positional:]))) for cut in cuts]
 
 
-def returned_rows(rows: int, mode: OutputMode, period: int) -> range:
-    """Which of a call's ``rows`` (micro-batch steps, one output per replica
-    each) the output mode sends back to the host; Sum adds them all up."""
-    if mode in (OutputMode.All, OutputMode.Sum):
-        return range(rows)
-    if mode == OutputMode.EveryN:
-        return range(period - 1, rows, period)
-    if mode == OutputMode.Final:
-        return range(rows - 1, rows)
-    raise ValueError(f"Output mode {mode!r} must be resolved before assembling outputs")
-
-
-def assemble(outputs: list[tuple[list[Any], TreeSpec] | None], shape: StepShape,
-             mode: OutputMode, period: int) -> Any:
+def assemble(outputs: list[tuple[list[Any], TreeSpec] | None], shape: StepShape) -> Any:
     """Combine the per-micro-batch outputs of a call as the output mode returns them.
 
     ``outputs`` are flattened (leaves, spec), in stream order (replica
@@ -156,8 +197,8 @@ def assemble(outputs: list[tuple[list[Any], TreeSpec] | None], shape: StepShape,
     """
     replicas = shape.replicas
     chosen = [outputs[row * replicas:(row + 1) * replicas]
-              for row in returned_rows(len(outputs) // replicas, mode, period)]
-    if mode == OutputMode.Sum:
+              for row in shape.returned_rows(len(outputs) // replicas)]
+    if shape.output_mode == OutputMode.Sum:
         chosen = [[_sum([row[r] for row in chosen]) for r in range(replicas)]]
     return _concat([out for row in chosen for out in row])
 

@@ -19,12 +19,12 @@ import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim import enums
+from poptorch_shim._batching import StepShape
 from poptorch_shim._compute import StageProfile
 from poptorch_shim.profiling import model_name
 
 DEFAULT_NUM_IPUS = 16  # an IPU-POD16: four IPU-M2000s
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
-_OUTPUT_PERIOD = {enums.OutputMode.All: 1, enums.OutputMode.Final: 0, enums.OutputMode.Sum: 0}
 
 
 def available_ipus() -> int:
@@ -48,16 +48,16 @@ NO_IO_TILES_ERR = ("No IO tiles allocated. You must allocate at least 32 IO tile
 
 
 def run_config(options, training: bool, num_stages: int, strategy=None,
-               overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
+               overlap: tuple[bool, bool] = (False, False),
+               shape: StepShape | None = None) -> RunConfig:
     """PopTorch options as an ipusim :class:`RunConfig`; ``strategy`` is the
     execution strategy the model runs under (None: one stage), ``overlap``
     whether the model asked for its input and its output stream copies to
-    overlap compute."""
+    overlap compute, ``shape`` the model's step shape (default: the options')."""
     io_tiles = options.TensorLocations.num_io_tiles
     if any(overlap) and not io_tiles:
         raise RuntimeError(NO_IO_TILES_ERR)
-    mode = options.resolved_output_mode(training)
-    period = options.output_return_period if mode == enums.OutputMode.EveryN else _OUTPUT_PERIOD[mode]
+    shape = shape or StepShape.of(options, training)
 
     def offloaded(kind: str) -> bool:
         settings = options.TensorLocations.location(kind)
@@ -70,10 +70,10 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
     execution = execution_of(strategy)
     return RunConfig(
         training=training,
-        replicas=options.replication_factor,
+        replicas=shape.replicas,
         instances=options.Distributed.num_processes,
-        device_iterations=options.device_iterations,
-        gradient_accumulation=options.Training.gradient_accumulation,
+        device_iterations=shape.device_iterations,
+        gradient_accumulation=shape.gradient_accumulation,
         execution=execution,
         sync_pattern=ipusim.SyncPattern(options.sync_pattern.name),
         synthetic_data=options.synthetic_data,
@@ -88,7 +88,7 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
         io_tiles=io_tiles,
         overlap_inputs=overlap[0],
         overlap_outputs=overlap[1],
-        output_period=period,
+        output_period=shape.output_period,
         stash_off_chip=getattr(strategy, "tensors_liveness",
                                enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive)
 
@@ -102,11 +102,12 @@ _POPTORCH_NAMES = {
 }
 
 
-def check_layout(options, training: bool, layout: list[tuple[str, int]], strategy=None) -> None:
+def check_layout(options, training: bool, layout: list[tuple[str, int]], strategy=None,
+                 shape: StepShape | None = None) -> None:
     """Check the stages' placement (name, IPU) under ``strategy`` against the
     options and the simulated system before any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
-    run = run_config(options, training, len(layout), strategy)
+    run = run_config(options, training, len(layout), strategy, shape=shape)
     run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
     _check_poprun_ipus(work.ipus_per_replica)
 
@@ -130,16 +131,14 @@ def system_spec(options) -> ipusim.SystemSpec:
     return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
 
 
-def _share_host_links(spec: ipusim.SystemSpec, run: RunConfig,
-                      ipus_per_replica: int) -> ipusim.SystemSpec:
+def _share_host_links(spec: ipusim.SystemSpec, run: RunConfig, work: Work) -> ipusim.SystemSpec:
     """Instances of a poprun job that sit on one IPU-M2000 share its host link.
 
     Each instance simulates only its own IPUs, so the link's bandwidth is
     divided among the instances co-located on it (fair sharing, where the
     single-process simulator queues the copies first come, first served).
     """
-    engine_ipus = run.replicas * ipus_per_replica
-    co_located = min(run.instances, max(1, spec.ipus_per_host_link // engine_ipus))
+    co_located = min(run.instances, max(1, spec.ipus_per_host_link // run.ipus(work)))
     if co_located == 1:
         return spec
     return replace(spec, host_link_bandwidth=spec.host_link_bandwidth / co_located)
@@ -166,7 +165,8 @@ class SimulatedDevice:
 
     def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
-                 strategy=None, overlap: tuple[bool, bool] = (False, False)):
+                 strategy=None, overlap: tuple[bool, bool] = (False, False),
+                 shape: StepShape | None = None):
         self.work = Work(
             tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
@@ -177,8 +177,8 @@ class SimulatedDevice:
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = run_config(options, training, len(stages), strategy, overlap)
-        self.spec = _share_host_links(system_spec(options), self.run, self.work.ipus_per_replica)
+        self.run = run_config(options, training, len(stages), strategy, overlap, shape)
+        self.spec = _share_host_links(system_spec(options), self.run, self.work)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the

@@ -24,6 +24,7 @@ updated weight one per weight update.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -73,8 +74,7 @@ class Anchors:
             names += [GRADIENT + name for name in trained] + [UPDATED + name for name in trained]
         return names
 
-    def compiled(self, called: list[str], shape: StepShape, model_mode: enums.OutputMode,
-                 model_period: int) -> None:
+    def compiled(self, called: list[str], shape: StepShape) -> None:
         """Learn the activations the model produces and check every anchor
         names one of its tensors and asks for a return period that fits."""
         self._called = called
@@ -92,10 +92,9 @@ class Anchors:
                 name = modern
             kind, key = _classify(name)
             self._targets[short_name] = (kind, key)
-            mode, period = self._mode(spec, model_mode, model_period)
-            rows = shape.device_iterations * (1 if kind == UPDATED
-                                              else shape.gradient_accumulation)
-            if mode is enums.OutputMode.EveryN and rows % period:
+            own = self._shape(spec, kind, shape)
+            rows, period = own.rows, own.output_return_period
+            if own.output_mode is enums.OutputMode.EveryN and rows % period:
                 raise InvalidUseError(
                     f"anchorTensor({short_name!r}, {spec.long_name!r}): the return period "
                     f"{period} must divide the {rows} values the tensor has per call "
@@ -103,15 +102,18 @@ class Anchors:
                     "micro-batch, deviceIterations for an updated weight).")
 
     @staticmethod
-    def _mode(spec, model_mode: enums.OutputMode, model_period: int):
-        if spec.output_mode is None or spec.output_mode is enums.OutputMode.Default:
-            return model_mode, model_period
-        return spec.output_mode, spec.output_return_period
+    def _shape(spec, kind: str, shape: StepShape) -> StepShape:
+        """The shape of an anchor's values in a call: the model's, with the
+        anchor's own output mode if it gives one, and one row per device
+        iteration for an updated weight."""
+        if spec.output_mode is not None and spec.output_mode is not enums.OutputMode.Default:
+            shape = replace(shape, output_mode=spec.output_mode,
+                            output_return_period=spec.output_return_period)
+        return replace(shape, gradient_accumulation=1) if kind == UPDATED else shape
 
     # -- capture -------------------------------------------------------------------
     @contextmanager
-    def capturing(self, shape: StepShape, model_mode: enums.OutputMode, model_period: int,
-                  loss_scale: float) -> Iterator["_StepCapture"]:
+    def capturing(self, shape: StepShape, loss_scale: float) -> Iterator["_StepCapture"]:
         """Capture the anchored tensors of one call; the values are assembled
         when the ``with`` body ends."""
         capture = _StepCapture(self._targets, self._model, loss_scale)
@@ -119,12 +121,11 @@ class Anchors:
             yield capture
         for short_name, spec in self._specs.items():
             kind, _ = self._targets[short_name]
-            mode, period = self._mode(spec, model_mode, model_period)
             values = capture.values[short_name]
             if kind == UPDATED:   # one per update, the same on every replica
                 values = [value for value in values for _ in range(shape.replicas)]
             self._values[short_name] = assemble([flatten(value) for value in values],
-                                                shape, mode, period)
+                                                self._shape(spec, kind, shape))
 
     def value(self, short_name: str) -> Any:
         """The value the last run returned for the anchor ``short_name``."""

@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterator, Optional
 
 import torch
 
+from ._batching import StepShape
 from ._shard_sampler import ShardSampler
 from .async_data_accessor import AsynchronousDataAccessor
 from .enums import DataLoaderMode
@@ -95,7 +96,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"(Sync, Async or AsyncRebatched), got {mode!r}.")
         options._freeze()
         self._options = options
-        self._combined_batch_size = _combined_batch_size(options, batch_size)
+        self._shape = StepShape.of(options)
+        self._combined_batch_size = _combined_batch_size(self._shape, batch_size)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         shuffle = bool(shuffle)
@@ -246,12 +248,12 @@ class DataLoader(torch.utils.data.DataLoader):
         combined = self._combined_batch_size
         if combined is None or samples >= combined:
             return
-        options = self._options
+        shape = self._shape
         factors = (f"batch_size {batch_size} x deviceIterations "
-                   f"{options.device_iterations} x (replicationFactor "
-                   f"{options.replication_factor} / input_group_size "
-                   f"{options.input_group_size}) x gradientAccumulation "
-                   f"{options.Training.gradient_accumulation}")
+                   f"{shape.device_iterations} x (replicationFactor "
+                   f"{shape.replicas} / input_group_size "
+                   f"{shape.input_group_size}) x gradientAccumulation "
+                   f"{shape.gradient_accumulation}")
         where = f"the dataset has {dataset_len} elements"
         if processes > 1:
             where += (f", and split between {processes} processes in whole "
@@ -295,16 +297,10 @@ def measured_loader_rate(options: Options) -> Optional[float]:
     return rates[-1] if rates else None
 
 
-def _per_batch(options: Options) -> int:
-    """Micro-batches of data in one step: replicas in one input group read
-    the same data, so they count once."""
-    return (options.device_iterations
-            * (options.replication_factor // options.input_group_size)
-            * options.Training.gradient_accumulation)
-
-
-def _combined_batch_size(options: Options,
+def _combined_batch_size(shape: StepShape,
                          batch_size: Optional[int]) -> Optional[int]:
+    """Samples in one step: ``batch_size`` for each of the step's micro-batches
+    of data (replicas in one input group read the same data, so they count once)."""
     if batch_size is None:
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
@@ -312,7 +308,7 @@ def _combined_batch_size(options: Options,
         raise ValueError(
             f"poptorch.DataLoader: batch_size must be an int >= 1 (or None to "
             f"disable batching), got {batch_size!r}.")
-    return batch_size * _per_batch(options)
+    return batch_size * shape.micro_batches
 
 
 def _check_iterable(partition: bool, processes: int, num_workers: int,

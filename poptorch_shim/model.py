@@ -19,7 +19,7 @@ import torch
 
 from poptorch_shim import enums, profiling, simulated_clock
 from poptorch_shim._batching import (StepShape, assemble, batch_size_of, flatten,
-                                     flatten_detached, flatten_inputs, returned_rows, split)
+                                     flatten_detached, flatten_inputs, split)
 from poptorch_shim._compute import WholeModel
 from poptorch_shim._fake import fake_inputs, placeholder_outputs
 from poptorch_shim.anchors import Anchors, activation_names
@@ -64,7 +64,9 @@ class PoplarExecutor:
             if optimizer is not None:
                 raise InvalidUseError("An optimizer is only for training: inferenceModel "
                                       "takes none")
-        _check_output_period(options, training)
+        # The step's shape: how each call splits, runs and returns, and the run configuration.
+        shape = StepShape.of(options, training)
+        shape.check_output_period()
         options._freeze()
         # The options as given: DataLoaders built with them are found by identity.
         self._given_options = options
@@ -88,10 +90,7 @@ class PoplarExecutor:
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
         self._attached = False
-        self._shape = StepShape(
-            options.device_iterations, options.Training.gradient_accumulation,
-            options.replication_factor, options.input_group_size,
-            orthogonal_groups=options.input_group_type == enums.CommGroupType.Orthogonal)
+        self._shape = shape
 
     def _make_runner(self, model: torch.nn.Module, strategy=None):
         strategy = strategy or self._options.execution_strategy
@@ -187,8 +186,7 @@ class PoplarExecutor:
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             stages, output, _, called = self._profile(first_args, first_kwargs)
-        self._anchors.compiled(called, self._shape, self._resolved_mode(),
-                               self._options.output_return_period)
+        self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
@@ -196,7 +194,7 @@ class PoplarExecutor:
             self._options, self._training, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
             optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-            strategy=self._runner.strategy, overlap=self._overlap)
+            strategy=self._runner.strategy, overlap=self._overlap, shape=self._shape)
         profiling.register(self)
         # OnDemand attaches when first run; Never stays offline.
         self._attached = self._options.connection_type is enums.ConnectionType.Always
@@ -216,7 +214,7 @@ class PoplarExecutor:
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
-                             probe.strategy)
+                             probe.strategy, self._shape)
                 stages, output = probe.profile(args, kwargs, self._training)
         finally:
             for hook in hooks:
@@ -250,11 +248,7 @@ class PoplarExecutor:
         if self._across_instances:
             align_clock(self._device.simulation)
         call.lasted(self._device.simulation.system.now_ps - started)
-        return assemble(outputs, self._shape, self._resolved_mode(),
-                        self._options.output_return_period)
-
-    def _resolved_mode(self) -> enums.OutputMode:
-        return self._options.resolved_output_mode(self._training)
+        return assemble(outputs, self._shape)
 
     def _check_signature(self, micro_batch: tuple) -> None:
         """A compiled model runs the input shapes and dtypes it was compiled
@@ -293,12 +287,10 @@ class PoplarExecutor:
         scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
         rows = [micro_batches[i:i + shape.input_groups]
                 for i in range(0, len(micro_batches), shape.input_groups)]
-        returned = returned_rows(len(rows), self._resolved_mode(),
-                                 self._options.output_return_period)
+        returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         with _mode(self._user_model, self._training), running_on_ipu(), \
-                self._anchors.capturing(shape, self._resolved_mode(),
-                                        self._options.output_return_period, scale) as anchors:
+                self._anchors.capturing(shape, scale) as anchors:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
@@ -438,19 +430,6 @@ def _check_inference_options(options: Options) -> None:
                     "of batches each run for pipelined execution instead.")
     raise InvalidUseError(message + f" (got gradientAccumulation("
                                     f"{options.Training.gradient_accumulation}))")
-
-
-def _check_output_period(options: Options, training: bool) -> None:
-    """EveryN's period must divide the micro-batches each replica runs per call."""
-    if options.resolved_output_mode(training) != enums.OutputMode.EveryN:
-        return
-    per_call = options.device_iterations * options.Training.gradient_accumulation
-    period = options.output_return_period
-    if per_call % period:
-        raise ValueError(
-            f"outputMode(OutputMode.EveryN, {period}): the output return period must divide "
-            f"the micro-batches each replica runs per call, deviceIterations x "
-            f"gradientAccumulation = {per_call}; choose a period that divides {per_call}")
 
 
 class _mode:

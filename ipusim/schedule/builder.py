@@ -142,7 +142,7 @@ class ProgramBuilder:
 
     def host_output(self, micro_batch: int, cycle: int = -1) -> None:
         """Stream one micro-batch's outputs back, if the output mode returns them."""
-        if self.run.returns_outputs(micro_batch):
+        if micro_batch in self.plan.returned_micro_batches:
             last = len(self.stages) - 1
             self._host_io(self.stages[last].ipu, last, micro_batch, cycle,
                           d2h_bytes=self.work.output_bytes)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ipusim.design_point import DesignPoint
+from poptorch_shim._batching import StepShape
 from poptorch_shim._device import (_POPTORCH_NAMES, _share_host_links, cost_model, run_config,
                                    system_spec)
-from poptorch_shim.model import _check_output_period
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.measure import Measured
@@ -33,9 +33,11 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
         raise ValueError(
             "Gradient accumulation should be left to its default value (1) for inference, got "
             f"Training.gradientAccumulation({options.Training.gradient_accumulation})")
-    _check_output_period(options, training)
-    run = run_config(options, training, len(work.stages), measured.strategy, measured.overlap)
+    shape = StepShape.of(options, training)
+    shape.check_output_period()
+    run = run_config(options, training, len(work.stages), measured.strategy, measured.overlap,
+                     shape)
     system = system_spec(options)
     run.validate(work, system.num_ipus, names=_POPTORCH_NAMES)
-    return DesignPoint(work, run, _share_host_links(system, run, work.ipus_per_replica),
+    return DesignPoint(work, run, _share_host_links(system, run, work),
                        cost_model(options), steps)

@@ -1,0 +1,52 @@
+"""The step's shape: built once from the options, read by the loader, the model
+and the simulated run configuration alike."""
+import pytest
+
+import poptorch_shim as poptorch
+from poptorch_shim._batching import StepShape
+from poptorch_shim._device import run_config
+
+MODES = [(poptorch.OutputMode.All, None), (poptorch.OutputMode.Final, None),
+         (poptorch.OutputMode.EveryN, 3), (poptorch.OutputMode.Sum, None)]
+
+
+def options(mode=poptorch.OutputMode.Default, period=None) -> poptorch.Options:
+    opts = poptorch.Options().deviceIterations(2).replicationFactor(4)
+    opts.inputReplicaGrouping(2, poptorch.CommGroupType.Consecutive)
+    opts.Training.gradientAccumulation(3)
+    return opts.outputMode(mode, period) if period else opts.outputMode(mode)
+
+
+def test_the_shape_counts_a_call_as_the_options_ask():
+    shape = StepShape.of(options(), training=True)
+    assert (shape.rows, shape.input_groups, shape.micro_batches) == (6, 2, 12)
+    assert shape.output_mode is poptorch.OutputMode.Final
+    assert StepShape.of(options(), training=False).output_mode is poptorch.OutputMode.All
+
+
+@pytest.mark.parametrize("mode,period", MODES)
+def test_the_rows_assembled_are_those_the_simulated_device_returns(mode, period):
+    opts = options(mode, period)
+    shape = StepShape.of(opts, training=True)
+    run = run_config(opts, training=True, num_stages=1, shape=shape)
+    sent = [mb for mb in range(run.micro_batches_per_step) if run.returns_outputs(mb)]
+    assert run.micro_batches_per_step == shape.rows
+    if mode is poptorch.OutputMode.Sum:  # added up on the device: one result goes back
+        assert sent == [shape.rows - 1]
+        assert list(shape.returned_rows(shape.rows)) == [0, 1, 2, 3, 4, 5]
+    else:
+        assert list(shape.returned_rows(shape.rows)) == sent
+    expected = {"All": [0, 1, 2, 3, 4, 5], "Final": [5], "EveryN": [2, 5], "Sum": [5]}
+    assert expected[mode.name] == sent
+
+
+def test_a_return_period_that_does_not_divide_a_call_is_refused_with_the_numbers():
+    shape = StepShape.of(options(poptorch.OutputMode.EveryN, 4), training=True)
+    with pytest.raises(ValueError, match=r"EveryN, 4\).*gradientAccumulation = 6"):
+        shape.check_output_period()
+
+
+def test_the_data_loader_reads_a_step_of_the_shape():
+    opts = options()
+    loader = poptorch.DataLoader(opts, list(range(240)), batch_size=5)
+    assert loader.combinedBatchSize == 5 * StepShape.of(opts).micro_batches == 60
