@@ -25,7 +25,8 @@ class Timeline:
     """The events of a simulation and the figures derived from them.
 
     ``plan`` is the engine's (see :class:`ipusim.plan.EnginePlan`); left out,
-    it is worked out from ``work``, ``run`` and ``system``.
+    it is worked out from ``work``, ``run`` and ``system`` (its stages priced
+    with the default cost model: the figures read only its shape).
     """
 
     events: pd.DataFrame
