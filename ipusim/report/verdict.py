@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ipusim.metrics import HOST_TRANSFER_KINDS, span_ps
-from ipusim.recorder import COMPUTE_KINDS
-from ipusim.report.lanes import category_times
+from ipusim.event_kinds import COMPUTE_KINDS, HOST_TRANSFER_KINDS
+from ipusim.metrics import category_times, span_ps
 from ipusim.report.phases import micro_batches_per_run, pipeline_depth
 from ipusim.simulation import Timeline
 from ipusim.sync_groups import SyncPattern
