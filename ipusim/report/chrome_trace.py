@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_US
+from ipusim.event_kinds import BACKWARD, COMPUTE_LANE, FORWARD, LANES
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
-from ipusim.report.lanes import LANES
 from ipusim.simulation import Timeline
 
 HOST_PID = 1
@@ -159,7 +159,7 @@ def _flows(events: pd.DataFrame) -> list[dict]:
     keys = ["instance", "replica", "step", "micro_batch", "stage"]
     out = []
     flow_id = 0
-    for kind, name, offset in (("forward", "activation", 1), ("backward", "gradient", -1)):
+    for kind, name, offset in ((FORWARD, "activation", 1), (BACKWARD, "gradient", -1)):
         passes = events.loc[(events["kind"] == kind) & (events["micro_batch"] >= 0), keys + ["ipu"]]
         # Flow ends sit mid-slice: at a slice's edge they could bind to its neighbour.
         passes["middle_ps"] = events[["start_ps", "end_ps"]].loc[passes.index].mean(axis=1)
@@ -170,7 +170,7 @@ def _flows(events: pd.DataFrame) -> list[dict]:
                                         pairs["middle_ps"].tolist(), pairs["middle_ps_to"].tolist(),
                                         pairs["micro_batch"].tolist()):
             flow_id += 1
-            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID["compute"]}
+            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID[COMPUTE_LANE]}
             out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": t0 / PS_PER_US,
                         "args": {"micro_batch": mb}})
             out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": t1 / PS_PER_US,
