@@ -107,7 +107,7 @@ def pipeline_slots(events: pd.DataFrame, num_stages: int, training: bool,
     """
     compute = events[(events["cycle"] >= 0) & events["kind"].isin((FORWARD, BACKWARD))]
     last = num_stages - 1
-    backward = compute["kind"] == "backward"
+    backward = compute["kind"] == BACKWARD
     pipeline_stage = compute["stage"].where(~backward, 2 * last - compute["stage"])
     slots = pd.DataFrame({
         "replica": compute["replica"],
