@@ -60,6 +60,9 @@ PENDING_LAYOUT = ("start_ps", "end_ps", "label", "micro_batch", "step", "cycle")
 TIMES = 2
 FIELDS = len(PENDING_LAYOUT) - TIMES  # int32 fields of a row: label, micro_batch, step, cycle
 ROW_INTS = len(PENDING_LAYOUT)
+# Where each part of a row sits in its packed block: times (int64) or fields (int32).
+TIME = {name: i for i, name in enumerate(PENDING_LAYOUT[:TIMES])}
+FIELD = {name: i for i, name in enumerate(PENDING_LAYOUT[TIMES:])}
 ROW_BYTES = TIMES * 8 + FIELDS * 4
 CHUNK = 4096  # rows an IPU keeps as plain ints before packing them
 PENDING = CHUNK * ROW_INTS  # ints in a full pending list
@@ -249,29 +252,29 @@ class Recorder:
         fields = np.concatenate([f for c in self._ipus for f in c.fields]
                                 or [np.empty((0, FIELDS), np.int32)])
         ipu = np.repeat(np.arange(len(self._ipus), dtype=np.int64), [len(c) for c in self._ipus])
-        order = _by_start_then_ipu(times[:, 0], ipu)
+        order = _by_start_then_ipu(times[:, TIME["start_ps"]], ipu)
         if copies > 1 and len(order):
-            order, replica = _expanded(order, times[order, 0], copies)
+            order, replica = _expanded(order, times[order, TIME["start_ps"]], copies)
             replica = replica.astype(np.int64)
             ipus = ipu[order] + replica * ipus_per_replica
         else:
             ipus = ipu[order]
             replica = ipus // ipus_per_replica
-        codes = fields[order, 0]
+        codes = fields[order, FIELD["label"]]
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
                                      ("bytes", np.float64), ("flops", np.float64))}
         return pd.DataFrame({  # copy=False: the columns stay apart, none copied into a block
-            "start_ps": times[order, 0],
-            "end_ps": times[order, 1],
+            "start_ps": times[order, TIME["start_ps"]],
+            "end_ps": times[order, TIME["end_ps"]],
             "ipu": ipus,
             "replica": replica,
             "instance": np.full(len(ipus), instance, np.int64),
             "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
             "stage": table["stage"][codes],
-            "micro_batch": fields[order, 1].astype(np.int64),
-            "step": fields[order, 2].astype(np.int64),
-            "cycle": fields[order, 3].astype(np.int64),
+            "micro_batch": fields[order, FIELD["micro_batch"]].astype(np.int64),
+            "step": fields[order, FIELD["step"]].astype(np.int64),
+            "cycle": fields[order, FIELD["cycle"]].astype(np.int64),
             "bytes": table["bytes"][codes],
             "flops": table["flops"][codes],
         }, copy=False)
