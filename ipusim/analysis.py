@@ -16,7 +16,7 @@ import pandas as pd
 from ipusim.cost_model import PS_PER_S
 from ipusim.event_kinds import COMPUTE_KINDS, HOST_CALL_TIME, HOST_TRANSFER_KINDS, KINDS
 from ipusim.memory import MemoryModel, memory_per_ipu
-from ipusim.metrics import category_times, span_ps
+from ipusim.metrics import span_ps, time_by_category_ps
 from ipusim.work import Work
 
 if TYPE_CHECKING:
@@ -69,8 +69,10 @@ def host_link_occupancy(timeline: Timeline) -> float:
 
 
 def host_round_trip_share(timeline: Timeline) -> float:
-    """The IPUs' mean share of the span spent waiting for the host between calls."""
-    return float(category_times(timeline.events, timeline.num_ipus)[HOST_CALL_TIME.name].mean())
+    """The IPUs' mean share of the span spent waiting for the host between calls (the
+    host call column of :func:`ipusim.metrics.category_times`, alone)."""
+    waits = time_by_category_ps(timeline.events, timeline.num_ipus, (HOST_CALL_TIME,))
+    return float((waits[HOST_CALL_TIME.name] / max(span_ps(timeline.events), 1)).mean())
 
 
 def stage_times_us(timeline: Timeline) -> dict[int, float]:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ipusim.cost_model import PS_PER_S, PS_PER_US
 from ipusim.event_kinds import (BACKWARD, COMPUTE_KINDS, COUNTED, FORWARD, HOST_IO_TIME,
-                                HOST_TRANSFER_KINDS, IDLE, kinds_of)
+                                HOST_TRANSFER_KINDS, IDLE, Category, kinds_of)
 
 HOST_IO_KINDS = kinds_of(HOST_IO_TIME)
 __all__ = ["COMPUTE_KINDS", "HOST_IO_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
@@ -43,12 +43,13 @@ def _exact_bincount(bins: np.ndarray, values: np.ndarray, length: int) -> np.nda
     return (sums[0] << 26) + sums[1]
 
 
-def time_by_category_ps(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
-    """Picoseconds each IPU spends in each category of :data:`ipusim.event_kinds.COUNTED`
-    (columns named by category), grouping the kinds as their table says."""
+def time_by_category_ps(events: pd.DataFrame, num_ipus: int,
+                        categories: tuple[Category, ...] = COUNTED) -> pd.DataFrame:
+    """Picoseconds each IPU spends in each of ``categories`` (columns named by category),
+    grouping the kinds as :data:`ipusim.event_kinds.EVENT_KINDS` says."""
     ipus = range(num_ipus)
     table = pd.DataFrame({category.name: _time_by_ipu(events, kinds_of(category), ipus)
-                          for category in COUNTED}, index=ipus)
+                          for category in categories}, index=ipus)
     table.index.name = "ipu"
     return table
 

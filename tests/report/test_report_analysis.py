@@ -29,6 +29,8 @@ def test_the_summary_the_verdict_and_the_reports_read_the_one_dict_of_figures(
         figures["host_link_occupancy"], figures["host_round_trip_share"],
         figures["sync_wait_share"], figures["bubble_fraction"])
     assert figures["host_round_trip_share"] > 0  # the replicated run waits for the host
+    assert figures["host_round_trip_share"] == \
+        replicated_timeline.category_times()["host call"].mean()
     shown = f"{figures['host_round_trip_share']:.1%}"
     assert re.search(rf"Host round trip share: +{re.escape(shown)}\n",
                      text_summary(replicated_timeline))
