@@ -9,12 +9,14 @@ import numpy as np
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_S, PS_PER_US
+from ipusim.event_kinds import (BACKWARD, COMPUTE_KINDS, COUNTED, FORWARD, HOST_IO_TIME,
+                                HOST_TRANSFER_KINDS, IDLE, Category, kinds_of)
 from ipusim.plan import pipeline_depth
-from ipusim.recorder import COMPUTE_KINDS
 
-HOST_TRANSFER_KINDS = ("host_to_device", "device_to_host")
-# An IPU queued behind others' copies on its shared host link is held up by host I/O too.
-HOST_IO_KINDS = HOST_TRANSFER_KINDS + ("host_link_wait",)
+HOST_IO_KINDS = kinds_of(HOST_IO_TIME)
+__all__ = ["COMPUTE_KINDS", "HOST_IO_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
+           "category_times", "host_io_share", "latency_ps", "per_ipu", "pipeline_slots",
+           "span_ps", "sync_wait_share", "throughput", "time_by_category_ps", "utilisation"]
 
 
 def span_ps(events: pd.DataFrame) -> int:
@@ -42,22 +44,38 @@ def _exact_bincount(bins: np.ndarray, values: np.ndarray, length: int) -> np.nda
     return (sums[0] << 26) + sums[1]
 
 
-def per_ipu(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
-    """Busy, host-I/O and sync-wait time of each IPU, and their shares of the span."""
+def time_by_category_ps(events: pd.DataFrame, num_ipus: int,
+                        categories: tuple[Category, ...] = COUNTED) -> pd.DataFrame:
+    """Picoseconds each IPU spends in each of ``categories`` (columns named by category),
+    grouping the kinds as :data:`ipusim.event_kinds.EVENT_KINDS` says."""
     ipus = range(num_ipus)
-    span = max(span_ps(events), 1)
-    table = pd.DataFrame({
-        "compute(us)": _time_by_ipu(events, COMPUTE_KINDS, ipus) / PS_PER_US,
-        "host_io(us)": _time_by_ipu(events, HOST_IO_KINDS, ipus) / PS_PER_US,
-        "ipu_copy(us)": _time_by_ipu(events, ("ipu_copy", "all_reduce"), ipus) / PS_PER_US,
-        "sync_wait(us)": _time_by_ipu(events, ("sync_wait",), ipus) / PS_PER_US,
-        "streaming(us)": _time_by_ipu(events, ("stream_in", "stream_out"), ipus) / PS_PER_US,
-        "host_call(us)": _time_by_ipu(events, ("host_call",), ipus) / PS_PER_US,
-    })
+    table = pd.DataFrame({category.name: _time_by_ipu(events, kinds_of(category), ipus)
+                          for category in categories}, index=ipus)
     table.index.name = "ipu"
+    return table
+
+
+def per_ipu(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
+    """Time of each IPU in each category (compute, host I/O, ..., sync wait), and the
+    compute, host-I/O and sync-wait shares of the span."""
+    span = max(span_ps(events), 1)
+    times = time_by_category_ps(events, num_ipus)
+    table = times.rename(columns={c.name: c.column for c in COUNTED}) / PS_PER_US
     table["utilisation"] = table["compute(us)"] * PS_PER_US / span
     table["host_io_share"] = table["host_io(us)"] * PS_PER_US / span
     table["sync_wait_share"] = table["sync_wait(us)"] * PS_PER_US / span
+    return table
+
+
+def category_times(events: pd.DataFrame, num_ipus: int) -> pd.DataFrame:
+    """Share of the span each IPU spends in each category, idle included (rows sum to 1).
+
+    The same grouping as :func:`per_ipu`: the compute tiles' time; copies on the
+    I/O tiles overlap it and are left out.
+    """
+    span = max(span_ps(events), 1)
+    table = time_by_category_ps(events, num_ipus) / span
+    table[IDLE.name] = (1.0 - table.sum(axis=1)).clip(lower=0.0)
     return table
 
 
@@ -89,8 +107,8 @@ def pipeline_slots(events: pd.DataFrame, num_stages: int, training: bool,
     Columns: replica, step, run, cycle, pipeline_stage. A run is one fill and
     flush of the pipeline: a device iteration in training, a call in inference.
     """
-    compute = events[(events["cycle"] >= 0) & events["kind"].isin(("forward", "backward"))]
-    backward = compute["kind"] == "backward"  # stage k's backward is pipeline stage P - 1 - k
+    compute = events[(events["cycle"] >= 0) & events["kind"].isin((FORWARD, BACKWARD))]
+    backward = compute["kind"] == BACKWARD  # stage k's backward is pipeline stage P - 1 - k
     last = pipeline_depth(num_stages, training) - 1
     pipeline_stage = compute["stage"].where(~backward, last - compute["stage"])
     slots = pd.DataFrame({

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Union
 
+from ipusim.event_kinds import IPU_COPY
 from ipusim.sync_groups import Group
 
 
@@ -62,7 +63,7 @@ class Exchange(NamedTuple):
     micro_batch: int
     step: int
     cycle: int
-    kind: str = "ipu_copy"
+    kind: str = IPU_COPY
     label: int = -1  # the copy row's interned label (recorder.label); -1: the system interns it
 
 

@@ -25,22 +25,47 @@ interned as a small int in :data:`LABELS`: a model has a handful of them.
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-COMPUTE_KINDS = ("forward", "backward", "recompute", "weight_update")
-KINDS = COMPUTE_KINDS + (
-    "host_to_device", "device_to_host", "host_link_wait", "ipu_copy", "all_reduce",
-    "sync_wait", "host_call", "stream_in", "stream_out", "io_tiles_copy")
+from ipusim.event_kinds import COMPUTE_KINDS, KINDS, SYNC_WAIT
 
-COLUMNS = ("start_ps", "end_ps", "ipu", "kind", "stage", "micro_batch", "step",
-           "cycle", "bytes", "flops")
+__all__ = ["COLUMNS", "COMPUTE_KINDS", "KINDS", "LABELS", "PENDING_LAYOUT", "Recorder", "Row",
+           "label"]
+
+
+class Row(NamedTuple):
+    """One recorded event, as :attr:`Recorder.rows` reads it back (the frame's columns
+    without replica and instance, which the recorder derives)."""
+
+    start_ps: int
+    end_ps: int
+    ipu: int
+    kind: str
+    stage: int
+    micro_batch: int
+    step: int
+    cycle: int
+    bytes: float
+    flops: float
+
+
+COLUMNS = Row._fields
 _KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
-FIELDS = 4  # int32 fields of a row: label, micro_batch, step, cycle
-ROW_BYTES = 2 * 8 + FIELDS * 4
+# A row while pending, as the system's hot path appends it: two int64 times, then
+# int32 fields, the first of them the label of (kind, stage, bytes, flops).
+PENDING_LAYOUT = ("start_ps", "end_ps", "label", "micro_batch", "step", "cycle")
+TIMES = 2
+FIELDS = len(PENDING_LAYOUT) - TIMES  # int32 fields of a row: label, micro_batch, step, cycle
+ROW_INTS = len(PENDING_LAYOUT)
+# Where each part of a row sits in its packed block: times (int64) or fields (int32).
+TIME = {name: i for i, name in enumerate(PENDING_LAYOUT[:TIMES])}
+FIELD = {name: i for i, name in enumerate(PENDING_LAYOUT[TIMES:])}
+ROW_BYTES = TIMES * 8 + FIELDS * 4
 CHUNK = 4096  # rows an IPU keeps as plain ints before packing them
-PENDING = CHUNK * (2 + FIELDS)  # ints in a full pending list
+PENDING = CHUNK * ROW_INTS  # ints in a full pending list
 _INT32 = np.iinfo(np.int32)
 
 
@@ -77,13 +102,14 @@ class Labels:
 
 LABELS = Labels()
 label = LABELS.code
-SYNC_WAIT = label("sync_wait")
+SYNC_WAIT_LABEL = label(SYNC_WAIT)
 
 
 class Columns:
     """One IPU's rows: the last few as plain ints, the rest packed into typed columns.
 
-    The hot path appends a row as six ints with one ``list.extend`` (a tenth of
+    The hot path appends a row as six ints in :data:`PENDING_LAYOUT` order with one
+    ``list.extend`` (a tenth of
     the cost of appending to ``array.array`` one field at a time) and calls
     :meth:`pack` when :attr:`pending` holds :data:`CHUNK` rows; packing turns
     them into an int64 (start, end) block and an int32 (label, micro_batch,
@@ -93,25 +119,25 @@ class Columns:
     __slots__ = ("pending", "times", "fields")
 
     def __init__(self) -> None:
-        self.pending: list[int] = []           # start, end, label, micro_batch, step, cycle, ...
-        self.times: list[np.ndarray] = []      # (rows, 2) int64 blocks
+        self.pending: list[int] = []           # rows in PENDING_LAYOUT order, one after another
+        self.times: list[np.ndarray] = []      # (rows, TIMES) int64 blocks
         self.fields: list[np.ndarray] = []     # (rows, FIELDS) int32 blocks
 
     def pack(self) -> None:
         """Move the pending rows into the typed blocks."""
         if not self.pending:
             return
-        block = np.array(self.pending, np.int64).reshape(-1, 2 + FIELDS)
-        fields = block[:, 2:]
+        block = np.array(self.pending, np.int64).reshape(-1, ROW_INTS)
+        fields = block[:, TIMES:]
         if len(block) and (fields.max() > _INT32.max or fields.min() < _INT32.min):
             raise OverflowError(f"a micro-batch, step or cycle index beyond int32 "
                                 f"({int(fields.max())}) cannot be recorded")
-        self.times.append(block[:, :2].copy())
+        self.times.append(block[:, :TIMES].copy())
         self.fields.append(fields.astype(np.int32))
         self.pending.clear()
 
     def __len__(self) -> int:
-        return sum(len(block) for block in self.times) + len(self.pending) // (2 + FIELDS)
+        return sum(len(block) for block in self.times) + len(self.pending) // ROW_INTS
 
     def tail(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(times, fields) of the last ``count`` rows, packed, gathered from the newest blocks."""
@@ -124,7 +150,7 @@ class Columns:
             times.append(block_times[len(block_times) - take:])
             fields.append(block_fields[len(block_fields) - take:])
             left -= take
-        return (np.concatenate(times[::-1]) if times else np.empty((0, 2), np.int64),
+        return (np.concatenate(times[::-1]) if times else np.empty((0, TIMES), np.int64),
                 np.concatenate(fields[::-1]) if fields else np.empty((0, FIELDS), np.int32))
 
     def append(self, times: np.ndarray, fields: np.ndarray) -> None:
@@ -136,7 +162,7 @@ class Columns:
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, fields) of every row, packed."""
         self.pack()
-        times = np.concatenate(self.times) if self.times else np.empty((0, 2), np.int64)
+        times = np.concatenate(self.times) if self.times else np.empty((0, TIMES), np.int64)
         fields = np.concatenate(self.fields) if self.fields else np.empty((0, FIELDS), np.int32)
         return times, fields
 
@@ -153,14 +179,22 @@ class Recorder:
             self._ipus.append(Columns())
         return self._ipus[ipu]
 
-    def record(self, start: int, end: int, ipu: int, kind: str, stage: int, micro_batch: int,
-               step: int, cycle: int, nbytes: float = 0.0, flops: float = 0.0) -> None:
-        """Record one row (the readable way; the system's hot path appends to :meth:`columns`)."""
+    def record(self, start: int, end: int, ipu: int, kind: str, *, stage: int = -1,
+               micro_batch: int = -1, step: int, cycle: int = -1, nbytes: float = 0.0,
+               flops: float = 0.0) -> None:
+        """Record one event of ``kind`` on ``ipu`` from ``start`` to ``end`` (the readable
+        way; the system's hot path appends labelled rows to :meth:`columns`)."""
         columns = self.columns(ipu)
-        columns.pending.extend((start, end, label(kind, stage, nbytes, flops), micro_batch,
-                                step, cycle))
+        columns.pending.extend(  # in PENDING_LAYOUT order
+            (start, end, label(kind, stage, nbytes, flops), micro_batch, step, cycle))
         if len(columns.pending) >= PENDING:
             columns.pack()
+
+    def record_row(self, row: Row) -> None:
+        """Record a :class:`Row` (one read back from :attr:`rows`, say)."""
+        self.record(row.start_ps, row.end_ps, row.ipu, row.kind, stage=row.stage,
+                    micro_batch=row.micro_batch, step=row.step, cycle=row.cycle,
+                    nbytes=row.bytes, flops=row.flops)
 
     def __len__(self) -> int:
         return sum(len(columns) for columns in self._ipus)
@@ -184,8 +218,8 @@ class Recorder:
         return ROW_BYTES * len(self)
 
     @property
-    def rows(self) -> list[tuple]:
-        """The rows as tuples in :data:`COLUMNS` order, IPU by IPU, each in recording order.
+    def rows(self) -> list[Row]:
+        """The rows, IPU by IPU, each in recording order.
 
         For reading a small record (tests, debugging); use :meth:`to_frame` for a large one.
         """
@@ -194,8 +228,8 @@ class Recorder:
             times, fields = columns.packed()
             for (start, end), (code, micro_batch, step, cycle) in zip(times.tolist(),
                                                                      fields.tolist()):
-                out.append((start, end, ipu, KINDS[LABELS.kind[code]], LABELS.stage[code],
-                            micro_batch, step, cycle, LABELS.bytes[code], LABELS.flops[code]))
+                out.append(Row(start, end, ipu, KINDS[LABELS.kind[code]], LABELS.stage[code],
+                               micro_batch, step, cycle, LABELS.bytes[code], LABELS.flops[code]))
         return out
 
     def to_frame(self, ipus_per_replica: int = 1, instance: int = 0,
@@ -214,33 +248,33 @@ class Recorder:
         for columns in self._ipus:
             columns.pack()
         times = np.concatenate([t for c in self._ipus for t in c.times]
-                               or [np.empty((0, 2), np.int64)])
+                               or [np.empty((0, TIMES), np.int64)])
         fields = np.concatenate([f for c in self._ipus for f in c.fields]
                                 or [np.empty((0, FIELDS), np.int32)])
         ipu = np.repeat(np.arange(len(self._ipus), dtype=np.int64), [len(c) for c in self._ipus])
-        order = _by_start_then_ipu(times[:, 0], ipu)
+        order = _by_start_then_ipu(times[:, TIME["start_ps"]], ipu)
         if copies > 1 and len(order):
-            order, replica = _expanded(order, times[order, 0], copies)
+            order, replica = _expanded(order, times[order, TIME["start_ps"]], copies)
             replica = replica.astype(np.int64)
             ipus = ipu[order] + replica * ipus_per_replica
         else:
             ipus = ipu[order]
             replica = ipus // ipus_per_replica
-        codes = fields[order, 0]
+        codes = fields[order, FIELD["label"]]
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
                                      ("bytes", np.float64), ("flops", np.float64))}
         return pd.DataFrame({  # copy=False: the columns stay apart, none copied into a block
-            "start_ps": times[order, 0],
-            "end_ps": times[order, 1],
+            "start_ps": times[order, TIME["start_ps"]],
+            "end_ps": times[order, TIME["end_ps"]],
             "ipu": ipus,
             "replica": replica,
             "instance": np.full(len(ipus), instance, np.int64),
             "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
             "stage": table["stage"][codes],
-            "micro_batch": fields[order, 1].astype(np.int64),
-            "step": fields[order, 2].astype(np.int64),
-            "cycle": fields[order, 3].astype(np.int64),
+            "micro_batch": fields[order, FIELD["micro_batch"]].astype(np.int64),
+            "step": fields[order, FIELD["step"]].astype(np.int64),
+            "cycle": fields[order, FIELD["cycle"]].astype(np.int64),
             "bytes": table["bytes"][codes],
             "flops": table["flops"][codes],
         }, copy=False)

@@ -7,7 +7,7 @@ from functools import cached_property
 import pandas as pd
 from tqdm import tqdm
 
-from ipusim import metrics
+from ipusim import analysis, metrics
 from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.folding import fold_blocker, folding_enabled
 from ipusim.hardware import SystemSpec
@@ -85,17 +85,42 @@ class Timeline:
 
     def summary(self) -> dict[str, float]:
         """The headline figures, in the units a person reads them."""
-        shares = self.per_ipu()[["utilisation", "host_io_share", "sync_wait_share"]].mean()
-        return {
-            "items": self.items,
-            "duration(ms)": self.duration_ps / 1e9,
-            "throughput(items/s)": self.throughput(),
-            "latency(us)": self.latency_ps() / 1e6,
-            "utilisation": float(shares["utilisation"]),
-            "bubble_fraction": self.bubble_fraction(),
-            "host_io_share": float(shares["host_io_share"]),
-            "sync_wait_share": float(shares["sync_wait_share"]),
-        }
+        figures = self.figures()
+        return {name: figures[name] for name in analysis.SUMMARY_FIGURES}
+
+    # The analyses of ipusim.analysis, each computed there once.
+    def figures(self) -> dict[str, float]:
+        """Every headline figure: those of :meth:`summary`, host-link occupancy, the host
+        round trip's share and the steps (see :func:`ipusim.analysis.headline_figures`)."""
+        return analysis.headline_figures(self)
+
+    def category_times(self) -> pd.DataFrame:
+        """Share of the span each IPU spends in each category of time, idle included."""
+        return metrics.category_times(self.events, self.num_ipus)
+
+    def host_link_occupancy(self) -> float:
+        """The busiest host link's share of the span spent moving data."""
+        return analysis.host_link_occupancy(self)
+
+    def host_round_trip_share(self) -> float:
+        """The IPUs' mean share of the span spent waiting for the host between calls."""
+        return analysis.host_round_trip_share(self)
+
+    def stage_times_us(self) -> dict[int, float]:
+        """Mean compute time of each stage per micro-batch, in µs."""
+        return analysis.stage_times_us(self)
+
+    def to_cycles(self, ps: float) -> int:
+        """Simulated picoseconds as cycles of the IPU clock."""
+        return analysis.to_cycles(ps, self)
+
+    def step_cycles(self) -> pd.DataFrame:
+        """Cycles of every program step (call), in all and per kind of event."""
+        return analysis.step_cycles(self)
+
+    def memory_per_stage(self) -> pd.DataFrame:
+        """Bytes each (merged) stage needs, by category, without the runtime code."""
+        return analysis.memory_per_stage(self)
 
 
 class Simulation:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ipusim.recorder import FIELD
 from ipusim.system import System
 
-_STEP = 2  # the step's place among a row's int32 fields (label, micro_batch, step, cycle)
+_STEP = FIELD["step"]  # the step's place among a row's int32 fields
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ import simpy
 from ipusim._gc import cyclic_gc_paused
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.recorder import PENDING, SYNC_WAIT, Recorder, label
+from ipusim.event_kinds import (DEVICE_TO_HOST, HOST_LINK_WAIT, HOST_TO_DEVICE, IO_TILES_COPY,
+                                SYNC_WAIT)
+from ipusim.recorder import PENDING, SYNC_WAIT_LABEL, Recorder, label
 from ipusim.sync_groups import Barrier, Group
 
 
@@ -87,7 +89,7 @@ class System:
         if time_ps <= self.env.now:
             return
         for ipu in ipus:
-            self.recorder.record(self.env.now, time_ps, ipu, "sync_wait", -1, -1, step, -1)
+            self.recorder.record(self.env.now, time_ps, ipu, SYNC_WAIT, step=step)
         self.env.run(until=time_ps)
 
     def _barrier(self, group: Group) -> Barrier:
@@ -110,7 +112,8 @@ class System:
         and a barrier takes the arrival time, so the clock catches up only
         where a shared host link is reserved or a lone IPU syncs. The
         syncs are yielded here (no nested generators) and a row is six ints
-        appended to this IPU's pending list, labelled by the instruction's
+        appended to this IPU's pending list in :data:`~ipusim.recorder.PENDING_LAYOUT`
+        order (start, end, label, micro-batch, step, cycle), labelled by the instruction's
         interned label, packed into typed columns every few thousand rows.
         """
         env = self.env
@@ -153,7 +156,7 @@ class System:
                     yield timeout(arrived + ins.sync - env.now)
                 now = env.now
                 if now > arrived:
-                    record((arrived, now, SYNC_WAIT, -1, ins.step, ins.cycle))
+                    record((arrived, now, SYNC_WAIT_LABEL, -1, ins.step, ins.cycle))
                 if kind is Exchange:
                     if ins.copy:
                         code = ins.label
@@ -168,7 +171,7 @@ class System:
                     yield self._barrier(group).wait(0, arrived)
                     busy_until = env.now
                     if busy_until > arrived:
-                        record((arrived, busy_until, SYNC_WAIT, -1, ins.step, ins.cycle))
+                        record((arrived, busy_until, SYNC_WAIT_LABEL, -1, ins.step, ins.cycle))
             busy_until = max(busy_until, io.outputs_sent)  # a call returns with its outputs
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
@@ -181,44 +184,44 @@ class System:
         micro-batch's input is in (fetched ahead during the last one, or now),
         then go on while the next input and the outputs move. Returns when the
         compute tiles can go on."""
-        record = self.recorder.record
         ready = now
         if ins.h2d:
             if io.input_ready is None:  # nothing fetched ahead: fetch it now
                 start, ready = link.reserve_h2d(now, ins.h2d)
-                record(start, ready, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
-                        ins.cycle, ins.h2d_bytes, 0.0)
+                self._record_copy(start, ready, ipu, IO_TILES_COPY, ins, ins.h2d_bytes)
             else:
                 ready, io.input_ready = max(now, io.input_ready), None
             if ready > now:
-                record(now, ready, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
-                        ins.cycle, 0, 0.0)
+                self._record_copy(now, ready, ipu, HOST_LINK_WAIT, ins)
             if ins.prefetch:  # the next micro-batch has the same shapes
                 start, io.input_ready = link.reserve_h2d(ready, ins.h2d)
-                record(start, io.input_ready, ipu, "io_tiles_copy", ins.stage,
-                        ins.micro_batch + 1, ins.step, ins.cycle, ins.h2d_bytes, 0.0)
+                self._record_copy(start, io.input_ready, ipu, IO_TILES_COPY, ins, ins.h2d_bytes,
+                                  micro_batch=ins.micro_batch + 1)
         if ins.d2h:
             start, end = link.reserve_d2h(ready, ins.d2h)
-            record(start, end, ipu, "io_tiles_copy", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.d2h_bytes, 0.0)
+            self._record_copy(start, end, ipu, IO_TILES_COPY, ins, ins.d2h_bytes)
             io.outputs_sent = max(io.outputs_sent, end)
         return ready
 
     def _stream_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int) -> int:
         """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""
-        record = self.recorder.record
         end = first = now
         if ins.h2d:
             first, end = link.reserve_h2d(now, ins.h2d)
-            record(first, end, ipu, "host_to_device", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.h2d_bytes, 0.0)
+            self._record_copy(first, end, ipu, HOST_TO_DEVICE, ins, ins.h2d_bytes)
         if ins.d2h:
             start, end_out = link.reserve_d2h(now, ins.d2h)
-            record(start, end_out, ipu, "device_to_host", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, ins.d2h_bytes, 0.0)
+            self._record_copy(start, end_out, ipu, DEVICE_TO_HOST, ins, ins.d2h_bytes)
             first = min(first, start) if ins.h2d else start
             end = max(end, end_out)
         if first > now:  # queued behind other IPUs' copies on the shared link
-            record(now, first, ipu, "host_link_wait", ins.stage, ins.micro_batch, ins.step,
-                    ins.cycle, 0, 0.0)
+            self._record_copy(now, first, ipu, HOST_LINK_WAIT, ins)
         return end
+
+    def _record_copy(self, start: int, end: int, ipu: int, kind: str, ins: HostIO,
+                     nbytes: float = 0, micro_batch: int | None = None) -> None:
+        """Record a host copy (or a wait for the link) of ``ins``: its stage, micro-batch
+        (``ins``'s unless given), step and cycle."""
+        self.recorder.record(start, end, ipu, kind, stage=ins.stage,
+                             micro_batch=ins.micro_batch if micro_batch is None else micro_batch,
+                             step=ins.step, cycle=ins.cycle, nbytes=nbytes)

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ipusim.analysis import reported_figures
+from ipusim.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
 from ipusim.memory import memory_per_ipu
-from ipusim.recorder import KINDS
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.html import write_html
-from ipusim.report.summary import figures, memory_per_stage, step_cycles, text_summary, to_cycles
+from ipusim.report.summary import text_summary
 from ipusim.report.verdict import bottleneck
 from ipusim.run_config import RunConfig
 from ipusim.simulation import Timeline
@@ -149,7 +150,7 @@ def load_autoreport(directory: str | Path) -> Timeline:
 def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
              verdict) -> dict:
     per_ipu = memory_per_ipu(timeline.work, timeline.run, timeline.system)
-    steps = step_cycles(timeline)
+    steps = timeline.step_cycles()
     return {
         "format": FORMAT, "version": VERSION,
         "system": encode(timeline.system), "run": encode(timeline.run),
@@ -157,15 +158,15 @@ def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None
         "options": options, "loader_items_per_s": loader_items_per_s,
         "memory": {
             "per_ipu": per_ipu.reset_index().to_dict("records"),
-            "per_stage": memory_per_stage(timeline).reset_index().to_dict("records"),
+            "per_stage": timeline.memory_per_stage().reset_index().to_dict("records"),
             "fits": bool((per_ipu["total"] <= per_ipu["capacity"]).all()),
         },
         "execution": {
             "clock_hz": timeline.system.ipu.clock_hz,
-            "total_cycles": to_cycles(timeline.duration_ps, timeline),
+            "total_cycles": timeline.to_cycles(timeline.duration_ps),
             "steps": steps.to_dict("records"),
         },
-        "figures": figures(timeline),
+        "figures": reported_figures(timeline),
         "verdict": verdict.to_dict(),
         "event_dtypes": {c: str(t) for c, t in timeline.events.dtypes.items()},
     }

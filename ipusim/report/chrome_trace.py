@@ -20,9 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_US
+from ipusim.event_kinds import (BACKWARD, COMPUTE_LANE, DEVICE_TO_HOST, FORWARD,
+                                HOST_TRANSFER_KINDS, KIND, LANES)
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
-from ipusim.report.lanes import LANES
 from ipusim.simulation import Timeline
 
 HOST_PID = 1
@@ -37,7 +38,7 @@ def ipu_pid(ipu: int) -> int:
 
 
 def _link_tid(link: int, direction: str) -> int:
-    return 10 + 2 * link + (direction == "device_to_host")
+    return 10 + 2 * link + (direction == DEVICE_TO_HOST)
 
 
 def chrome_trace(timeline: Timeline, detail: Detail | None = None) -> dict:
@@ -84,8 +85,8 @@ def _metadata(timeline: Timeline) -> list[dict]:
            _meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
            _meta("thread_sort_index", HOST_PID, CALLS_TID, sort_index=0)]
     for link in range(timeline.system.num_host_links):
-        for direction, label in (("host_to_device", "host → device"),
-                                 ("device_to_host", "device → host")):
+        for direction in HOST_TRANSFER_KINDS:
+            label = KIND[direction].label
             tid = _link_tid(link, direction)
             out += [_meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
                     _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
@@ -142,7 +143,7 @@ def _host_slices(timeline: Timeline, detailed: pd.DataFrame) -> list[dict]:
         out.append({"ph": "X", "name": f"step {step}", "cat": "step", "pid": HOST_PID,
                     "tid": CALLS_TID, "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
                     "args": {"step": int(step)}})
-    copies = detailed[detailed["kind"].isin(("host_to_device", "device_to_host"))]
+    copies = detailed[detailed["kind"].isin(HOST_TRANSFER_KINDS)]
     per_link = timeline.system.ipus_per_host_link
     for kind, start, end, ipu, nbytes, mb in zip(
             copies["kind"].astype(str), copies["start_ps"].tolist(), copies["end_ps"].tolist(),
@@ -159,7 +160,7 @@ def _flows(events: pd.DataFrame) -> list[dict]:
     keys = ["instance", "replica", "step", "micro_batch", "stage"]
     out = []
     flow_id = 0
-    for kind, name, offset in (("forward", "activation", 1), ("backward", "gradient", -1)):
+    for kind, name, offset in ((FORWARD, "activation", 1), (BACKWARD, "gradient", -1)):
         passes = events.loc[(events["kind"] == kind) & (events["micro_batch"] >= 0), keys + ["ipu"]]
         # Flow ends sit mid-slice: at a slice's edge they could bind to its neighbour.
         passes["middle_ps"] = events[["start_ps", "end_ps"]].loc[passes.index].mean(axis=1)
@@ -170,7 +171,7 @@ def _flows(events: pd.DataFrame) -> list[dict]:
                                         pairs["middle_ps"].tolist(), pairs["middle_ps_to"].tolist(),
                                         pairs["micro_batch"].tolist()):
             flow_id += 1
-            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID["compute"]}
+            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID[COMPUTE_LANE]}
             out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": t0 / PS_PER_US,
                         "args": {"micro_batch": mb}})
             out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": t1 / PS_PER_US,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ipusim.recorder import KINDS
+from ipusim.event_kinds import KINDS
 from ipusim.report import lanes
 
 DETAIL_ENV = "IPUSIM_TRACE_DETAIL"

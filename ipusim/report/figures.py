@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ipusim.analysis import MEMORY_PARTS
 from ipusim.cost_model import PS_PER_US
+from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, KINDS, SYNC_WAIT
 from ipusim.memory import memory_per_ipu
-from ipusim.recorder import COMPUTE_KINDS, KINDS
 from ipusim.report import lanes
 from ipusim.report.phases import PHASES, latency_path, pipeline_phases
-from ipusim.report.summary import MEMORY_PARTS, execution_text
+from ipusim.report.summary import execution_text
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
@@ -34,7 +35,7 @@ _PHASE_TEXT = {"ramp-up": "#a02020", "main": "#217a21", "ramp-down": "#1a5a8a"}
 MAX_BOXES_PER_ROW = 32  # at most this many boxes in a row of the opening view, and
 BOXES_ACROSS = 40  # a box of the median length at least 1/40 of its width: room for "B12"
 _MAX_PHASE_LABELS = 24
-_BAR_WIDTH = {**{kind: 0.8 for kind in COMPUTE_KINDS}, "sync_wait": 0.3}  # of a row
+_BAR_WIDTH = {**{kind: 0.8 for kind in COMPUTE_KINDS}, SYNC_WAIT: 0.3}  # of a row
 SYNC_OPACITY = 0.5
 _MEMORY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#7f7f7f", "#8c564b")
 
@@ -128,7 +129,7 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
 def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
     """Row of each (IPU, lane): the compute lane always, other lanes when used."""
     used = set(events["kind"].astype(str).map(lanes.LANE_OF))
-    shown = [lane for lane in lanes.LANES if lane == "compute" or lane in used]
+    shown = [lane for lane in lanes.LANES if lane == COMPUTE_LANE or lane in used]
     ipus = sorted(set(events["ipu"])) or [0]
     positions, ticks, names = {}, [], []
     row = 0
@@ -138,7 +139,7 @@ def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, lis
             positions[(ipu, lane)] = row
             ticks.append(row)
             head = f"IPU {ipu}" + (f" (replica {replica})" if timeline.run.replicas > 1 else "")
-            names.append(f"<b>{head}</b>" if lane == "compute" else f"{lane}")
+            names.append(f"<b>{head}</b>" if lane == COMPUTE_LANE else f"{lane}")
             row += 1
     return positions, ticks, names
 
@@ -179,11 +180,11 @@ def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PE
         chosen = kinds == kind
         if chosen.any():
             # Sync waits are thin and faint: where the IPUs wait, not what they do.
-            outline = 0 if kind == "sync_wait" else 0.5
+            outline = 0 if kind == SYNC_WAIT else 0.5
             traces.append(_bar_trace(events[chosen], kind, rows[chosen], lanes.NAMES[kind],
                                      marker={"color": lanes.COLOURS[kind],
                                              "line": {"color": "white", "width": outline}},
-                                     opacity=SYNC_OPACITY if kind == "sync_wait" else 1.0))
+                                     opacity=SYNC_OPACITY if kind == SYNC_WAIT else 1.0))
     view = initial_view(timeline, events)
     _latency(timeline, events, rows, traces, notes, view)
     _phases(timeline, events, traces, shapes, notes, view)
@@ -279,7 +280,7 @@ def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces:
 
 def utilisation_figure(timeline: Timeline, max_ipus: int = 64) -> go.Figure:
     """Per IPU, the share of the span in compute, host I/O, copies, sync wait and idle."""
-    table = lanes.category_times(timeline.events, timeline.num_ipus).iloc[:max_ipus]
+    table = timeline.category_times().iloc[:max_ipus]
     labels = [f"IPU {ipu}" for ipu in table.index]
     fig = go.Figure()
     for category in lanes.CATEGORIES:

@@ -1,83 +1,22 @@
-"""The figures of a run and a text summary in the spirit of Poplar's profile summary.
+"""A text summary of a run in the spirit of Poplar's profile summary.
 
 Target, engine, memory per IPU and per stage, program steps with their
 cycles (simulated time at the IPU clock), the headline figures and the
-bottleneck verdict, as plain text a person reads in a terminal.
+bottleneck verdict, as plain text a person reads in a terminal. The figures
+are the timeline's (:mod:`ipusim.analysis`); this module only formats them.
 """
 from __future__ import annotations
 
 import textwrap
-from dataclasses import replace
 
-import pandas as pd
-
-from ipusim.cost_model import PS_PER_S
-from ipusim.memory import MemoryModel, memory_per_ipu
-from ipusim.recorder import KINDS
-from ipusim.report.verdict import (Verdict, bottleneck, host_link_occupancy,
-                                   host_round_trip_share)
+from ipusim.analysis import MEMORY_PARTS, grouped_steps
+from ipusim.memory import memory_per_ipu
+from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
-from ipusim.work import Execution, Work
+from ipusim.work import Execution
 
 MB = 1e6
 MAX_STEP_ROWS = 20
-MEMORY_PARTS = ("weights", "optimizer", "accumulators", "stash", "code", "exchange")
-
-
-def figures(timeline: Timeline) -> dict[str, float]:
-    """The headline figures, unit-suffixed as in :meth:`Timeline.summary`, as plain floats."""
-    out = {name: float(value) for name, value in timeline.summary().items()}
-    out["host_link_occupancy"] = host_link_occupancy(timeline)
-    out["steps"] = float(timeline.steps)
-    return out
-
-
-def to_cycles(ps: float, timeline: Timeline) -> int:
-    """Simulated picoseconds as cycles of the IPU clock."""
-    return int(round(ps * timeline.system.ipu.clock_hz / PS_PER_S))
-
-
-def step_cycles(timeline: Timeline) -> pd.DataFrame:
-    """Cycles of every program step (call to the model), and per kind of event.
-
-    Columns: step, start_cycle, cycles, duration(us), then one ``<kind>_cycles``
-    column per kind: the cycles an IPU spent on that kind in the step, as a
-    mean over the engine's IPUs.
-    """
-    events = timeline.events
-    grouped = events.groupby("step")
-    start, end = grouped["start_ps"].min(), grouped["end_ps"].max()
-    table = pd.DataFrame({
-        "start_cycle": [to_cycles(ps, timeline) for ps in start],
-        "cycles": [to_cycles(ps, timeline) for ps in end - start],
-        "duration(us)": (end - start) / 1e6,
-    }, index=start.index)
-    busy = (events["end_ps"] - events["start_ps"]).groupby(
-        [events["step"], events["kind"].astype(str)]).sum().unstack(fill_value=0)
-    busy = busy.reindex(columns=[k for k in KINDS if k in busy.columns])
-    for kind in busy.columns:
-        table[f"{kind}_cycles"] = [to_cycles(ps / timeline.num_ipus, timeline) for ps in busy[kind]]
-    table.index.name = "step"
-    return table.reset_index()
-
-
-def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
-    """Bytes each (merged) stage needs, by category, without the per-IPU runtime code.
-
-    Each stage is what :func:`ipusim.memory.memory_per_ipu` counts for it on
-    its IPU: measured by placing every stage on an IPU of its own.
-    """
-    merged = timeline.run.scheduled(timeline.work)
-    alone = Work(tuple(replace(stage, ipu=k) for k, stage in enumerate(merged.stages)),
-                 merged.micro_batch_size, merged.input_bytes_per_sample,
-                 merged.output_bytes_per_sample)
-    table = memory_per_ipu(alone, timeline.run, timeline.system, model)
-    table["code"] -= model.code_bytes_per_tile * timeline.system.ipu.tiles
-    table["total"] = table[list(MEMORY_PARTS)].sum(axis=1)
-    table.insert(0, "ipu", [stage.ipu for stage in merged.stages])
-    table.insert(0, "name", [stage.name for stage in merged.stages])
-    table.index.name = "stage"
-    return table.drop(columns="capacity")
 
 
 def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
@@ -147,7 +86,7 @@ def _memory(timeline: Timeline) -> str:
     per_ipu = memory_per_ipu(timeline.work, timeline.run, timeline.system)
     table = per_ipu[list(MEMORY_PARTS) + ["total", "capacity"]] / MB
     table["used"] = (per_ipu["total"] / per_ipu["capacity"]).map("{:.1%}".format)
-    stages = memory_per_stage(timeline)
+    stages = timeline.memory_per_stage()
     stage_table = stages[list(MEMORY_PARTS) + ["total"]] / MB
     stage_table.insert(0, "ipu", stages["ipu"])
     stage_table.insert(0, "name", stages["name"])
@@ -158,8 +97,8 @@ def _memory(timeline: Timeline) -> str:
 
 
 def _execution(timeline: Timeline) -> str:
-    steps = step_cycles(timeline)
-    total = to_cycles(timeline.duration_ps, timeline)
+    steps = timeline.step_cycles()
+    total = timeline.to_cycles(timeline.duration_ps)
     grouped = grouped_steps(steps)
     shown = grouped.head(MAX_STEP_ROWS)
     text = (f"Execution (cycles at {timeline.system.ipu.clock_hz / 1e9:.2f} GHz):\n" + _rows([
@@ -178,26 +117,9 @@ def _execution(timeline: Timeline) -> str:
     return text
 
 
-def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """The program steps of :func:`step_cycles`, consecutive steps of equal cycles on
-    one row: steps ("0-9"), count, start_cycle of the first, cycles and duration(us) of
-    each."""
-    run = (steps["cycles"] != steps["cycles"].shift()).cumsum()
-    grouped = steps.groupby(run, sort=False).agg(
-        first=("step", "min"), last=("step", "max"), count=("step", "size"),
-        start_cycle=("start_cycle", "min"), cycles=("cycles", "first"),
-        duration=("duration(us)", "first"))
-    label = grouped["first"].astype(str).where(
-        grouped["count"] == 1, grouped["first"].astype(str) + "-" + grouped["last"].astype(str))
-    return pd.DataFrame({"steps": label.to_numpy(), "count": grouped["count"].to_numpy(),
-                         "start_cycle": grouped["start_cycle"].to_numpy(),
-                         "cycles": grouped["cycles"].to_numpy(),
-                         "duration(us)": grouped["duration"].to_numpy()})
-
-
 def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tuple[str, str]]:
     """The headline figures as (name, formatted value), for the text and HTML reports."""
-    f = figures(timeline)
+    f = timeline.figures()
     rows = [
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
         ("Latency of a micro-batch (mean)", f"{f['latency(us)']:,.1f} µs"),
@@ -206,7 +128,7 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
          if timeline.run.execution is Execution.PIPELINED else "— (not pipelined)"),
         ("Host I/O share", f"{f['host_io_share']:.1%}"),
         ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
-        ("Host round trip share", f"{host_round_trip_share(timeline):.1%}"),
+        ("Host round trip share", f"{f['host_round_trip_share']:.1%}"),
         ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
         ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
         ("Items", f"{int(f['items']):,}"),

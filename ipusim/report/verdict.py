@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ipusim.metrics import HOST_TRANSFER_KINDS, span_ps
-from ipusim.recorder import COMPUTE_KINDS
-from ipusim.report.lanes import category_times
 from ipusim.report.phases import micro_batches_per_run, pipeline_depth
 from ipusim.simulation import Timeline
 from ipusim.sync_groups import SyncPattern
@@ -54,47 +51,18 @@ class Verdict:
         return out
 
 
-def host_link_occupancy(timeline: Timeline) -> float:
-    """Busiest host link's share of the span spent moving data, in either direction."""
-    events = timeline.events
-    span = span_ps(events)
-    copies = events[events["kind"].isin(HOST_TRANSFER_KINDS)]
-    if copies.empty or span == 0:
-        return 0.0
-    link = copies["ipu"] // timeline.system.ipus_per_host_link
-    busy = (copies["end_ps"] - copies["start_ps"]).groupby([link, copies["kind"].astype(str)]).sum()
-    return float(busy.max() / span)
-
-
-def host_round_trip_share(timeline: Timeline) -> float:
-    """The IPUs' mean share of the span spent waiting for the host between calls."""
-    return float(category_times(timeline.events, timeline.num_ipus)["host call"].mean())
-
-
-def stage_times_us(timeline: Timeline) -> dict[int, float]:
-    """Mean compute time of each stage per micro-batch (forward, recompute and backward)."""
-    events = timeline.events
-    compute = events[events["kind"].isin(COMPUTE_KINDS) & (events["micro_batch"] >= 0)]
-    if compute.empty:
-        return {}
-    per_micro_batch = (compute["end_ps"] - compute["start_ps"]).groupby(
-        [compute["stage"], compute["replica"], compute["step"], compute["micro_batch"]]).sum()
-    means = per_micro_batch.groupby(level=0).mean()
-    return {int(stage): float(t) / 1e6 for stage, t in means.items()}
-
-
 def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> Verdict:
     """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own throughput."""
     if loader_items_per_s is not None and not loader_items_per_s > 0:
         raise ValueError(f"loader_items_per_s must be a positive number of items per second, "
                          f"got {loader_items_per_s!r}; leave it None when unknown")
+    figures = timeline.figures()
     numbers = dict(
-        device_items_per_s=timeline.throughput(), loader_items_per_s=loader_items_per_s,
-        utilisation=float(timeline.utilisation().mean()), host_io_share=timeline.host_io_share(),
-        host_link_occupancy=host_link_occupancy(timeline),
-        host_call_share=host_round_trip_share(timeline),
-        sync_wait_share=timeline.sync_wait_share(),
-        bubble_fraction=float(timeline.bubble_fraction()))
+        device_items_per_s=figures["throughput(items/s)"], loader_items_per_s=loader_items_per_s,
+        utilisation=figures["utilisation"], host_io_share=figures["host_io_share"],
+        host_link_occupancy=figures["host_link_occupancy"],
+        host_call_share=figures["host_round_trip_share"],
+        sync_wait_share=figures["sync_wait_share"], bubble_fraction=figures["bubble_fraction"])
     if loader_items_per_s is not None and loader_items_per_s < numbers["device_items_per_s"]:
         kind = "data_loader"
     else:
@@ -191,7 +159,7 @@ def _pipeline_bubble(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
 
 
 def _balance_advice(timeline: Timeline) -> str:
-    times = stage_times_us(timeline)
+    times = timeline.stage_times_us()
     if len(times) < 2:
         return "Balance the stages so that each IPU takes about the same time per micro-batch."
     slowest, fastest = max(times, key=times.get), min(times, key=times.get)

@@ -6,7 +6,6 @@ import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, system_spec
 from ipusim.folding import FOLD_ENV, fold_blocker
-from ipusim.report.summary import figures, step_cycles
 from ipusim.simulation import Simulation
 
 
@@ -38,8 +37,8 @@ def both(work: Work, run: RunConfig, spec, steps: int = 2, idle_ps: int = 0):
 def assert_same_timeline(folded: Simulation, unfolded: Simulation) -> None:
     pd.testing.assert_frame_equal(folded.timeline.events, unfolded.timeline.events)
     assert folded.timeline.summary() == unfolded.timeline.summary()
-    assert figures(folded.timeline) == figures(unfolded.timeline)  # latency, host links...
-    pd.testing.assert_frame_equal(step_cycles(folded.timeline), step_cycles(unfolded.timeline))
+    assert folded.timeline.figures() == unfolded.timeline.figures()  # latency, host links...
+    pd.testing.assert_frame_equal(folded.timeline.step_cycles(), unfolded.timeline.step_cycles())
     assert folded.system.now_ps == unfolded.system.now_ps
 
 

@@ -3,20 +3,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ipusim.recorder import COLUMNS, KINDS, Recorder
+from ipusim.recorder import COLUMNS, KINDS, Recorder, Row
 
-ROWS = [  # (start, end, ipu, kind, stage, micro_batch, step, cycle, bytes, flops)
-    (5, 9, 1, "forward", 0, 3, 0, 2, 10.0, 7.5),
-    (0, 4, 0, "backward", 1, 2, 0, 1, 20.0, 9.0),
-    (5, 6, 0, "sync_wait", -1, -1, 0, 2, 0.0, 0.0),
-    (5, 8, 0, "ipu_copy", 1, 2, 0, 2, 300.0, 0.0),
+ROWS = [
+    Row(5, 9, 1, "forward", stage=0, micro_batch=3, step=0, cycle=2, bytes=10.0, flops=7.5),
+    Row(0, 4, 0, "backward", stage=1, micro_batch=2, step=0, cycle=1, bytes=20.0, flops=9.0),
+    Row(5, 6, 0, "sync_wait", stage=-1, micro_batch=-1, step=0, cycle=2, bytes=0.0, flops=0.0),
+    Row(5, 8, 0, "ipu_copy", stage=1, micro_batch=2, step=0, cycle=2, bytes=300.0, flops=0.0),
 ]
 
 
 def recorded(rows=ROWS) -> Recorder:
     recorder = Recorder()
     for row in rows:
-        recorder.record(*row)
+        recorder.record_row(row)
     return recorder
 
 
@@ -46,12 +46,12 @@ def test_rows_reads_back_what_was_recorded_ipu_by_ipu():
 def test_a_folded_record_is_expanded_to_every_replica():
     one = Recorder()
     for row in ROWS:
-        one.record(*row)
+        one.record_row(row)
     frame = one.to_frame(ipus_per_replica=2, copies=3)
     every = Recorder()
     for replica in range(3):
-        for start, end, ipu, *rest in ROWS:
-            every.record(start, end, ipu + 2 * replica, *rest)
+        for row in ROWS:
+            every.record_row(row._replace(ipu=row.ipu + 2 * replica))
     pd.testing.assert_frame_equal(frame, every.to_frame(ipus_per_replica=2))
     assert frame["replica"].value_counts().to_dict() == {0: 4, 1: 4, 2: 4}
 
@@ -62,20 +62,25 @@ def test_an_empty_record_keeps_the_dtypes():
     assert frame["kind"].dtype == pd.CategoricalDtype(KINDS)
 
 
+def test_the_rows_read_back_are_named_in_the_frame_column_order():
+    row = recorded().rows[0]
+    assert row._fields == COLUMNS and row.kind == "backward" and row.bytes == 20.0
+
+
 def test_an_unknown_kind_is_refused_when_recorded():
     with pytest.raises(ValueError, match="event kind 'teleport' is not among"):
-        Recorder().record(0, 1, 0, "teleport", 0, 0, 0, -1)
+        Recorder().record(0, 1, 0, "teleport", stage=0, micro_batch=0, step=0)
 
 
 def test_rows_beyond_a_chunk_are_packed_and_kept_in_order():
     from ipusim.recorder import CHUNK
-    rows = [(t, t + 1, 0, "forward", 0, t, 0, -1, 1.0, 2.0) for t in range(2 * CHUNK + 5)]
+    rows = [Row(t, t + 1, 0, "forward", 0, t, 0, -1, 1.0, 2.0) for t in range(2 * CHUNK + 5)]
     recorder = recorded(rows)
     assert len(recorder) == len(rows) and recorder.rows == rows
     assert recorder.to_frame()["micro_batch"].tolist() == list(range(len(rows)))
 
 
 def test_an_index_beyond_int32_is_refused_not_wrapped():
-    recorder = recorded([(0, 1, 0, "forward", 0, 2**31, 0, -1, 0.0, 0.0)])
+    recorder = recorded([Row(0, 1, 0, "forward", 0, 2**31, 0, -1, 0.0, 0.0)])
     with pytest.raises(OverflowError, match="beyond int32"):
         recorder.to_frame()

@@ -11,7 +11,8 @@ from report_timelines import pipeline_run, stages
 from ipusim import RunConfig, Work, simulate, system_spec
 from ipusim.report import text_summary
 from ipusim.report.figures import timeline_figure
-from ipusim.report.summary import execution_text, grouped_steps, step_cycles
+from ipusim.analysis import grouped_steps, step_cycles
+from ipusim.report.summary import execution_text
 
 
 def test_a_model_on_one_ipu_is_a_single_ipu_not_a_shard(replicated_timeline):

@@ -7,8 +7,7 @@ from report_timelines import US, pipeline_run, stages
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
 from ipusim.report import Verdict, bottleneck
-from ipusim.report.verdict import (HOST_LINK_THRESHOLD, SYNC_THRESHOLD, VERDICTS,
-                                   host_link_occupancy, host_round_trip_share, stage_times_us)
+from ipusim.report.verdict import HOST_LINK_THRESHOLD, SYNC_THRESHOLD, VERDICTS
 
 
 def single_ipu(compute_us: float, input_bytes_per_sample: int, replicas: int = 1,
@@ -53,7 +52,7 @@ def test_a_host_round_trip_per_call_is_named_as_such():
     verdict = bottleneck(timeline)
     assert verdict.kind == "host_round_trip"
     assert verdict.host_call_share > 0.3 and verdict.host_call_share > verdict.host_io_share
-    assert verdict.host_call_share == host_round_trip_share(timeline)
+    assert verdict.host_call_share == timeline.host_round_trip_share()
     assert f"{verdict.host_call_share:.0%} of the time waiting for the host" in verdict.headline
     assert "deviceIterations" in verdict.advice[0]
 
@@ -73,7 +72,7 @@ def test_unbalanced_stages_are_named_in_the_advice():
                             Cost(time_ps=(600 if k == 2 else 100) * US)) for k in range(4)))
     run = RunConfig(gradient_accumulation=7, execution=Execution.PIPELINED, synthetic_data=True)
     timeline = simulate(work, run, system_spec("mk2", 4))
-    times = stage_times_us(timeline)
+    times = timeline.stage_times_us()
     assert times[2] == pytest.approx(900) and times[0] == pytest.approx(150)
     advice = " ".join(bottleneck(timeline).advice)
     assert "stage 2 takes 900.0 µs per micro-batch, 6.0x stage 0" in advice
@@ -134,7 +133,7 @@ def test_host_link_occupancy_is_the_busiest_link_and_direction(replicated_timeli
     copies = events[events["kind"] == "host_to_device"]
     busy = (copies["end_ps"] - copies["start_ps"]).sum()  # all 4 IPUs on link 0
     span = events["end_ps"].max() - events["start_ps"].min()
-    assert host_link_occupancy(replicated_timeline) == pytest.approx(busy / span)
+    assert replicated_timeline.host_link_occupancy() == pytest.approx(busy / span)
 
 
 @pytest.mark.parametrize("rate", [0, -5.0, float("nan")])

@@ -1,0 +1,152 @@
+"""Figures of a whole timeline: the headline figures, cycles per program step, memory per
+stage, host-link occupancy, stage times.
+
+Each is computed here once and read through :class:`ipusim.Timeline`'s methods;
+the reports in :mod:`ipusim.report` only format and draw them. The figures of
+the event table alone (spans, shares per IPU, pipeline slots) are in
+:mod:`ipusim.metrics`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ipusim.cost_model import PS_PER_S
+from ipusim.event_kinds import COMPUTE_KINDS, HOST_CALL_TIME, HOST_TRANSFER_KINDS, KINDS
+from ipusim.memory import MemoryModel, memory_per_ipu
+from ipusim.metrics import span_ps, time_by_category_ps
+from ipusim.work import Work
+
+if TYPE_CHECKING:
+    from ipusim.simulation import Timeline
+
+MEMORY_PARTS = ("weights", "optimizer", "accumulators", "stash", "code", "exchange")
+# The headline figures Timeline.summary() shows, in the units a person reads them.
+SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)", "utilisation",
+                   "bubble_fraction", "host_io_share", "sync_wait_share")
+# Those an autoReport directory keeps (profile.json's "figures").
+REPORTED_FIGURES = SUMMARY_FIGURES + ("host_link_occupancy", "steps")
+
+
+def headline_figures(timeline: Timeline) -> dict[str, float]:
+    """Every headline figure of ``timeline``, unit-suffixed (counts as ints, the rest as
+    floats): the one source of :meth:`~ipusim.Timeline.summary`, the reports' figures and
+    the bottleneck verdict."""
+    shares = timeline.per_ipu()[["utilisation", "host_io_share", "sync_wait_share"]].mean()
+    return {
+        "items": timeline.items,
+        "duration(ms)": timeline.duration_ps / 1e9,
+        "throughput(items/s)": timeline.throughput(),
+        "latency(us)": timeline.latency_ps() / 1e6,
+        "utilisation": float(shares["utilisation"]),
+        "bubble_fraction": float(timeline.bubble_fraction()),
+        "host_io_share": float(shares["host_io_share"]),
+        "sync_wait_share": float(shares["sync_wait_share"]),
+        "host_link_occupancy": host_link_occupancy(timeline),
+        "host_round_trip_share": host_round_trip_share(timeline),
+        "steps": timeline.steps,
+    }
+
+
+def reported_figures(timeline: Timeline) -> dict[str, float]:
+    """The headline figures an autoReport directory keeps, as plain floats."""
+    figures = timeline.figures()
+    return {name: float(figures[name]) for name in REPORTED_FIGURES}
+
+
+def host_link_occupancy(timeline: Timeline) -> float:
+    """Busiest host link's share of the span spent moving data, in either direction."""
+    events = timeline.events
+    span = span_ps(events)
+    copies = events[events["kind"].isin(HOST_TRANSFER_KINDS)]
+    if copies.empty or span == 0:
+        return 0.0
+    link = copies["ipu"] // timeline.system.ipus_per_host_link
+    busy = (copies["end_ps"] - copies["start_ps"]).groupby([link, copies["kind"].astype(str)]).sum()
+    return float(busy.max() / span)
+
+
+def host_round_trip_share(timeline: Timeline) -> float:
+    """The IPUs' mean share of the span spent waiting for the host between calls (the
+    host call column of :func:`ipusim.metrics.category_times`, alone)."""
+    waits = time_by_category_ps(timeline.events, timeline.num_ipus, (HOST_CALL_TIME,))
+    return float((waits[HOST_CALL_TIME.name] / max(span_ps(timeline.events), 1)).mean())
+
+
+def stage_times_us(timeline: Timeline) -> dict[int, float]:
+    """Mean compute time of each stage per micro-batch (forward, recompute and backward)."""
+    events = timeline.events
+    compute = events[events["kind"].isin(COMPUTE_KINDS) & (events["micro_batch"] >= 0)]
+    if compute.empty:
+        return {}
+    per_micro_batch = (compute["end_ps"] - compute["start_ps"]).groupby(
+        [compute["stage"], compute["replica"], compute["step"], compute["micro_batch"]]).sum()
+    means = per_micro_batch.groupby(level=0).mean()
+    return {int(stage): float(t) / 1e6 for stage, t in means.items()}
+
+
+def to_cycles(ps: float, timeline: Timeline) -> int:
+    """Simulated picoseconds as cycles of the IPU clock."""
+    return int(round(ps * timeline.system.ipu.clock_hz / PS_PER_S))
+
+
+def step_cycles(timeline: Timeline) -> pd.DataFrame:
+    """Cycles of every program step (call to the model), and per kind of event.
+
+    Columns: step, start_cycle, cycles, duration(us), then one ``<kind>_cycles``
+    column per kind: the cycles an IPU spent on that kind in the step, as a
+    mean over the engine's IPUs.
+    """
+    events = timeline.events
+    grouped = events.groupby("step")
+    start, end = grouped["start_ps"].min(), grouped["end_ps"].max()
+    table = pd.DataFrame({
+        "start_cycle": [to_cycles(ps, timeline) for ps in start],
+        "cycles": [to_cycles(ps, timeline) for ps in end - start],
+        "duration(us)": (end - start) / 1e6,
+    }, index=start.index)
+    busy = (events["end_ps"] - events["start_ps"]).groupby(
+        [events["step"], events["kind"].astype(str)]).sum().unstack(fill_value=0)
+    busy = busy.reindex(columns=[k for k in KINDS if k in busy.columns])
+    for kind in busy.columns:
+        table[f"{kind}_cycles"] = [to_cycles(ps / timeline.num_ipus, timeline) for ps in busy[kind]]
+    table.index.name = "step"
+    return table.reset_index()
+
+
+def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The program steps of :func:`step_cycles`, consecutive steps of equal cycles on
+    one row: steps ("0-9"), count, start_cycle of the first, cycles and duration(us) of
+    each."""
+    run = (steps["cycles"] != steps["cycles"].shift()).cumsum()
+    grouped = steps.groupby(run, sort=False).agg(
+        first=("step", "min"), last=("step", "max"), count=("step", "size"),
+        start_cycle=("start_cycle", "min"), cycles=("cycles", "first"),
+        duration=("duration(us)", "first"))
+    label = grouped["first"].astype(str).where(
+        grouped["count"] == 1, grouped["first"].astype(str) + "-" + grouped["last"].astype(str))
+    return pd.DataFrame({"steps": label.to_numpy(), "count": grouped["count"].to_numpy(),
+                         "start_cycle": grouped["start_cycle"].to_numpy(),
+                         "cycles": grouped["cycles"].to_numpy(),
+                         "duration(us)": grouped["duration"].to_numpy()})
+
+
+def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
+    """Bytes each (merged) stage needs, by category, without the per-IPU runtime code.
+
+    Each stage is what :func:`ipusim.memory.memory_per_ipu` counts for it on
+    its IPU: measured by placing every stage on an IPU of its own.
+    """
+    merged = timeline.run.scheduled(timeline.work)
+    alone = Work(tuple(replace(stage, ipu=k) for k, stage in enumerate(merged.stages)),
+                 merged.micro_batch_size, merged.input_bytes_per_sample,
+                 merged.output_bytes_per_sample)
+    table = memory_per_ipu(alone, timeline.run, timeline.system, model)
+    table["code"] -= model.code_bytes_per_tile * timeline.system.ipu.tiles
+    table["total"] = table[list(MEMORY_PARTS)].sum(axis=1)
+    table.insert(0, "ipu", [stage.ipu for stage in merged.stages])
+    table.insert(0, "name", [stage.name for stage in merged.stages])
+    table.index.name = "stage"
+    return table.drop(columns="capacity")
