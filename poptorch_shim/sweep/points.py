@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ipusim.design_point import DesignPoint
-from poptorch_shim._device import (_POPTORCH_NAMES, _share_host_links, cost_model, run_config,
-                                   system_spec)
+from poptorch_shim._device import _POPTORCH_NAMES, cost_model, run_config, system_spec
 from poptorch_shim.model import _check_output_period
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
@@ -37,5 +36,5 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
     run = run_config(options, training, len(work.stages), measured.strategy, measured.overlap)
     system = system_spec(options)
     run.validate(work, system.num_ipus, names=_POPTORCH_NAMES)
-    return DesignPoint(work, run, _share_host_links(system, run, work.ipus_per_replica),
-                       cost_model(options), steps)
+    system = system.per_instance(run.instances, run.replicas * work.ipus_per_replica)
+    return DesignPoint(work, run, system, cost_model(options), steps)
