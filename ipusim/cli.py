@@ -119,10 +119,17 @@ def main(argv: list[str] | None = None,
 
 def installed_extensions() -> list[CommandsExtension]:
     """The commands installed packages add to ``ipusim``: the functions their
-    ``ipusim.commands`` entry points name."""
+    ``ipusim.commands`` entry points name (one that cannot be imported is
+    named on stderr and left out)."""
     from importlib.metadata import entry_points
 
-    return [entry.load() for entry in entry_points(group=ENTRY_POINT_GROUP)]
+    found = []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found.append(entry.load())
+        except ImportError as error:
+            print(f"ipusim: left out the commands of {entry.value}: {error}", file=sys.stderr)
+    return found
 
 
 def _passes_script_arguments(parser: argparse.ArgumentParser, command: str) -> bool:

@@ -51,17 +51,30 @@ def test_without_the_shims_commands_run_says_where_to_find_them(capsys):
     assert "python -m poptorch_shim.commands run" in capsys.readouterr().err
 
 
-def test_python_m_ipusim_finds_the_shims_commands_by_entry_point(monkeypatch, capsys):
+def _entry_point(monkeypatch, value):
+    """Make ``value`` the one ``ipusim.commands`` entry point installed."""
     from importlib import metadata
 
-    entry = metadata.EntryPoint(name="poptorch", value="poptorch_shim.commands:add_commands",
-                                group="ipusim.commands")
+    entry = metadata.EntryPoint(name="poptorch", value=value, group="ipusim.commands")
     monkeypatch.setattr(metadata, "entry_points",
                         lambda group: [entry] if group == "ipusim.commands" else [])
+
+
+def test_python_m_ipusim_finds_the_shims_commands_by_entry_point(monkeypatch, capsys):
+    _entry_point(monkeypatch, "poptorch_shim.commands:add_commands")
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--help"])
     assert exit_info.value.code == 0
     assert "SCRIPT [SCRIPT_ARGS ...]" in capsys.readouterr().out
+
+
+def test_an_entry_point_that_cannot_be_imported_is_named_and_left_out(monkeypatch, capsys):
+    _entry_point(monkeypatch, "no_such_shim.commands:add_commands")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "train.py"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "comes with the PopTorch shim" in err
+    assert "left out the commands of no_such_shim.commands:add_commands" in err
 
 
 def test_summary_prints_the_text_summary(profile_dir, capsys):
