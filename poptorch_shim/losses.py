@@ -122,7 +122,8 @@ def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tenso
         candidates = [output]
     else:
         candidates = [leaf for leaf in tree_flatten(output)[0]
-                      if isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad]
+                      if isinstance(leaf, torch.Tensor) and leaf.numel() == 1
+                      and leaf.requires_grad]
         marked = [leaf for leaf in candidates if _is_marked(leaf)]
         found = marked or [leaf for leaf in candidates if _is_loss(leaf, losses)
                            and not any(other is not leaf and _feeds(leaf, other)
