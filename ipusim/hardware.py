@@ -186,6 +186,19 @@ class SystemSpec:
         """Index of the host link that serves IPU ``ipu``."""
         return ipu // self.ipus_per_host_link
 
+    def per_instance(self, instances: int, instance_ipus: int) -> SystemSpec:
+        """The system as one of ``instances`` host processes (poprun instances)
+        of ``instance_ipus`` IPUs each sees it.
+
+        Each instance simulates only its own IPUs, so a host link's bandwidth is
+        divided among the instances co-located on it (fair sharing, where one
+        process's simulation queues the copies first come, first served).
+        """
+        co_located = min(instances, max(1, self.ipus_per_host_link // instance_ipus))
+        if co_located == 1:
+            return self
+        return replace(self, host_link_bandwidth=self.host_link_bandwidth / co_located)
+
 
 def system_spec(preset: str = "mk2", num_ipus: int = 1, **overrides) -> SystemSpec:
     """Build a :class:`SystemSpec` from a preset name and overrides.

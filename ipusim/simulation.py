@@ -154,6 +154,11 @@ class Simulation:
         """IPUs the SimPy model runs: one replica's when folded, else the engine's."""
         return self.plan.ipus_per_replica if self.folded else self.plan.num_ipus
 
+    @property
+    def now_ps(self) -> int:
+        """The simulated clock: the end of the last call, or of the idling since."""
+        return self.system.now_ps
+
     def step(self) -> int:
         """Simulate one call to the model; returns its simulated duration in ps."""
         start = self.system.now_ps

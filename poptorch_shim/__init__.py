@@ -7,7 +7,7 @@ modules.
 """
 from poptorch_shim import optim, poptorch_core
 from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
-from poptorch_shim._compute import identity_loss
+from poptorch_shim.losses import identity_loss
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.data_loader import DataLoader

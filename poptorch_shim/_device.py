@@ -18,21 +18,17 @@ from tqdm import tqdm
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
-from poptorch_shim import enums
+from poptorch_shim import enums, run_settings
 from poptorch_shim._batching import StepShape
 from poptorch_shim._compute import StageProfile
 from poptorch_shim.profiling import model_name
 
-DEFAULT_NUM_IPUS = 16  # an IPU-POD16: four IPU-M2000s
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
 
 
 def available_ipus() -> int:
     """IPUs of the simulated machine: ``IPUSIM_NUM_IPUS`` or an IPU-POD16."""
-    value = os.environ.get("IPUSIM_NUM_IPUS", str(DEFAULT_NUM_IPUS))
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"IPUSIM_NUM_IPUS must be a positive integer, got {value!r}")
-    return int(value)
+    return run_settings.current().num_ipus
 
 
 def execution_of(strategy) -> Execution:
@@ -131,19 +127,6 @@ def system_spec(options) -> ipusim.SystemSpec:
     return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
 
 
-def _share_host_links(spec: ipusim.SystemSpec, run: RunConfig, work: Work) -> ipusim.SystemSpec:
-    """Instances of a poprun job that sit on one IPU-M2000 share its host link.
-
-    Each instance simulates only its own IPUs, so the link's bandwidth is
-    divided among the instances co-located on it (fair sharing, where the
-    single-process simulator queues the copies first come, first served).
-    """
-    co_located = min(run.instances, max(1, spec.ipus_per_host_link // run.ipus(work)))
-    if co_located == 1:
-        return spec
-    return replace(spec, host_link_bandwidth=spec.host_link_bandwidth / co_located)
-
-
 def _warn_if_out_of_memory(memory: pd.DataFrame) -> None:
     try:
         check_fits(memory)
@@ -178,7 +161,8 @@ class SimulatedDevice:
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
         self.run = run_config(options, training, len(stages), strategy, overlap, shape)
-        self.spec = _share_host_links(system_spec(options), self.run, self.work)
+        self.spec = system_spec(options).per_instance(self.run.instances,
+                                                      self.run.ipus(self.work))
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the
@@ -192,14 +176,14 @@ class SimulatedDevice:
         # `ipusim run` asks for a progress bar of the simulated calls.
         name = model_name(options, training)
         self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
-                          if os.environ.get("IPUSIM_PROGRESS") else None)
+                          if run_settings.current().progress else None)
 
     def step(self) -> int:
         """Advance the simulation by one call; its duration in picoseconds."""
         duration = self.simulation.step()
         self.step_durations.append(duration)
         if self._progress is not None:
-            self._progress.set_postfix_str(f"{self.simulation.system.now_ps / 1e9:.3f} ms simulated",
+            self._progress.set_postfix_str(f"{self.simulation.now_ps / 1e9:.3f} ms simulated",
                                            refresh=False)
             self._progress.update()
         return duration

@@ -115,6 +115,6 @@ def align_clock(simulation) -> None:
     """Make the instances' simulated clocks meet at the latest one."""
     if not is_distributed():
         return
-    now = torch.tensor([simulation.system.now_ps], dtype=torch.int64)
+    now = torch.tensor([simulation.now_ps], dtype=torch.int64)
     dist.all_reduce(now, op=dist.ReduceOp.MAX)
     simulation.wait_until(int(now.item()))

@@ -24,7 +24,7 @@ from poptorch_shim._compute import StageProfile, WholeModel
 from poptorch_shim._cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
-from poptorch_shim.strategies import _ExecutionStrategy
+from poptorch_shim.strategies import ExecutionStrategy
 
 
 class _Charges:
@@ -115,7 +115,7 @@ class EagerStages(WholeModel):
     stages of its blocks as it runs: the forward by the block current at each
     call, the backward by the block whose forward created each autograd node."""
 
-    def __init__(self, model: torch.nn.Module, strategy: _ExecutionStrategy, args: tuple,
+    def __init__(self, model: torch.nn.Module, strategy: ExecutionStrategy, args: tuple,
                  kwargs: dict):
         super().__init__(model)
         # Find the blocks with a forward pass on a copy, leaving the model and

@@ -7,11 +7,12 @@ import torch
 
 from poptorch_shim._optimizer_base import (_PopTorchOptimizer, _adam_direction,
                                            _check_positive, _explicit, _set_accum_types)
+from poptorch_shim._optimizer_state import AdamMoments
 
 _FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
 
 
-class LAMB(_PopTorchOptimizer, torch.optim.Optimizer):
+class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
     """Layer-wise Adaptive Moments (You et al. 2019, "Large Batch Optimization
     for Deep Learning: Training BERT in 76 minutes").
 

@@ -5,18 +5,23 @@ an optimizer.
 
 Kept apart from :mod:`poptorch_shim.optim` so the optimizer classes stay about
 the update rules; the model's memory estimate and compile step use this. It
-imports ``LAMB`` from ``optim`` inside functions, since ``optim`` itself needs
-``_state_slots`` to round FP16 state after each step.
+sits below the optimizer classes (which need ``_state_slots`` to round FP16
+state after each step): an optimizer of PopTorch's own that keeps Adam's
+moments (``LAMB``) says so by deriving from :class:`AdamMoments`.
 """
 from typing import Any, Dict, Iterable, Optional
 
 import torch
 
 
+class AdamMoments:
+    """Marks an optimizer class that keeps Adam's two moments per weight
+    (``exp_avg`` and ``exp_avg_sq``), as torch's Adam and AdamW do."""
+
+
 def _require_supported(optimizer: torch.optim.Optimizer) -> None:
-    from poptorch_shim.optim import LAMB
     if not isinstance(optimizer, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW,
-                                  torch.optim.RMSprop, LAMB)):
+                                  torch.optim.RMSprop, AdamMoments)):
         raise ValueError(f"Unsupported optimizer type {type(optimizer).__name__}. Types "
                          "supported: torch.optim.SGD, Adam, AdamW, RMSprop and "
                          "poptorch.optim.SGD, Adam, AdamW, RMSprop, LAMB. Use one of those.")
@@ -27,11 +32,10 @@ def _state_slots(optimizer: torch.optim.Optimizer,
     """The state tensors the IPU keeps per weight of ``group``, by torch state
     key, with their data type (None: the weight's own type). Torch optimizers
     get PopTorch's defaults (FP32 state, separate SGD variant)."""
-    from poptorch_shim.optim import LAMB
     _require_supported(optimizer)
     first = getattr(optimizer, "first_order_momentum_accum_type", torch.float32)
     second = getattr(optimizer, "second_order_momentum_accum_type", torch.float32)
-    if isinstance(optimizer, (LAMB, torch.optim.Adam, torch.optim.AdamW)):
+    if isinstance(optimizer, (AdamMoments, torch.optim.Adam, torch.optim.AdamW)):
         return {"exp_avg": first, "exp_avg_sq": second}
     if isinstance(optimizer, torch.optim.SGD):
         if group["momentum"] == 0:

@@ -30,11 +30,12 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost
-from poptorch_shim._compute import LossFinder, StageProfile
+from poptorch_shim._compute import StageProfile
 from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._eager_stages import EagerStages
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
-from poptorch_shim.strategies import PlacedStage, _ExecutionStrategy
+from poptorch_shim.losses import LossFinder
+from poptorch_shim.strategies import ExecutionStrategy, PlacedStage
 
 _TENSOR = object()   # marks a tensor leaf among the constant leaves of a call
 _INPUT, _STAGE, _CONST = range(3)   # where a stage's input comes from
@@ -214,7 +215,7 @@ def _trace(model: torch.nn.Module, spec: TreeSpec, leaves: tuple,
 
 
 def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
-           strategy: _ExecutionStrategy) -> _GraphPlan:
+           strategy: ExecutionStrategy) -> _GraphPlan:
     """Place the traced model's blocks and split its graph into those stages."""
     ops = [n for n in traced.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     first = next((n.meta["block"] for n in ops if n.meta["block"] is not None), None)
@@ -261,8 +262,8 @@ def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
 class StagedModel:
     """Runs a model stage by stage, as an execution strategy places its blocks."""
 
-    def __init__(self, model: torch.nn.Module, strategy: _ExecutionStrategy):
-        if not isinstance(strategy, _ExecutionStrategy):
+    def __init__(self, model: torch.nn.Module, strategy: ExecutionStrategy):
+        if not isinstance(strategy, ExecutionStrategy):
             raise TypeError(
                 "Options.setExecutionStrategy: the strategy must be a poptorch.PipelinedExecution, "
                 "ShardedExecution, SerialPhasedExecution or ParallelPhasedExecution, got "

@@ -243,11 +243,11 @@ class PoplarExecutor:
             outputs = [self._placeholder] * (rows * self._shape.replicas)
         else:
             outputs = self._run_step(micro_batches)
-        started = self._device.simulation.system.now_ps
+        started = self._device.simulation.now_ps
         self._device.step()
         if self._across_instances:
             align_clock(self._device.simulation)
-        call.lasted(self._device.simulation.system.now_ps - started)
+        call.lasted(self._device.simulation.now_ps - started)
         return assemble(outputs, self._shape)
 
     def _check_signature(self, micro_batch: tuple) -> None:

@@ -33,9 +33,8 @@ from ._options_sources import apply_environment, load_file
 from .errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
 from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
 from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
+from .run_settings import current as current_settings
 
-#: Set to 1 to run every model timing-only (``ipusim run --timing-only`` does).
-TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
 
@@ -469,9 +468,8 @@ class Options(OptionsGroup):
     @property
     def sim_timing_only(self) -> bool:
         """Whether models run timing-only: ``Simulation.timingOnly`` or
-        ``IPUSIM_TIMING_ONLY=1`` in the environment."""
-        return (self._simulation._store.get("timing_only")
-                or os.environ.get(TIMING_ONLY_ENV, "") not in ("", "0"))
+        the run's settings (``ipusim run --timing-only``, ``IPUSIM_TIMING_ONLY=1``)."""
+        return bool(self._simulation._store.get("timing_only") or current_settings().timing_only)
 
     # -- use, copy, print ---------------------------------------------------------------
     def _freeze(self) -> None:

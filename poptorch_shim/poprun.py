@@ -43,7 +43,7 @@ from typing import IO, Iterator, Optional
 
 from poptorch_shim._device import available_ipus
 from poptorch_shim._poprun_flags import Extras, extras, ignored_notice, parser
-from poptorch_shim.profiling import JOB_ID_ENV
+from poptorch_shim.run_settings import JOB_ID_ENV
 from poptorch_shim.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them

@@ -1,8 +1,8 @@
 """PopTorch's profiling switches, written out as ipusim autoReport directories.
 
 ``Options.enableProfiling(dir)`` or the engine options ``autoReport.all`` /
-``autoReport.directory`` ask for a report; so does ``IPUSIM_REPORT_DIR``
-(set by ``ipusim run --report DIR``). Each model writes
+``autoReport.directory`` ask for a report; so does the run's report directory
+(``ipusim run --report DIR`` or ``IPUSIM_REPORT_DIR``). Each model writes
 ``dir/<modelName | training | inference>/`` when it is destroyed and, for
 every other model that asked, when the runner finishes the script (the
 models are kept until then, so a report outlives the script's variables).
@@ -21,8 +21,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
-JOB_ID_ENV = "IPUSIM_JOB_ID"  # set by poprun: one id for all the instances of a run
+from poptorch_shim import run_settings
+
 JOB_ID_FILE = "job-id.txt"
 
 # Compiled executors whose report is still to be written.
@@ -59,7 +59,7 @@ def report_directory(executor) -> Path | None:
     if executor in _given:
         return _given[executor]
     options = executor.options
-    root = options.profile_dir or os.environ.get(REPORT_DIR_ENV)
+    root = options.profile_dir or run_settings.current().report_dir
     if not root:
         return None
     name = model_name(options, executor.training)
@@ -147,7 +147,7 @@ def write_report(executor) -> Path | None:
     written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                loader_items_per_s=loader_rate)
     if options.Distributed.num_processes > 1:
-        (directory / JOB_ID_FILE).write_text(os.environ.get(JOB_ID_ENV, ""), encoding="utf-8")
+        (directory / JOB_ID_FILE).write_text(run_settings.current().job_id, encoding="utf-8")
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
                           loader_rate)
     return written
@@ -162,7 +162,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
     earlier run left in the same place are never mixed in."""
     from ipusim import job_timeline
     from ipusim.report import load_autoreport, write_autoreport
-    job = os.environ.get(JOB_ID_ENV, "")
+    job = run_settings.current().job_id
     parts = [directory / f"instance-{index}" for index in range(instances)]
     lock = os.open(directory, os.O_RDONLY)
     try:

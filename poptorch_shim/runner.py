@@ -11,11 +11,13 @@ import os
 import runpy
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from poptorch_shim.simulated_clock import SIMULATED_CLOCK_ENV
-from poptorch_shim.simulated_clock import requested as clock_requested, watching as watching_clock
+from poptorch_shim import run_settings
+from poptorch_shim.run_settings import SIMULATED_CLOCK_ENV, RunSettings
+from poptorch_shim.simulated_clock import watching as watching_clock
 
 ALIASES = Path(__file__).resolve().parent / "_aliases"
 
@@ -30,13 +32,12 @@ def install_aliases() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
 
 
-def run_script(path: str, argv: list[str], simulated_clock: bool | None = None) -> None:
+def run_script(path: str, argv: list[str], settings: RunSettings | None = None) -> None:
     """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``.
 
-    ``simulated_clock``: on the script's ``time.time()``, ``time.perf_counter()``
-    and ``time.monotonic()`` each model call lasts its simulated duration
-    (None: as ``IPUSIM_SIMULATED_CLOCK`` says); see
-    :mod:`poptorch_shim.simulated_clock`.
+    ``settings``: where reports go, timing-only, the progress bar and the
+    simulated clock (see :mod:`poptorch_shim.run_settings`); None: as the
+    ``IPUSIM_*`` environment variables say.
     """
     script = Path(path)
     if not script.is_file():
@@ -48,10 +49,12 @@ def run_script(path: str, argv: list[str], simulated_clock: bool | None = None) 
     from poptorch_shim import profiling
     from poptorch_shim.profiling import ReportsNotWritten, write_pending_reports
     finished, profiling.collecting = False, True
-    if simulated_clock is None:
-        simulated_clock = clock_requested()
+    if settings is None:
+        settings = RunSettings.from_environment()
+    simulated_clock = settings.simulated_clock
     try:
-        with _script_is_mp_main(), watching_clock(script, simulated_clock):
+        with run_settings.given(settings), _script_is_mp_main(), \
+                watching_clock(script, simulated_clock):
             runpy.run_path(str(script), run_name="__main__")
         finished = True
     finally:
@@ -96,9 +99,9 @@ def _script_is_mp_main() -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m poptorch_shim``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    simulated_clock = None
+    settings = RunSettings.from_environment()
     while args[:1] == ["--simulated-clock"]:  # the runner's own flag, before the script
-        simulated_clock, args = True, args[1:]
+        settings, args = replace(settings, simulated_clock=True), args[1:]
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m poptorch_shim [--simulated-clock] SCRIPT.py [ARGS ...]\n\n"
               "Run a PopTorch script on the ipusim simulator: `import poptorch` resolves to\n"
@@ -117,5 +120,5 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args[0]).is_file():
         print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
         return 2
-    run_script(args[0], args[1:], simulated_clock)
+    run_script(args[0], args[1:], settings)
     return 0

@@ -35,7 +35,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-SIMULATED_CLOCK_ENV = "IPUSIM_SIMULATED_CLOCK"
 NAMES = ("time", "perf_counter", "monotonic")
 _PS_PER_NS = 1000
 
@@ -136,11 +135,6 @@ def model_call() -> Iterator[ModelCall]:
         yield call
     finally:
         clock.call_ended(call.simulated_ps)
-
-
-def requested() -> bool:
-    """Whether the environment asks for the simulated clock."""
-    return os.environ.get(SIMULATED_CLOCK_ENV, "") not in ("", "0")
 
 
 def _readers(name: str, clock: ScriptClock) -> tuple[Callable[[], float], Callable[[], int]]:

@@ -88,8 +88,9 @@ def _as_stage(arg: Union[BlockId, Stage, list, tuple], where: str) -> Stage:
                     f"ids, got {arg!r} ({type(arg).__name__}).")
 
 
-class _ExecutionStrategy:
-    """What every strategy shares: its stages, block lookup and placement."""
+class ExecutionStrategy:
+    """The base of every execution strategy: its stages, block lookup and
+    placement, what the staged runner reads of any strategy."""
 
     execution_kind = ""  # ipusim's name for how the stages share the IPUs in time
     _merges_on_one_ipu = True  # consecutive stages on one IPU become one stage
@@ -158,7 +159,7 @@ class _ExecutionStrategy:
         return f"{type(self).__name__}({', '.join(map(repr, self._stages))})"
 
 
-class PipelinedExecution(_ExecutionStrategy):
+class PipelinedExecution(ExecutionStrategy):
     """Pipeline the stages over their IPUs, each on a different micro-batch.
 
     >>> strategy = poptorch.PipelinedExecution("B1", "B2", "B3", "B4")
@@ -265,7 +266,7 @@ class Phase:
         return f"Phase({', '.join(map(repr, self.stages))})"
 
 
-class _PhasedExecution(_ExecutionStrategy):
+class _PhasedExecution(ExecutionStrategy):
     """Run the model one phase at a time, streaming each phase's weights in."""
 
     execution_kind = "phased"

@@ -12,7 +12,7 @@ import argparse
 import time
 
 import poptorch
-from device_iterations import ExampleDataset, ExampleModelWithLoss
+from guide_examples import ExampleDataset, ExampleModelWithLoss
 
 
 def loader_throughput(loader, combined_batch_size):

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from poptorch_shim.profiling import REPORT_DIR_ENV
+from poptorch_shim.run_settings import RunSettings
 from poptorch_shim.runner import run_script
 
 HERE = Path(__file__).resolve().parent
@@ -56,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         script, script_args = SCENARIOS[name]
         report_dir = REPORTS / name
         print(f"\n=== {name}: python -m poptorch_shim scenarios/{script} {' '.join(script_args)}")
-        os.environ[REPORT_DIR_ENV] = str(report_dir)
+        settings = replace(RunSettings.from_environment(), report_dir=str(report_dir))
         start = time.time()
-        run_script(str(HERE / script), script_args)
+        run_script(str(HERE / script), script_args, settings)
         print(f"=== {name} took {time.time() - start:.0f} s of wall time")
         written.extend(sorted(report_dir.glob("*/report.html")))
     print("\nReports:")

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 import poptorch
-from device_iterations import ExampleDataset, add_loop_arguments, run_guide_loop
+from guide_examples import ExampleDataset, add_loop_arguments, run_guide_loop
 
 
 def train(dataset, replicas, device_iterations, synthetic, max_steps, verbose):

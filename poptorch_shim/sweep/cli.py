@@ -1,7 +1,7 @@
 """``ipusim sweep`` and ``ipusim advise``: the command-line side of the sweep package.
 
-``ipusim.cli`` parses the arguments and calls these lazily, so ipusim
-imports nothing of the shim until one of them runs.
+:mod:`poptorch_shim.commands` parses the arguments and calls these lazily,
+so the ``ipusim`` command imports nothing of the sweep until one of them runs.
 """
 from __future__ import annotations
 

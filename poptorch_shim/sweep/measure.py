@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import copy
 import importlib
-import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -22,6 +21,7 @@ from ipusim import Work
 from poptorch_shim import enums
 from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
+from poptorch_shim.run_settings import RunSettings
 from poptorch_shim.runner import install_aliases
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.spec import ModelSource
@@ -101,18 +101,13 @@ def from_script(source: ModelSource) -> ModelCase:
 
     original = PoplarExecutor._compile
     PoplarExecutor._compile = capture
-    saved = os.environ.get("IPUSIM_TIMING_ONLY")
-    os.environ["IPUSIM_TIMING_ONLY"] = "1"
+    settings = replace(RunSettings.from_environment(), timing_only=True)
     try:
-        run_script(source.script, list(source.args))
+        run_script(source.script, list(source.args), settings)
     except _Captured:
         pass
     finally:
         PoplarExecutor._compile = original
-        if saved is None:
-            os.environ.pop("IPUSIM_TIMING_ONLY", None)
-        else:
-            os.environ["IPUSIM_TIMING_ONLY"] = saved
     if not captured:
         raise ValueError(f"the script {source.script} ended without compiling or running a "
                          "poptorch model (trainingModel or inferenceModel)")

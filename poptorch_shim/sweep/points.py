@@ -11,8 +11,7 @@ from typing import Any
 
 from ipusim.design_point import DesignPoint
 from poptorch_shim._batching import StepShape
-from poptorch_shim._device import (_POPTORCH_NAMES, _share_host_links, cost_model, run_config,
-                                   system_spec)
+from poptorch_shim._device import _POPTORCH_NAMES, cost_model, run_config, system_spec
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.measure import Measured
@@ -39,5 +38,5 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
                      shape)
     system = system_spec(options)
     run.validate(work, system.num_ipus, names=_POPTORCH_NAMES)
-    return DesignPoint(work, run, _share_host_links(system, run, work),
-                       cost_model(options), steps)
+    system = system.per_instance(run.instances, run.ipus(work))
+    return DesignPoint(work, run, system, cost_model(options), steps)

@@ -86,6 +86,19 @@ def test_overrides_change_the_simulated_times():
     assert cost.host_transfer_ps(10**8, slow_link) > cost.host_transfer_ps(10**8, base)
 
 
+def test_poprun_instances_on_one_ipu_m2000_share_its_host_link():
+    pod = system_spec("mk2", 16)  # four IPUs per host link
+    assert pod.per_instance(1, 16) is pod  # one process: the links are its own
+    # Four instances of one IPU each sit on one IPU-M2000: a quarter of its link each.
+    assert pod.per_instance(4, 1).host_link_bandwidth == pod.host_link_bandwidth / 4
+    # Two instances of two IPUs share a link; two of four IPUs each have their own.
+    assert pod.per_instance(2, 2).host_link_bandwidth == pod.host_link_bandwidth / 2
+    assert pod.per_instance(2, 4) is pod
+    # No more instances share a link than there are.
+    assert pod.per_instance(2, 1).host_link_bandwidth == pod.host_link_bandwidth / 2
+    assert pod.per_instance(4, 1).num_ipus == pod.num_ipus
+
+
 def test_specs_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         MK2_GC200.tiles = 1  # type: ignore[misc]

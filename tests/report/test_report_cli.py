@@ -1,4 +1,8 @@
-"""The ipusim command line: help, summary, report, trace and run."""
+"""The ipusim command line: help, summary, report, trace and run.
+
+``ipusim.cli`` holds the commands that read saved profiles; the shim's
+``poptorch_shim.commands`` adds ``run`` (and ``sweep``, ``advise``) to them.
+"""
 import json
 import os
 import subprocess
@@ -8,7 +12,9 @@ import pytest
 from report_timelines import stages
 
 from ipusim import RunConfig, Simulation, Work, system_spec
-from ipusim.cli import REPORT_DIR_ENV, main
+from ipusim.cli import main
+from poptorch_shim.commands import main as ipusim_main
+from poptorch_shim.run_settings import REPORT_DIR_ENV
 from ipusim.report import load_autoreport, text_summary, write_autoreport
 
 
@@ -19,13 +25,56 @@ def profile_dir(tmp_path_factory, pipeline_timeline):
 
 
 def test_help_describes_the_commands_with_examples():
-    result = subprocess.run([sys.executable, "-m", "ipusim", "--help"], capture_output=True,
-                            text=True, check=True)
-    for word in ("run", "report", "summary", "trace", "examples:", "ipusim run", "--replicas 4"):
+    result = subprocess.run([sys.executable, "-m", "poptorch_shim.commands", "--help"],
+                            capture_output=True, text=True, check=True)
+    for word in ("run", "sweep", "advise", "report", "summary", "trace", "examples:",
+                 "ipusim run", "--replicas 4"):
         assert word in result.stdout
-    run_help = subprocess.run([sys.executable, "-m", "ipusim", "run", "--help"],
+    run_help = subprocess.run([sys.executable, "-m", "poptorch_shim.commands", "run", "--help"],
                               capture_output=True, text=True, check=True).stdout
     assert "SCRIPT [SCRIPT_ARGS ...]" in run_help and "--report DIR" in run_help
+
+
+def test_python_m_ipusim_reads_profiles_without_the_shim(profile_dir):
+    # ipusim's own commands import nothing of the shim or torch.
+    code = ("import sys; from ipusim.cli import main; main(['summary', sys.argv[1]]); "
+            "print(sorted({'torch', 'poptorch_shim'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code, str(profile_dir)],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "[]" and "ipusim profile summary" in result.stdout
+
+
+def test_without_the_shims_commands_run_says_where_to_find_them(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "train.py"], extensions=())
+    assert exit_info.value.code == 2
+    assert "python -m poptorch_shim.commands run" in capsys.readouterr().err
+
+
+def _entry_point(monkeypatch, value):
+    """Make ``value`` the one ``ipusim.commands`` entry point installed."""
+    from importlib import metadata
+
+    entry = metadata.EntryPoint(name="poptorch", value=value, group="ipusim.commands")
+    monkeypatch.setattr(metadata, "entry_points",
+                        lambda group: [entry] if group == "ipusim.commands" else [])
+
+
+def test_python_m_ipusim_finds_the_shims_commands_by_entry_point(monkeypatch, capsys):
+    _entry_point(monkeypatch, "poptorch_shim.commands:add_commands")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    assert "SCRIPT [SCRIPT_ARGS ...]" in capsys.readouterr().out
+
+
+def test_an_entry_point_that_cannot_be_imported_is_named_and_left_out(monkeypatch, capsys):
+    _entry_point(monkeypatch, "no_such_shim.commands:add_commands")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "train.py"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "comes with the PopTorch shim" in err
+    assert "left out the commands of no_such_shim.commands:add_commands" in err
 
 
 def test_summary_prints_the_text_summary(profile_dir, capsys):
@@ -64,29 +113,31 @@ def test_only_run_takes_script_arguments(profile_dir, capsys):
 def test_run_passes_the_arguments_and_the_report_directory(tmp_path, monkeypatch):
     script = tmp_path / "script.py"
     record = tmp_path / "seen.json"
+    # The report directory reaches the shim as an argument, not through the environment.
     script.write_text(
         "import json, os, sys\n"
-        f"json.dump({{'argv': sys.argv[1:], 'report': os.environ.get({REPORT_DIR_ENV!r})}}, "
+        "from poptorch_shim import run_settings\n"
+        "json.dump({'argv': sys.argv[1:], 'report': run_settings.current().report_dir,\n"
+        f"           'environment': os.environ.get({REPORT_DIR_ENV!r})}}, "
         f"open({str(record)!r}, 'w'))\n")
     monkeypatch.delenv(REPORT_DIR_ENV, raising=False)
     # Everything after the script is the script's, its own --report included;
     # the older `SCRIPT -- ARGS` form still works.
     for argv in (["--replicas", "4", "--report", "x"], ["--", "--replicas", "4", "--report", "x"]):
-        assert main(["run", "--report", str(tmp_path / "reports"), str(script), *argv]) == 0
+        assert ipusim_main(["run", "--report", str(tmp_path / "reports"), str(script),
+                            *argv]) == 0
         seen = json.loads(record.read_text())
         assert seen == {"argv": ["--replicas", "4", "--report", "x"],
-                        "report": str(tmp_path / "reports")}
-    assert REPORT_DIR_ENV not in os.environ  # restored after the run
+                        "report": str(tmp_path / "reports"), "environment": None}
 
 
 def test_run_keeps_the_scripts_own_errors(tmp_path, capsys):
     script = tmp_path / "fails.py"
     script.write_text("raise ValueError('the script failed')\n")
     with pytest.raises(ValueError, match="the script failed"):
-        main(["run", str(script)])
-    with pytest.raises(SystemExit) as exit_info:
-        main(["run", str(tmp_path / "missing.py")])
-    assert exit_info.value.code == 1 and "no such script" in capsys.readouterr().err
+        ipusim_main(["run", str(script)])
+    assert ipusim_main(["run", str(tmp_path / "missing.py")]) == 1
+    assert "no such script" in capsys.readouterr().err
 
 
 def test_simulations_can_show_a_progress_bar(capsys):

@@ -57,7 +57,7 @@ def test_run_refuses_an_unwritable_report_directory_before_the_script(tmp_path):
     marker = tmp_path / "ran"
     script = tmp_path / "script.py"
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
-    result = subprocess.run([sys.executable, "-m", "ipusim", "run", "--report",
+    result = subprocess.run([sys.executable, "-m", "poptorch_shim.commands", "run", "--report",
                              str(blocker / "reports"), str(script)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import poptorch_shim as poptorch
-from poptorch_shim._compute import LOSS_FUNCTION_NAMES, LossRecorder
+from poptorch_shim.losses import LOSS_FUNCTION_NAMES, LossRecorder
 from poptorch_shim.blocks import Block
 from poptorch_shim.strategies import PipelinedExecution
 

@@ -217,7 +217,7 @@ def describe(model):
     events = model.device.timeline.events
     reduces = events[events["kind"] == "all_reduce"]
     return {"state": copy.deepcopy(model.model.state_dict()),
-            "end_ps": model.device.simulation.system.now_ps,
+            "end_ps": model.device.simulation.now_ps,
             "all_reduce_ps": sorted(set((reduces["end_ps"] - reduces["start_ps"]).tolist()))}
 
 

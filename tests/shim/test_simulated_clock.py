@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ipusim.cli import main as ipusim_main
+from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.simulated_clock import NAMES, ScriptClock, model_call
 
 # Times five calls the way the tutorials do, each call a simulated 20 ms (a long

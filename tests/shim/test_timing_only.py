@@ -103,7 +103,8 @@ def test_ipusim_run_timing_only_reaches_the_script(tmp_path):
         model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
         print("nan" if torch.isnan(model(torch.ones(3, 4))).all() else "numbers")
     """))
-    out = [subprocess.run([sys.executable, "-m", "ipusim", "run", *flags, str(script)],
+    out = [subprocess.run([sys.executable, "-m", "poptorch_shim.commands", "run", *flags,
+                           str(script)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
            for flags in (["--timing-only", "--no-progress"], ["--no-progress"])]
     assert [o.stdout.strip() for o in out] == ["nan", "numbers"], [o.stderr for o in out]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from ipusim.cli import main as ipusim_main
+from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import InProcess, ModelSource
 from poptorch_shim.sweep.advisor import advise
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from ipusim.cli import main as ipusim_main
+from poptorch_shim.commands import main as ipusim_main
 from ipusim.report.sweep import pareto_front
 from poptorch_shim.sweep import (InProcess, LocalProcesses, Measurements, ModelSource, SweepSpec,
                                  read_results, sweep)

@@ -1,0 +1,156 @@
+"""The ``ipusim`` commands that run PopTorch scripts: ``run``, ``sweep`` and ``advise``.
+
+They live with the shim, the layer that runs torch code; :func:`add_commands`
+adds them to the parser of :mod:`ipusim.cli` (which reads saved profiles),
+and :func:`main` is the ``ipusim`` console script: both together. The
+command-line flags become the run's :class:`~poptorch_shim.run_settings.RunSettings`,
+handed to the runner as an argument. ``python -m poptorch_shim.commands`` is the
+same command without the console script.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from ipusim import cli
+from poptorch_shim.run_settings import (REPORT_DIR_ENV, SIMULATED_CLOCK_ENV, TIMING_ONLY_ENV,
+                                        RunSettings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ipusim`` console script: ipusim's commands and the shim's."""
+    return cli.main(argv, extensions=[add_commands])
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Add ``run``, ``sweep`` and ``advise`` to ``ipusim``'s sub-parsers."""
+    run = commands.add_parser(
+        "run", help="run a PopTorch script on the simulated IPUs",
+        usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] "
+              "[--simulated-clock] SCRIPT [SCRIPT_ARGS ...]",
+        description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
+                    "PopTorch shim. Everything after SCRIPT is passed to the script.",
+        epilog="example: ipusim run --report reports/ train.py --epochs 1",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("script", metavar="SCRIPT", help="the PopTorch script (.py) to run")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
+                     help="everything after SCRIPT goes to the script")
+    run.add_argument("--report", metavar="DIR",
+                     help="write an autoReport directory per model under DIR "
+                          f"(or set {REPORT_DIR_ENV})")
+    run.add_argument("--timing-only", action="store_true",
+                     help="simulate without computing: measure each stage once on fake "
+                          "tensors; outputs hold NaN and weights are not updated "
+                          f"(or set {TIMING_ONLY_ENV}=1)")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no progress bar of the simulated calls on stderr")
+    run.add_argument("--simulated-clock", action="store_true",
+                     help="on the script's time.time(), time.perf_counter() and "
+                          "time.monotonic() each model call lasts its simulated duration, so "
+                          f"its own timings are the IPUs' (or set {SIMULATED_CLOCK_ENV}=1)")
+    run.set_defaults(handler=_run, passes_script_arguments=True, keeps_traceback=True)
+
+    sweep = commands.add_parser(
+        "sweep", help="simulate every point of a design-space sweep (SPEC.toml)",
+        description="Measure the spec's model once per stage signature (timing-only), then\n"
+                    "simulate every point, recording each as it finishes; run it again to\n"
+                    "resume. See poptorch_shim.sweep.spec for the spec's format.",
+        epilog="example: ipusim sweep scenarios/sweeps/bert_large.toml --ray --report reports/",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("spec", metavar="SPEC", help="the sweep spec (.toml)")
+    sweep.add_argument("--output", "-o", metavar="FILE",
+                       help="results file, .parquet or .csv (default: the spec's [sweep] output)")
+    sweep.add_argument("--report", metavar="DIR", help="write the sweep report under DIR")
+    sweep.add_argument("--report-points", choices=("pareto", "all", "none"), default="pareto",
+                       help="which points get their own timeline report (default: pareto)")
+    advise = commands.add_parser(
+        "advise", help="the fastest configuration of a model that fits in memory",
+        usage="ipusim advise [-h] [--ipus N] [--system PRESET] [options] SCRIPT [SCRIPT_ARGS ...]",
+        description="Search replicas, micro-batch size and gradient accumulation (keeping the\n"
+                    "global batch), recomputation and optimizer placement for SCRIPT's first\n"
+                    "model (or a module:function factory), and print the fastest that fits\n"
+                    "as poptorch.Options code, with the runners-up.",
+        epilog="example: ipusim advise --ipus 16 --system bow scenarios/resnet50.py --size reduced",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    advise.add_argument("script", metavar="SCRIPT", help="a PopTorch script or module:function")
+    advise.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
+                        help="everything after SCRIPT goes to the script")
+    advise.add_argument("--ipus", type=int, default=16, help="IPUs of the machine (default: 16)")
+    advise.add_argument("--system", choices=("bow", "mk2", "mk1"), default="bow",
+                        help="the IPU (default: bow)")
+    advise.add_argument("--top", type=int, default=5, help="runners-up to show (default: 5)")
+    advise.add_argument("--trials", type=int, default=48,
+                        help="configurations Optuna tries in a large space (default: 48)")
+    advise.add_argument("--exhaustive-limit", type=int, default=64, metavar="N",
+                        help="search exhaustively up to N configurations (default: 64)")
+    for sub, handler in ((sweep, _sweep), (advise, _advise)):
+        sub.add_argument("--workers", type=int, default=None, metavar="N",
+                         help="local worker processes (default: one per core; 0: in this "
+                              "process)")
+        sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                         help="run on Ray: the cluster at ADDRESS, or a local Ray if none "
+                              "(a bare --ray goes before another option, not before "
+                              "SCRIPT or SPEC, which it would take for the address)")
+        sub.add_argument("--no-progress", action="store_true", help="no progress bar")
+        sub.set_defaults(handler=handler)
+
+
+def run_settings_of(args: argparse.Namespace) -> RunSettings:
+    """The settings ``ipusim run``'s flags give, over those of the environment."""
+    settings = RunSettings.from_environment()
+    report = str(Path(args.report).resolve()) if args.report else settings.report_dir
+    return replace(settings, report_dir=report, progress=not args.no_progress,
+                   timing_only=args.timing_only or settings.timing_only,
+                   simulated_clock=args.simulated_clock or settings.simulated_clock)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from poptorch_shim.runner import run_script
+
+    if args.script_args[:1] == ["--"]:  # `SCRIPT -- ARGS`, as earlier versions wanted
+        args.script_args = args.script_args[1:]
+    if not Path(args.script).is_file():
+        print(f"ipusim run: error: no such script: {args.script}", file=sys.stderr)
+        return 1
+    settings = run_settings_of(args)
+    if args.report:
+        _check_writable(Path(settings.report_dir))
+    status = run_script(args.script, args.script_args, settings)
+    if args.report:
+        written = sorted(path.parent for path in Path(settings.report_dir).glob("*/profile.json"))
+        for directory in written:
+            print(f"ipusim: profile written to {directory}", file=sys.stderr)
+        if not written:
+            print(f"ipusim: no model wrote a profile under {settings.report_dir} (did the "
+                  "script run a poptorch model?)", file=sys.stderr)
+    return status if isinstance(status, int) else 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from poptorch_shim.sweep.cli import run_sweep
+
+    return run_sweep(args)
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from poptorch_shim.sweep.cli import run_advise
+
+    return run_advise(args)
+
+
+def _check_writable(directory: Path) -> None:
+    """Fail before the script runs if its reports could not be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".ipusim-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise SystemExit(f"ipusim run: error: --report {directory}: cannot write reports "
+                         f"there ({error.strerror or error})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

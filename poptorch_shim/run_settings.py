@@ -1,0 +1,91 @@
+"""The settings of one run of a PopTorch script on the simulator.
+
+``ipusim run`` hands them to the runner as a :class:`RunSettings`; the
+``IPUSIM_*`` environment variables are the way to give them to a plain
+``python -m poptorch_shim SCRIPT.py`` and the way poprun passes them on to its
+instances, which are child processes. This module is the one place that reads
+those variables.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
+PROGRESS_ENV = "IPUSIM_PROGRESS"
+TIMING_ONLY_ENV = "IPUSIM_TIMING_ONLY"
+SIMULATED_CLOCK_ENV = "IPUSIM_SIMULATED_CLOCK"
+NUM_IPUS_ENV = "IPUSIM_NUM_IPUS"
+JOB_ID_ENV = "IPUSIM_JOB_ID"  # set by poprun: one id for all the instances of a run
+
+DEFAULT_NUM_IPUS = 16  # an IPU-POD16
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run asks of the simulator, beyond each model's own Options.
+
+    ``report_dir``: write an autoReport directory per model under it;
+    ``progress``: a progress bar of the simulated calls on stderr;
+    ``timing_only``: every model is timing-only (``Options.simulation.timingOnly``);
+    ``simulated_clock``: the script's own clock follows the simulated one;
+    ``num_ipus``: the IPUs of the simulated machine; ``job_id``: the poprun
+    job an instance belongs to ("" outside poprun).
+    """
+
+    report_dir: str | None = None
+    progress: bool = False
+    timing_only: bool = False
+    simulated_clock: bool = False
+    num_ipus: int = DEFAULT_NUM_IPUS
+    job_id: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.num_ipus, int) or self.num_ipus < 1:
+            raise ValueError(f"The simulated machine needs a positive number of IPUs "
+                             f"({NUM_IPUS_ENV}), got {self.num_ipus!r}")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RunSettings:
+        """The settings the ``IPUSIM_*`` variables of ``environ`` (default: this
+        process's environment) give; unset ones keep their defaults."""
+        environ = os.environ if environ is None else environ
+        text = environ.get(NUM_IPUS_ENV, str(DEFAULT_NUM_IPUS))
+        try:
+            num_ipus = int(text)
+        except ValueError:
+            num_ipus = 0
+        if num_ipus < 1:
+            raise ValueError(f"{NUM_IPUS_ENV} must be a positive integer, got {text!r}")
+        return cls(report_dir=environ.get(REPORT_DIR_ENV) or None,
+                   progress=_flag(environ, PROGRESS_ENV),
+                   timing_only=_flag(environ, TIMING_ONLY_ENV),
+                   simulated_clock=_flag(environ, SIMULATED_CLOCK_ENV),
+                   num_ipus=num_ipus, job_id=environ.get(JOB_ID_ENV, ""))
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    """A variable that is on unless unset, empty or "0"."""
+    return environ.get(name, "") not in ("", "0")
+
+
+_given: RunSettings | None = None  # the settings the runner was handed, while it runs
+
+
+def current() -> RunSettings:
+    """The settings of the run in progress: those the runner was given, else
+    the environment's (a script run by plain python, or a poprun instance)."""
+    return _given if _given is not None else RunSettings.from_environment()
+
+
+@contextmanager
+def given(settings: RunSettings) -> Iterator[RunSettings]:
+    """Make ``settings`` the current ones for the duration of the block."""
+    global _given
+    saved, _given = _given, settings
+    try:
+        yield settings
+    finally:
+        _given = saved

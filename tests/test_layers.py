@@ -1,0 +1,148 @@
+"""The packages' layering: ipusim below the shim, and no import cycles.
+
+``ipusim`` is the simulator and knows nothing of torch or of the PopTorch
+shim built on it; within and across both packages, modules import one
+another in one direction only (inside functions too), so any of them can be
+imported first and each can be read without the ones above it.
+"""
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("ipusim", "poptorch_shim")
+
+
+def modules_of(package: str) -> dict[str, Path]:
+    """Every module of ``package`` by dotted name, with its source file."""
+    found = {package: ROOT / package / "__init__.py"}
+    for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+        path = ROOT / Path(*info.name.split("."))
+        found[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+    return found
+
+
+def test_every_ipusim_module_imports_without_torch_or_the_shim():
+    names = sorted(modules_of("ipusim"))
+    code = ("import importlib, json, sys\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(name for name in sys.modules\n"
+            "                        if name.split('.')[0] in ('torch', 'poptorch_shim',"
+            " 'poptorch'))))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(names) > 20  # the walk found the package's modules
+    assert json.loads(result.stdout) == []
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.Module):
+    """Every import statement of a module, those inside functions included (a
+    lazy import is how a cycle hides), those under ``if TYPE_CHECKING`` aside."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            pending.extend(node.orelse)
+        else:
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of both packages and the modules of both it imports, at
+    module level or inside a function. ``from package import name`` points at
+    the submodule when ``name`` is one, else at the package; a module's own
+    parent packages, initialised before it, are not edges."""
+    modules = {name: path for package in PACKAGES for name, path in modules_of(package).items()}
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        here = name if is_package else name.rpartition(".")[0]
+        edges = set()
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = here
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                source = ".".join(part for part in (base if node.level else "", node.module or "")
+                                  if part)
+                targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules
+                           else source for alias in node.names]
+            for target in targets:
+                while target and target not in modules:  # `import a.b.c` of a non-module
+                    target = target.rpartition(".")[0]
+                if target and target != name and not name.startswith(f"{target}."):
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as the modules along it, or None if it has none."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_packages_have_no_import_cycles():
+    graph = import_graph()
+    assert "poptorch_shim._optimizer_state" in graph["poptorch_shim.optim"]
+    assert "poptorch_shim.enums" in graph["poptorch_shim.options"]  # `from . import enums`
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_ipusim_imports_nothing_of_the_shim_even_lazily():
+    # Inside functions too: the shim is the layer above.
+    offenders = []
+    for name, path in modules_of("ipusim").items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{name}: {target}" for target in targets
+                          if target.split(".")[0] in ("poptorch_shim", "poptorch", "torch")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("graph, cycle", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+    ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, None),
+])
+def test_the_cycle_check_finds_cycles(graph, cycle):
+    assert find_cycle(graph) == cycle
