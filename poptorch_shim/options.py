@@ -32,8 +32,8 @@ from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
 from ._options_sources import apply_environment, load_file
 from .errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
 from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
-from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 from .run_settings import current as current_settings
+from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
