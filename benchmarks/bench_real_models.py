@@ -59,7 +59,8 @@ CASES = {
 
 
 def spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):6.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+    return (f"median {statistics.median(values):6.2f} s "
+            f"(min {min(values):.2f}, max {max(values):.2f})")
 
 
 def real_micro_batch_s(wrap, batch, micro_batch: int) -> float:

@@ -37,8 +37,14 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from poptorch_shim.sweep import (InProcess, LocalProcesses, Measurements,  # noqa: E402
-                                 RayCluster, SweepSpec, load)
+from poptorch_shim.sweep import (  # noqa: E402
+    InProcess,
+    LocalProcesses,
+    Measurements,
+    RayCluster,
+    SweepSpec,
+    load,
+)
 from poptorch_shim.sweep.points import design_point, point_options  # noqa: E402
 from poptorch_shim.sweep.spec import ModelSource  # noqa: E402
 

@@ -8,8 +8,8 @@ leaves reference cycles behind, so nothing is lost by pausing.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 #: Adds sub-commands to ``ipusim``'s parser (given its sub-parsers).
 CommandsExtension = Callable[["argparse._SubParsersAction"], None]

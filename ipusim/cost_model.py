@@ -81,7 +81,8 @@ class CostModel:
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16"):
-            raise ValueError(f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
+            raise ValueError(
+                f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
         for name in ("flops_efficiency", "memory_efficiency", "host_link_efficiency",
                      "ipu_link_efficiency"):
             value = getattr(self, name)
@@ -92,7 +93,8 @@ class CostModel:
                      "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:
-                raise ValueError(f"CostModel.{name} must not be negative, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"CostModel.{name} must not be negative, got {getattr(self, name)!r}")
 
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
@@ -142,7 +144,8 @@ class CostModel:
         """An inter-IPU copy of ``nbytes`` over one IPU-Link."""
         if nbytes <= 0:
             return 0
-        return self.ipu_link_hop_ps + to_ps(nbytes / (ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
+        bandwidth = ipu.ipu_link_bandwidth * self.ipu_link_efficiency
+        return self.ipu_link_hop_ps + to_ps(nbytes / bandwidth)
 
     def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec) -> int:
         """A ring all-reduce of ``nbytes`` across ``replicas`` IPUs over all their IPU-Links.

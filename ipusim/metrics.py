@@ -9,8 +9,17 @@ import numpy as np
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_S, PS_PER_US
-from ipusim.event_kinds import (BACKWARD, COMPUTE_KINDS, COUNTED, FORWARD, HOST_IO_TIME,
-                                HOST_TRANSFER_KINDS, IDLE, Category, kinds_of)
+from ipusim.event_kinds import (
+    BACKWARD,
+    COMPUTE_KINDS,
+    COUNTED,
+    FORWARD,
+    HOST_IO_TIME,
+    HOST_TRANSFER_KINDS,
+    IDLE,
+    Category,
+    kinds_of,
+)
 from ipusim.plan import pipeline_depth
 
 HOST_IO_KINDS = kinds_of(HOST_IO_TIME)

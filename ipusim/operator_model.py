@@ -66,7 +66,7 @@ CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
 }
 
 
-def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: "CostModel") -> float:
+def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> float:
     """Cycles of ``kernel`` on one IPU: its busiest tile's work and the fixed
     cost of its compute sets."""
     work = _kernel_cycles(kernel, ipu, model.half_partials, model.amp_worker_overhead_cycles,

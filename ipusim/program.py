@@ -6,7 +6,7 @@ already priced by the cost model, so the system only has to keep time.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from ipusim.event_kinds import IPU_COPY
 from ipusim.sync_groups import Group
@@ -67,4 +67,4 @@ class Exchange(NamedTuple):
     label: int = -1  # the copy row's interned label (recorder.label); -1: the system interns it
 
 
-Instruction = Union[Busy, HostIO, Exchange]
+Instruction = Busy | HostIO | Exchange

@@ -5,8 +5,8 @@ are the ones PopTorch and PopART make, with the same numbers in the message.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
 
 from ipusim.hardware import IPUSpec
 from ipusim.plan import pipeline_depth
@@ -37,13 +37,17 @@ class Offload:
 class RunConfig:
     """The batching and execution options of one engine (one compiled model)."""
 
-    training: bool = field(default=True, metadata={"help": "forward+backward+update, or forward only"})
+    training: bool = field(default=True,
+                           metadata={"help": "forward+backward+update, or forward only"})
     replicas: int = field(default=1, metadata={"help": "data-parallel copies of the model"})
-    device_iterations: int = field(default=1, metadata={"help": "iterations run on the device per call"})
-    gradient_accumulation: int = field(default=1, metadata={"help": "micro-batches per weight update"})
+    device_iterations: int = field(default=1,
+                                   metadata={"help": "iterations run on the device per call"})
+    gradient_accumulation: int = field(default=1,
+                                       metadata={"help": "micro-batches per weight update"})
     execution: Execution = field(default=Execution.SHARDED,
                                  metadata={"help": "how the stages share the IPUs in time"})
-    sync_pattern: SyncPattern = field(default=SyncPattern.FULL, metadata={"help": "host I/O sync groups"})
+    sync_pattern: SyncPattern = field(default=SyncPattern.FULL,
+                                      metadata={"help": "host I/O sync groups"})
     synthetic_data: bool = field(default=False, metadata={"help": "no host<->device stream copies"})
     recompute: bool = field(
         default=False, metadata={"help": "recompute the forward before the backward, keeping "
@@ -62,7 +66,8 @@ class RunConfig:
         default=False, metadata={"help": "output stream copies run on the I/O tiles, sent in "
                                          "the background"})
     output_period: int = field(
-        default=0, metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
+        default=0,
+        metadata={"help": "return outputs every N micro-batches; 0: only the last of a call"})
     stash_off_chip: bool = field(
         default=False, metadata={"help": "phased training: each phase's stash streams out after "
                                          "the forward and back in before the backward "
@@ -79,7 +84,8 @@ class RunConfig:
             raise ValueError("overlap_inputs and overlap_outputs need I/O tiles to copy on: set "
                              "io_tiles (32 or more)")
         if not isinstance(self.output_period, int) or self.output_period < 0:
-            raise ValueError(f"output_period must be a non-negative integer, got {self.output_period!r}")
+            raise ValueError(
+                f"output_period must be a non-negative integer, got {self.output_period!r}")
         if not self.training and self.gradient_accumulation != 1:
             raise ValueError(
                 "You must set gradient_accumulation to 1 for inference: gradient accumulation "

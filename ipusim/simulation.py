@@ -174,7 +174,7 @@ class Simulation:
         self.system.wait_until(time_ps, range(self.simulated_ipus), max(self.steps - 1, 0))
         self.__dict__.pop("timeline", None)
 
-    def run_steps(self, steps: int, progress: bool = False) -> "Timeline":
+    def run_steps(self, steps: int, progress: bool = False) -> Timeline:
         """Simulate ``steps`` calls and return the timeline so far.
 
         ``progress=True`` shows a tqdm progress bar (on stderr) over the steps.

@@ -12,10 +12,15 @@ from collections.abc import Sequence
 import simpy
 
 from ipusim._gc import cyclic_gc_paused
+from ipusim.event_kinds import (
+    DEVICE_TO_HOST,
+    HOST_LINK_WAIT,
+    HOST_TO_DEVICE,
+    IO_TILES_COPY,
+    SYNC_WAIT,
+)
 from ipusim.hardware import SystemSpec
 from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.event_kinds import (DEVICE_TO_HOST, HOST_LINK_WAIT, HOST_TO_DEVICE, IO_TILES_COPY,
-                                SYNC_WAIT)
 from ipusim.recorder import PENDING, SYNC_WAIT_LABEL, Recorder, label
 from ipusim.sync_groups import Barrier, Group
 
@@ -179,7 +184,7 @@ class System:
             program = ins = None  # the next call's programs replace this one's
 
     def _overlapped_copies(self, ipu: int, link: HostLink, ins: HostIO, now: int,
-                           io: "_IOTiles") -> int:
+                           io: _IOTiles) -> int:
         """Stream copies on the I/O tiles: the compute tiles wait only until this
         micro-batch's input is in (fetched ahead during the last one, or now),
         then go on while the next input and the outputs move. Returns when the

@@ -9,8 +9,8 @@ model.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class KernelKind(str, enum.Enum):
@@ -89,7 +89,7 @@ class Cost:
                 raise ValueError(f"Cost.{name} must not be negative, got {getattr(self, name)!r}")
         object.__setattr__(self, "kernels", tuple(self.kernels))
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return Cost(self.flops + other.flops, self.bytes + other.bytes,
                     self.ops + other.ops, self.time_ps + other.time_ps,
                     _merge_kernels(self.kernels, other.kernels))
@@ -122,12 +122,13 @@ class Stage:
 
     def __post_init__(self) -> None:
         if not isinstance(self.ipu, int) or self.ipu < 0:
-            raise ValueError(f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
+            raise ValueError(
+                f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
         for name in ("activation_bytes", "stash_bytes", "weight_bytes", "optimizer_bytes",
                      "checkpoint_bytes"):
             if getattr(self, name) < 0:
-                raise ValueError(
-                    f"Stage {self.name!r}: {name} must not be negative, got {getattr(self, name)!r}")
+                raise ValueError(f"Stage {self.name!r}: {name} must not be negative, "
+                                 f"got {getattr(self, name)!r}")
 
     @property
     def recompute_stash_bytes(self) -> int:
@@ -161,8 +162,10 @@ class Work:
 
     stages: tuple[Stage, ...]
     micro_batch_size: int = field(default=1, metadata={"help": "samples in one micro-batch"})
-    input_bytes_per_sample: int = field(default=0, metadata={"help": "host-to-device bytes per sample"})
-    output_bytes_per_sample: int = field(default=0, metadata={"help": "device-to-host bytes per sample"})
+    input_bytes_per_sample: int = field(default=0,
+                                        metadata={"help": "host-to-device bytes per sample"})
+    output_bytes_per_sample: int = field(default=0,
+                                         metadata={"help": "device-to-host bytes per sample"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -190,7 +193,7 @@ class Work:
         """Device-to-host bytes of one micro-batch."""
         return self.output_bytes_per_sample * self.micro_batch_size
 
-    def merged(self, derived_update: Callable[[Stage], Cost] | None = None) -> "Work":
+    def merged(self, derived_update: Callable[[Stage], Cost] | None = None) -> Work:
         """Merge consecutive stages on the same IPU into one, as PopART does.
 
         A stage without an explicit update cost has one derived by the cost
@@ -222,7 +225,8 @@ class Work:
                     optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes,
                     checkpoint_bytes=prev.checkpoint_bytes + stage.checkpoint_bytes,
                     segment_stash_bytes=(
-                        None if prev.segment_stash_bytes is None and stage.segment_stash_bytes is None
+                        None if (prev.segment_stash_bytes is None
+                                 and stage.segment_stash_bytes is None)
                         else max(prev.recompute_stash_bytes - prev.checkpoint_bytes,
                                  stage.recompute_stash_bytes - stage.checkpoint_bytes)))
             out.append(stage)

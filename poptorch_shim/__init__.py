@@ -6,25 +6,45 @@ re-exported here from thin modules; the machinery lives in underscore
 modules.
 """
 from poptorch_shim import optim, poptorch_core
+from poptorch_shim.annotations import (
+    OverlapMode,
+    recomputationCheckpoint,
+    set_overlap_for_input,
+    set_overlap_for_output,
+)
 from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
-from poptorch_shim.losses import identity_loss
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.data_loader import DataLoader
-from poptorch_shim.enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
-                                 HalfFloatCastingBehavior, Liveness, MeanReductionStrategy,
-                                 OutputMode, RecomputationType, ReductionType, SharingStrategy,
-                                 SyncPattern)
+from poptorch_shim.enums import (
+    AutoStage,
+    CommGroupType,
+    ConnectionType,
+    DataLoaderMode,
+    HalfFloatCastingBehavior,
+    Liveness,
+    MeanReductionStrategy,
+    OutputMode,
+    RecomputationType,
+    ReductionType,
+    SharingStrategy,
+    SyncPattern,
+)
 from poptorch_shim.errors import Error, RecoverableError, UnrecoverableError
 from poptorch_shim.ipu_context import isRunningOnIpu
 from poptorch_shim.logging_level import level_from_environment as _level_from_environment
 from poptorch_shim.logging_level import setLogLevel
+from poptorch_shim.losses import identity_loss
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
 from poptorch_shim.options import Options, TensorLocationSettings
-from poptorch_shim.annotations import (OverlapMode, recomputationCheckpoint, set_overlap_for_input,
-                                         set_overlap_for_output)
-from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedExecution,
-                                      SerialPhasedExecution, ShardedExecution, Stage)
+from poptorch_shim.strategies import (
+    ParallelPhasedExecution,
+    Phase,
+    PipelinedExecution,
+    SerialPhasedExecution,
+    ShardedExecution,
+    Stage,
+)
 
 __version__ = "3.3.0+ipusim"
 

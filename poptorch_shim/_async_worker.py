@@ -31,14 +31,14 @@ import pickle
 import signal
 import sys
 import time
-from typing import Any, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
-from ._item_structure import (ItemLayout, check_leaf, describe, describe_tree,
-                              flatten)
-from ._ring_buffer import DATA, END, FREE, SharedRing
-from ._worker_failure import WorkerFailure
+from poptorch_shim._item_structure import ItemLayout, check_leaf, describe, describe_tree, flatten
+from poptorch_shim._ring_buffer import DATA, END, FREE, SharedRing
+from poptorch_shim._worker_failure import WorkerFailure
 
 # How long the worker sleeps between polls while it waits for the host to
 # start an epoch (the miss sleep time only applies to a full buffer).
@@ -52,7 +52,7 @@ class WorkerConfig:
     miss_sleep_time_in_ms: float
     load_indefinitely: bool
     early_preload: bool
-    rebatched_size: Optional[int]
+    rebatched_size: int | None
     rebatched_drop_last: bool
     parent_pid: int
     # The start method the host process uses by default: the worker uses it
@@ -85,8 +85,8 @@ class _Producer:
         self._conn = conn
         self._dataset = dataset
         self._config = config
-        self._ring: Optional[SharedRing] = None
-        self._layout: Optional[ItemLayout] = None
+        self._ring: SharedRing | None = None
+        self._layout: ItemLayout | None = None
         self._write = 0  # the slot the next item goes to
         self._fill = 0   # rows already copied into that slot when rebatching
         self._first_ppid = os.getppid()  # the host, or the fork server
@@ -122,7 +122,7 @@ class _Producer:
             raise _Shutdown()
         return message[1]
 
-    def _produce(self, items: Optional[Iterator]) -> None:
+    def _produce(self, items: Iterator | None) -> None:
         epoch = 1
         while True:
             granted = self._await_permission(epoch)
@@ -199,7 +199,7 @@ class _Producer:
         self._acquire(epoch)
         self._publish(END, epoch, [0] * len(self._layout.leaves))
 
-    def _leaves_of(self, item: Any) -> List[Any]:
+    def _leaves_of(self, item: Any) -> list[Any]:
         tree, leaves, _ = flatten(item)
         if tree != self._layout.tree:
             raise ValueError(
@@ -209,7 +209,7 @@ class _Producer:
                 "made of the same tuples, lists, dicts and leaf types.")
         return leaves
 
-    def _store(self, epoch: int, leaves: List[Any]) -> None:
+    def _store(self, epoch: int, leaves: list[Any]) -> None:
         specs = self._layout.leaves
         lengths = [check_leaf(spec, leaf, self.where)
                    for spec, leaf in zip(specs, leaves)]
@@ -225,7 +225,7 @@ class _Producer:
                     view.copy_(leaf)
         self._publish(DATA, epoch, lengths)
 
-    def _rebatch(self, epoch: int, leaves: List[Any]) -> None:
+    def _rebatch(self, epoch: int, leaves: list[Any]) -> None:
         specs = self._layout.leaves
         lengths = {check_leaf(spec, leaf, self.where, rebatching=True)
                    for spec, leaf in zip(specs, leaves)}
@@ -260,7 +260,7 @@ class _Producer:
             if sleep_s > 0:
                 time.sleep(sleep_s)
 
-    def _publish(self, kind: int, epoch: int, lengths: List[int]) -> None:
+    def _publish(self, kind: int, epoch: int, lengths: list[int]) -> None:
         self._ring.publish(self._write, kind, epoch, lengths)
         self._write = (self._write + 1) % self._config.buffer_size
         if self._ring.host_waiting:

@@ -19,7 +19,6 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from ipusim.run_config import returned_micro_batches
 from poptorch_shim.enums import CommGroupType, OutputMode
 
-
 # The output modes as ipusim's output period: every N micro-batches, or 0 for only the
 # last of a call (Sum adds the micro-batches' outputs up on the device and returns one).
 _OUTPUT_PERIOD = {OutputMode.All: 1, OutputMode.Final: 0, OutputMode.Sum: 0}
@@ -45,7 +44,7 @@ class StepShape:
     output_return_period: int = 1
 
     @classmethod
-    def of(cls, options, training: bool = False) -> "StepShape":
+    def of(cls, options, training: bool = False) -> StepShape:
         """The shape of a call under ``options`` (``poptorch.Options``), for a
         training or an inference model (whose ``Default`` output modes differ)."""
         return cls(options.device_iterations, options.Training.gradient_accumulation,
@@ -151,9 +150,11 @@ def batch_size_of(inputs: tuple[tuple, dict]) -> int:
 def _batch_size(leaves: list[Any]) -> int:
     sizes = {leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0}
     if not sizes:
-        raise ValueError("The model's inputs must include at least one tensor with a batch dimension")
+        raise ValueError(
+            "The model's inputs must include at least one tensor with a batch dimension")
     if len(sizes) > 1:
-        raise ValueError(f"The model's inputs disagree on the batch dimension: sizes {sorted(sizes)}")
+        raise ValueError(
+            f"The model's inputs disagree on the batch dimension: sizes {sorted(sizes)}")
     return sizes.pop()
 
 

@@ -51,7 +51,8 @@ class WholeModel:
         return [("model", 0)]
 
     def run(self, args: tuple, kwargs: dict, training: bool, loss_scale: float) -> Any:
-        """Forward one micro-batch; in training also backward, gradients scaled by ``loss_scale``."""
+        """Forward one micro-batch; in training also backward, gradients scaled by
+        ``loss_scale``."""
         if not training:
             with torch.no_grad():
                 return self.model(*args, **kwargs)

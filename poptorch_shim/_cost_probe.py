@@ -11,9 +11,9 @@ timing-only run measures without computing.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -155,7 +155,8 @@ class SimulatedDevice:
                         activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
                         weight_bytes=s.weight_bytes, checkpoint_bytes=s.checkpoint_bytes,
                         segment_stash_bytes=s.segment_stash_bytes,
-                        optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio) if training else 0)
+                        optimizer_bytes=(int(s.weight_bytes * optimizer_state_ratio)
+                                         if training else 0))
                   for s in stages),
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,

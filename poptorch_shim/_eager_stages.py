@@ -11,8 +11,9 @@ used by a later block than the one that made it to the boundaries between.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,15 +38,15 @@ class _Charges:
     """
 
     def __init__(self) -> None:
-        self.costs: dict[Optional[str], Cost] = {}
-        self.saved: dict[Optional[str], SavedActivations] = {}
-        self._block: Optional[str] = None
+        self.costs: dict[str | None, Cost] = {}
+        self.saved: dict[str | None, SavedActivations] = {}
+        self._block: str | None = None
         self._mark = (0.0, 0.0, 0)
         self._flops = FlopCounterMode(display=False)
         self._traffic = _TrafficCounter()
 
     @contextmanager
-    def active(self, block: Optional[str]) -> Iterator["_Charges"]:
+    def active(self, block: str | None) -> Iterator[_Charges]:
         self._block = block
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor), \
                 observing(self._checkpoint), self._flops, self._traffic:
@@ -54,7 +55,7 @@ class _Charges:
         for saved in self.saved.values():
             saved.close_segment()
 
-    def switch(self, block: Optional[str]) -> None:
+    def switch(self, block: str | None) -> None:
         now = (float(self._flops.get_total_flops() + self._traffic.uncounted_flops),
                float(self._traffic.bytes), self._traffic.ops)
         flops, nbytes, ops = (a - b for a, b in zip(now, self._mark))
@@ -80,11 +81,11 @@ class _Attribution(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.computing: dict[Optional[str], None] = {}
+        self.computing: dict[str | None, None] = {}
         self.params: dict[int, tuple] = {}      # id -> (first block, parameter)
         self.produced: dict[int, tuple] = {}    # id -> (block, tensor); holds them alive
         self.consumers: dict[int, set] = {}     # id -> blocks using it besides its producer
-        self.nodes: dict[Any, Optional[str]] = {}
+        self.nodes: dict[Any, str | None] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

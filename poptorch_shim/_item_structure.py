@@ -8,7 +8,7 @@ flattened to its leaves (:func:`flatten`), checked against the description
 (:func:`check_leaf`) and rebuilt on the host side (:func:`unflatten`).
 """
 import dataclasses
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -30,7 +30,7 @@ class LeafSpec:
     a ring-buffer slot reserves for it and its dtype. ``batched`` says the
     first dimension may be shorter than reserved (a last partial batch)."""
     path: str
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     dtype: torch.dtype
     batched: bool
 
@@ -47,10 +47,10 @@ class LeafSpec:
 class ItemLayout:
     """The structure tree of an item and the spec of each of its leaves."""
     tree: tuple
-    leaves: Tuple[LeafSpec, ...]
+    leaves: tuple[LeafSpec, ...]
 
 
-def _walk(item: Any, path: str, leaves: List[Any], paths: List[str]) -> tuple:
+def _walk(item: Any, path: str, leaves: list[Any], paths: list[str]) -> tuple:
     """Build the structure tree of ``item``, appending its leaves in order."""
     if isinstance(item, torch.Tensor):
         leaves.append(item)
@@ -74,15 +74,15 @@ def _walk(item: Any, path: str, leaves: List[Any], paths: List[str]) -> tuple:
         "it in the dataset's __getitem__ (for example with torch.as_tensor).")
 
 
-def flatten(item: Any) -> Tuple[tuple, List[Any], List[str]]:
+def flatten(item: Any) -> tuple[tuple, list[Any], list[str]]:
     """Return ``(tree, leaves, paths)`` for ``item``."""
-    leaves: List[Any] = []
-    paths: List[str] = []
+    leaves: list[Any] = []
+    paths: list[str] = []
     tree = _walk(item, "", leaves, paths)
     return tree, leaves, paths
 
 
-def describe(item: Any, rebatched_size: Optional[int]) -> ItemLayout:
+def describe(item: Any, rebatched_size: int | None) -> ItemLayout:
     """Describe the first item; with ``rebatched_size`` every leaf must be a
     tensor with a batch dimension, which the slot widens to that size."""
     tree, leaves, paths = flatten(item)
@@ -140,7 +140,7 @@ _SAME_LAYOUT_RULE = (
     "last batch of an epoch).")
 
 
-def unflatten(tree: tuple, leaves: List[Any]) -> Any:
+def unflatten(tree: tuple, leaves: list[Any]) -> Any:
     """Rebuild an item from its structure tree and its leaves."""
     kind = tree[0]
     if kind == TENSOR:

@@ -1,12 +1,17 @@
 """``LAMB``, PopTorch's layer-wise adaptive optimizer, written out in full
 because torch has no LAMB to subclass; re-exported by :mod:`poptorch_shim.optim`.
 """
-from typing import Iterable, Optional, Tuple
+from collections.abc import Iterable
 
 import torch
 
-from poptorch_shim._optimizer_base import (_PopTorchOptimizer, _adam_direction,
-                                           _check_positive, _explicit, _set_accum_types)
+from poptorch_shim._optimizer_base import (
+    _adam_direction,
+    _check_positive,
+    _explicit,
+    _PopTorchOptimizer,
+    _set_accum_types,
+)
 from poptorch_shim._optimizer_state import AdamMoments
 
 _FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
@@ -26,15 +31,15 @@ class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
     _global_attrs = ("bias_correction", "accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type")
 
-    def __init__(self, params: Iterable, lr: Optional[float] = None,
-                 betas: Optional[Tuple[float, float]] = None, eps: Optional[float] = None,
-                 weight_decay: Optional[float] = None,
-                 bias_correction: Optional[bool] = None,
-                 loss_scaling: Optional[float] = None,
-                 max_weight_norm: Optional[float] = None,
-                 accum_type: Optional[torch.dtype] = None,
-                 first_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 second_order_momentum_accum_type: Optional[torch.dtype] = None) -> None:
+    def __init__(self, params: Iterable, lr: float | None = None,
+                 betas: tuple[float, float] | None = None, eps: float | None = None,
+                 weight_decay: float | None = None,
+                 bias_correction: bool | None = None,
+                 loss_scaling: float | None = None,
+                 max_weight_norm: float | None = None,
+                 accum_type: torch.dtype | None = None,
+                 first_order_momentum_accum_type: torch.dtype | None = None,
+                 second_order_momentum_accum_type: torch.dtype | None = None) -> None:
         explicit = _explicit(locals())
         defaults = dict(lr=1e-3 if lr is None else lr,
                         betas=(0.9, 0.999) if betas is None else tuple(betas),

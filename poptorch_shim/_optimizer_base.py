@@ -6,8 +6,9 @@ defaults for PopTorch's extra constructor arguments, ``VariableAttributes``, the
 import inspect
 import math
 import numbers
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -17,7 +18,7 @@ _ACCUM_TYPES = (torch.float16, torch.float32)
 _GLOBAL_VARS = ["loss_scaling"]  # PopTorch variables kept on the optimizer, not per group.
 
 
-def _explicit(arguments: Dict[str, Any]) -> Dict[str, Any]:
+def _explicit(arguments: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments the user gave (not None), from ``locals()``."""
     return {name: value for name, value in arguments.items()
             if value is not None and name not in ("self", "params", "__class__")}
@@ -40,7 +41,7 @@ def _check_loss_scaling(value: Any) -> float:
     return value
 
 
-def _check_accum_type(name: str, value: Optional[torch.dtype]) -> torch.dtype:
+def _check_accum_type(name: str, value: torch.dtype | None) -> torch.dtype:
     if value is None:
         return torch.float32
     if value not in _ACCUM_TYPES:
@@ -51,13 +52,13 @@ def _check_accum_type(name: str, value: Optional[torch.dtype]) -> torch.dtype:
     return value
 
 
-def _torch_args(explicit: Dict[str, Any], base: type) -> Dict[str, Any]:
+def _torch_args(explicit: dict[str, Any], base: type) -> dict[str, Any]:
     """The user's arguments that ``base``'s constructor knows."""
     known = inspect.signature(base.__init__).parameters
     return {name: value for name, value in explicit.items() if name in known}
 
 
-def _max_grad_norm(value: Optional[float]) -> float:
+def _max_grad_norm(value: float | None) -> float:
     if value is None:
         return math.inf
     return _check_positive("max_grad_norm", value, "Gradients are scaled down so their "
@@ -65,14 +66,14 @@ def _max_grad_norm(value: Optional[float]) -> float:
                            "it unset (inf) to disable clipping.")
 
 
-def _check_no_amsgrad(amsgrad: Optional[bool]) -> None:
+def _check_no_amsgrad(amsgrad: bool | None) -> None:
     if amsgrad:
         raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: got "
                          "amsgrad=True. Leave amsgrad unset (False).")
 
 
-def _set_accum_types(optimizer: Any, accum: Optional[torch.dtype],
-                     first: Optional[torch.dtype], second: Optional[torch.dtype]) -> None:
+def _set_accum_types(optimizer: Any, accum: torch.dtype | None,
+                     first: torch.dtype | None, second: torch.dtype | None) -> None:
     optimizer.accum_type = _check_accum_type("accum_type", accum)
     optimizer.first_order_momentum_accum_type = _check_accum_type(
         "first_order_momentum_accum_type", first)
@@ -92,7 +93,7 @@ class VariableAttributes:
     True
     """
 
-    def __init__(self, variable_attributes: List[str], allowed_attributes: List[str]) -> None:
+    def __init__(self, variable_attributes: list[str], allowed_attributes: list[str]) -> None:
         self._allowed = list(allowed_attributes)
         self._variable = [attr for attr in variable_attributes if attr in self._allowed]
 
@@ -132,9 +133,9 @@ class _PopTorchOptimizer:
     ``variable_attrs``, global gradient clipping, FP16 state rounding, and
     pickling of the attributes torch's ``__getstate__`` would drop."""
     _torch_base: type = torch.optim.Optimizer
-    _global_attrs: Tuple[str, ...] = ()
+    _global_attrs: tuple[str, ...] = ()
 
-    def _finish_init(self, explicit: Dict[str, Any], loss_scaling: Optional[float]) -> None:
+    def _finish_init(self, explicit: dict[str, Any], loss_scaling: float | None) -> None:
         self.loss_scaling = 1.0 if loss_scaling is None else loss_scaling
         allowed = list(self.defaults) + _GLOBAL_VARS
         self.variable_attrs = VariableAttributes(list(explicit), allowed)
@@ -149,7 +150,7 @@ class _PopTorchOptimizer:
         self._loss_scaling = _check_loss_scaling(value)
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update: re-evaluate ``closure`` if given, clip the gradients to
         ``max_grad_norm``, apply the update rule, round FP16 state."""
         loss = None
@@ -188,7 +189,7 @@ class _PopTorchOptimizer:
                     if key in state and state[key].dtype != torch.float16:
                         state[key].copy_(state[key].to(torch.float16))
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         state = self._torch_base.__getstate__(self)
         for name in ("_loss_scaling", "variable_attrs") + self._global_attrs:
             state[name] = getattr(self, name)
@@ -196,7 +197,7 @@ class _PopTorchOptimizer:
 
 
 @contextmanager
-def _in_float32(param_groups: List[Dict[str, Any]]) -> Iterator[None]:
+def _in_float32(param_groups: list[dict[str, Any]]) -> Iterator[None]:
     """Update FP16 weights in FP32, as the IPU does: their gradients are
     widened, the optimizer state is kept in FP32 (unless an accumulator type
     says FP16, see ``_round_state``) and the new weights are rounded to FP16
@@ -212,7 +213,7 @@ def _in_float32(param_groups: List[Dict[str, Any]]) -> Iterator[None]:
             p.data, p.grad = p.data.half(), p.grad.half()
 
 
-def _adam_direction(state: Dict[str, Any], grad: torch.Tensor, betas: Tuple[float, float],
+def _adam_direction(state: dict[str, Any], grad: torch.Tensor, betas: tuple[float, float],
                     eps: float, bias_correction: bool) -> torch.Tensor:
     """Advance the Adam moments in ``state`` by ``grad``; return
     ``m_hat / (sqrt(v_hat) + eps)`` (a new tensor)."""

@@ -9,7 +9,8 @@ sits below the optimizer classes (which need ``_state_slots`` to round FP16
 state after each step): an optimizer of PopTorch's own that keeps Adam's
 moments (``LAMB``) says so by deriving from :class:`AdamMoments`.
 """
-from typing import Any, Dict, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -28,7 +29,7 @@ def _require_supported(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _state_slots(optimizer: torch.optim.Optimizer,
-                 group: Dict[str, Any]) -> Dict[str, Optional[torch.dtype]]:
+                 group: dict[str, Any]) -> dict[str, torch.dtype | None]:
     """The state tensors the IPU keeps per weight of ``group``, by torch state
     key, with their data type (None: the weight's own type). Torch optimizers
     get PopTorch's defaults (FP32 state, separate SGD variant)."""
@@ -51,7 +52,7 @@ def _state_slots(optimizer: torch.optim.Optimizer,
     return slots
 
 
-def _selected(optimizer: torch.optim.Optimizer, params: Optional[Iterable[torch.Tensor]]):
+def _selected(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor] | None):
     """(group, param) pairs of ``optimizer``, limited to ``params`` if given."""
     wanted = None if params is None else {id(p) for p in params}
     for group in optimizer.param_groups:
@@ -61,7 +62,7 @@ def _selected(optimizer: torch.optim.Optimizer, params: Optional[Iterable[torch.
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer,
-                          params: Optional[Iterable[torch.Tensor]] = None) -> int:
+                          params: Iterable[torch.Tensor] | None = None) -> int:
     """Bytes of optimizer state the IPU keeps for ``optimizer``'s weights (or
     the subset ``params``, e.g. one pipeline stage's): SGD 0 (1 velocity with
     momentum), Adam/AdamW/LAMB 2 moments, RMSprop 1 (+1 centred, +1 momentum),
@@ -74,7 +75,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer,
 
 
 def accumulator_bytes(optimizer: torch.optim.Optimizer,
-                      params: Optional[Iterable[torch.Tensor]] = None) -> int:
+                      params: Iterable[torch.Tensor] | None = None) -> int:
     """Bytes of the gradient accumulators the IPU adds when
     ``gradientAccumulation > 1``: one ``accum_type`` tensor per weight, except
     that combined-variant SGD accumulates into its velocity (a weight-typed

@@ -6,12 +6,19 @@ setters return the group so that calls chain, and freeze with ``Options``.
 """
 import copy
 import os
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from . import enums
-from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
+from poptorch_shim import enums
+from poptorch_shim._options_store import (
+    OptionsGroup,
+    OptionSpec,
+    check_value,
+    count,
+    require_arg,
+    setter,
+)
 
 _SIM_PRESETS = ("mk2", "gc200", "mk1", "gc2", "bow")
 
@@ -164,7 +171,7 @@ class _PrecisionOptions(OptionsGroup):
         return self
 
     @property
-    def partials_type(self) -> Optional[torch.dtype]:
+    def partials_type(self) -> torch.dtype | None:
         """The partials type set by ``setPartialsType``, None if never set."""
         name = self._popart._raw.get("partialsTypeMatMuls")
         return {"float": torch.float32, "half": torch.float16}.get(name)
@@ -329,7 +336,7 @@ class _SimulationOptions(OptionsGroup):
               OptionSpec("timing_only", False, (bool,), "timingOnly"))
 
     @setter
-    def system(self, preset: str = "mk2", num_ipus: Optional[int] = None,
+    def system(self, preset: str = "mk2", num_ipus: int | None = None,
                **overrides) -> "_SimulationOptions":
         """Simulate ``num_ipus`` IPUs of ``preset`` ("mk2"/"gc200", "mk1"/"gc2"
         or "bow"; None: the simulated machine's IPUs, ``IPUSIM_NUM_IPUS`` or
@@ -366,7 +373,7 @@ class _SimulationOptions(OptionsGroup):
         return self
 
     @setter
-    def loaderRate(self, items_per_second: Optional[float]) -> "_SimulationOptions":
+    def loaderRate(self, items_per_second: float | None) -> "_SimulationOptions":
         """Tell the report's bottleneck verdict that the host data loader
         delivers this many items per second, instead of the rate timed on the
         real ``poptorch.DataLoader`` built with these options; None goes back

@@ -16,9 +16,10 @@ import dataclasses
 import difflib
 import enum
 import functools
-from typing import Any, Iterator, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any
 
-from .errors import FrozenOptionsError
+from poptorch_shim.errors import FrozenOptionsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +33,9 @@ class OptionSpec:
     """
     key: str
     default: Any
-    types: Tuple[type, ...]
+    types: tuple[type, ...]
     setter: str
-    minimum: Optional[int] = None
+    minimum: int | None = None
     nullable: bool = False
 
 
@@ -43,7 +44,7 @@ def count(key: str, setter: str, default: int = 1, minimum: int = 1) -> OptionSp
     return OptionSpec(key, default, (int,), setter, minimum=minimum)
 
 
-def describe_types(types: Tuple[type, ...]) -> str:
+def describe_types(types: tuple[type, ...]) -> str:
     """Say in words what ``types`` accepts, listing enum members."""
     words = {bool: "a bool", int: "an int", float: "a number", str: "a str",
              dict: "a dict", object: "any object"}
@@ -78,7 +79,7 @@ def check_value(path: str, spec: OptionSpec, value: Any) -> None:
 
 
 def require_arg(path: str, method: str, name: str, value: Any, *types: type,
-                minimum: Optional[int] = None) -> None:
+                minimum: int | None = None) -> None:
     """Check an argument that is not itself a declared setting, with the same
     messages as :func:`check_value`."""
     check_value(path, OptionSpec(name, None, types, method, minimum), value)
@@ -97,7 +98,7 @@ class OptionsStore:
     A deep copy (and so ``Options.clone()``) is never frozen.
     """
 
-    def __init__(self, path: str, specs: Tuple[OptionSpec, ...]):
+    def __init__(self, path: str, specs: tuple[OptionSpec, ...]):
         self.path = path
         self._specs = {spec.key: spec for spec in specs}
         self._values = {spec.key: _snapshot(spec.default) for spec in specs}
@@ -166,7 +167,7 @@ class OptionsGroup:
     closest real name.
     """
     _path = "Options"
-    _specs: Tuple[OptionSpec, ...] = ()
+    _specs: tuple[OptionSpec, ...] = ()
 
     def __init__(self) -> None:
         self._store = OptionsStore(self._path, self._specs)
@@ -241,7 +242,7 @@ class OptionsGroup:
         """Whether the options have been used and so can no longer change."""
         return self._store.frozen
 
-    def checkIsFrozen(self, option: Optional[str] = None) -> None:
+    def checkIsFrozen(self, option: str | None = None) -> None:
         """Raise ``AttributeError("Can't modify frozen Options")`` (naming
         ``option`` if given) once the options have been used, as PopTorch does."""
         if self._store.frozen:

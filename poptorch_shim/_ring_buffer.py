@@ -30,11 +30,10 @@ killed, and the memory is returned when the last mapping goes away.
 import os
 import secrets
 import tempfile
-from typing import List
 
 import torch
 
-from ._item_structure import ItemLayout
+from poptorch_shim._item_structure import ItemLayout
 
 FREE, DATA, END = 0, 1, 2
 
@@ -83,7 +82,7 @@ class SharedRing:
         # keeps the polling loops of both processes cheap.
         self._header = memory[:words * 8].view(torch.int64).numpy()
         offset = _aligned(words * 8)
-        self._slots: List[List[torch.Tensor]] = []
+        self._slots: list[list[torch.Tensor]] = []
         for _ in range(buffer_size):
             views = []
             for spec in layout.leaves:
@@ -145,16 +144,16 @@ class SharedRing:
     def epoch(self, index: int) -> int:
         return int(self._header[self._epoch_at + index])
 
-    def lengths(self, index: int) -> List[int]:
+    def lengths(self, index: int) -> list[int]:
         start = self._length_at + index * self._leaves
         return self._header[start:start + self._leaves].tolist()
 
-    def views(self, index: int) -> List[torch.Tensor]:
+    def views(self, index: int) -> list[torch.Tensor]:
         """Full-size tensors over the leaves of slot ``index``."""
         return self._slots[index]
 
     def publish(self, index: int, kind: int, epoch: int,
-                lengths: List[int]) -> None:
+                lengths: list[int]) -> None:
         """Hand slot ``index`` to the host: lengths and epoch, then state."""
         start = self._length_at + index * self._leaves
         self._header[start:start + self._leaves] = lengths

@@ -15,7 +15,7 @@ dataset from ``seed + epoch`` and takes its block of it, so that within an
 epoch the processes never share an index, and each epoch brings every
 process a new random part (the left-over indices change too).
 """
-from typing import Iterator, List
+from collections.abc import Iterator
 
 import torch
 
@@ -41,7 +41,7 @@ class ShardSampler(torch.utils.data.Sampler):
         self.seed = seed
         self.epoch = 0  # advanced by each __iter__, i.e. each pass
 
-    def indices(self, epoch: int) -> List[int]:
+    def indices(self, epoch: int) -> list[int]:
         """The indices this process reads in ``epoch`` (counted from 0)."""
         if not self.shuffle:
             return list(range(self.offset, self.offset + self.length))

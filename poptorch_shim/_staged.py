@@ -273,7 +273,7 @@ class StagedModel:
         self.loss_finder = LossFinder()
         self._plans: dict[Any, _GraphPlan | EagerStages] = {}
 
-    def __deepcopy__(self, memo: dict) -> "StagedModel":
+    def __deepcopy__(self, memo: dict) -> StagedModel:
         # The split graphs refer to the model's modules: trace the copy afresh.
         return StagedModel(copy.deepcopy(self.model, memo), copy.deepcopy(self.strategy, memo))
 

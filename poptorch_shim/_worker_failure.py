@@ -6,13 +6,12 @@ import dataclasses
 import os
 import pickle
 import traceback
-from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerFailure:
     """An exception raised in the worker, in a form that always pickles."""
-    pickled_type: Optional[bytes]
+    pickled_type: bytes | None
     type_name: str
     where: str
     pid: int

@@ -11,12 +11,12 @@ import multiprocessing
 import os
 import pickle
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
-from ._async_worker import DatasetFile, WorkerConfig, worker_main
-from ._item_structure import ItemLayout
-from ._ring_buffer import SharedRing
-from .enums import SharingStrategy
+from poptorch_shim._async_worker import DatasetFile, WorkerConfig, worker_main
+from poptorch_shim._item_structure import ItemLayout
+from poptorch_shim._ring_buffer import SharedRing
+from poptorch_shim.enums import SharingStrategy
 
 # How long a worker asked to stop may take before it is sent SIGTERM. It only
 # matters when the worker is inside a slow dataset call.
@@ -35,10 +35,10 @@ class WorkerHandle:
         self.process = process
         self.pid = process.pid
         self.conn = conn
-        self.ring: Optional[SharedRing] = None
-        self.layout: Optional[ItemLayout] = None
+        self.ring: SharedRing | None = None
+        self.layout: ItemLayout | None = None
         self._closed = False
-        self.exitcode: Optional[int] = None  # how the worker ended, once closed
+        self.exitcode: int | None = None  # how the worker ended, once closed
 
     @classmethod
     def start(cls, dataset: Any, config: WorkerConfig,
@@ -95,13 +95,13 @@ class WorkerHandle:
             elif not self.process.is_alive():
                 raise self._died_error("during start-up")
 
-    def _read_message(self) -> Optional[tuple]:
+    def _read_message(self) -> tuple | None:
         try:
             return self.conn.recv()
         except (EOFError, OSError):
             return None  # the worker closed its end of the pipe
 
-    def wait(self, timeout_s: float) -> Optional[Exception]:
+    def wait(self, timeout_s: float) -> Exception | None:
         """Block until the worker sends a message or ``timeout_s`` passes.
         Return the worker's reported exception, or an error if it died
         without reporting one; None while it is healthy."""
@@ -114,7 +114,7 @@ class WorkerHandle:
         # It may have reported its failure just before exiting.
         return self._drain() or self._died_error("while loading")
 
-    def _drain(self) -> Optional[Exception]:
+    def _drain(self) -> Exception | None:
         """Read every pending message; the failure if one is among them."""
         while self.conn.poll():
             message = self._read_message()

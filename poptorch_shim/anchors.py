@@ -23,9 +23,10 @@ updated weight one per weight update.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -113,7 +114,7 @@ class Anchors:
 
     # -- capture -------------------------------------------------------------------
     @contextmanager
-    def capturing(self, shape: StepShape, loss_scale: float) -> Iterator["_StepCapture"]:
+    def capturing(self, shape: StepShape, loss_scale: float) -> Iterator[_StepCapture]:
         """Capture the anchored tensors of one call; the values are assembled
         when the ``with`` body ends."""
         capture = _StepCapture(self._targets, self._model, loss_scale)

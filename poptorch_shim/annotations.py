@@ -11,8 +11,9 @@ asked, as ``(kind, tensors)``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import fx

@@ -4,13 +4,13 @@ import multiprocessing
 import numbers
 import os
 import weakref
-from typing import Any, Optional
+from typing import Any
 
-from ._async_worker import WorkerConfig
-from ._item_structure import unflatten
-from ._ring_buffer import END, FREE
-from ._worker_handle import WorkerHandle
-from .enums import SharingStrategy
+from poptorch_shim._async_worker import WorkerConfig
+from poptorch_shim._item_structure import unflatten
+from poptorch_shim._ring_buffer import END, FREE
+from poptorch_shim._worker_handle import WorkerHandle
+from poptorch_shim.enums import SharingStrategy
 
 # The longest the consumer blocks on the worker's pipe before it looks at the
 # ring and checks that the worker is alive again. The worker wakes it up as
@@ -56,7 +56,7 @@ class AsynchronousDataAccessor:
                  load_indefinitely: bool = True,
                  early_preload: bool = False,
                  sharing_strategy: SharingStrategy = SharingStrategy.FileSystem,
-                 rebatched_size: Optional[int] = None):
+                 rebatched_size: int | None = None):
         """
         :param dataset: The dataset to pull data from: any picklable Python
             iterable, typically a ``poptorch.DataLoader``.
@@ -106,11 +106,11 @@ class AsynchronousDataAccessor:
         self._epoch = 1        # the epoch the consumer reads
         self._requested = 0    # the last epoch the worker was told to load
         self._read = 0         # the slot read next
-        self._held: Optional[int] = None  # the slot whose views are out
+        self._held: int | None = None  # the slot whose views are out
         self._consumed = False  # an item of the current epoch was returned
         self._ended = False     # the current iteration reached the end
-        self._worker_error: Optional[Exception] = None  # reported, not raised
-        self._failure: Optional[Exception] = None  # raised: the accessor stopped
+        self._worker_error: Exception | None = None  # reported, not raised
+        self._failure: Exception | None = None  # raised: the accessor stopped
 
     @property
     def worker_pid(self) -> int:

@@ -15,15 +15,15 @@ is current, so the torch.fx tracer can tag each graph node with its block.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import torch
 
-_RECORDER: ContextVar[Optional["BlockRecorder"]] = ContextVar("poptorch_block_recorder",
+_RECORDER: ContextVar[BlockRecorder | None] = ContextVar("poptorch_block_recorder",
                                                               default=None)
 
 
@@ -33,7 +33,7 @@ class BlockMark:
     "1", ...) and the IPU it asked for (None: not given)."""
 
     user_id: Hashable
-    ipu_id: Optional[int]
+    ipu_id: int | None
 
 
 class BlockRecorder:
@@ -43,14 +43,14 @@ class BlockRecorder:
     switch the stage it charges work to.
     """
 
-    def __init__(self, on_start: Optional[Callable[[BlockMark], None]] = None):
-        self.current: Optional[BlockMark] = None
-        self.ipus: dict[Hashable, Optional[int]] = {}  # block id -> first ipu_id, in order seen
+    def __init__(self, on_start: Callable[[BlockMark], None] | None = None):
+        self.current: BlockMark | None = None
+        self.ipus: dict[Hashable, int | None] = {}  # block id -> first ipu_id, in order seen
         self._next_auto_id = 0
         self._hook_ids: dict[int, str] = {}
         self._on_start = on_start
 
-    def start(self, user_id: Optional[Hashable], ipu_id: Optional[int]) -> None:
+    def start(self, user_id: Hashable | None, ipu_id: int | None) -> None:
         # As PopTorch's stage manager does (``user_id or nextAutoId()``), any
         # false id (None, "", 0) gets the next automatic id.
         if not user_id:
@@ -67,7 +67,7 @@ class BlockRecorder:
         self._next_auto_id += 1
         return user_id
 
-    def hook_id(self, hook: "_BlockHook") -> str:
+    def hook_id(self, hook: _BlockHook) -> str:
         """The automatic id of an id-less ``BeginBlock``: fixed at its first call,
         so a module called twice stays one block (as in PopTorch)."""
         if id(hook) not in self._hook_ids:
@@ -88,7 +88,7 @@ def recording(recorder: BlockRecorder) -> Iterator[BlockRecorder]:
         _RECORDER.reset(token)
 
 
-def current_block() -> Optional[BlockMark]:
+def current_block() -> BlockMark | None:
     """The block the forward pass is in, or None (no recorder, or before any block)."""
     recorder = _RECORDER.get()
     return None if recorder is None else recorder.current
@@ -124,19 +124,19 @@ class Block:
             recorder.reset_auto_id()
 
     @staticmethod
-    def start(user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None) -> None:
+    def start(user_id: Hashable | None = None, ipu_id: int | None = None) -> None:
         """Start a block here without a ``with`` scope."""
         _check_ids(user_id, ipu_id, "poptorch.Block.start")
         recorder = _RECORDER.get()
         if recorder is not None:
             recorder.start(user_id, ipu_id)
 
-    def __init__(self, user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None):
+    def __init__(self, user_id: Hashable | None = None, ipu_id: int | None = None):
         _check_ids(user_id, ipu_id, "poptorch.Block")
         self._user_id = user_id
         self._ipu_id = ipu_id
 
-    def __enter__(self) -> "Block":
+    def __enter__(self) -> Block:
         Block.start(self._user_id, self._ipu_id)
         return self
 
@@ -147,7 +147,7 @@ class Block:
 class _BlockHook:
     """A forward pre-hook that starts a block when its module is called."""
 
-    def __init__(self, user_id: Optional[Hashable], ipu_id: Optional[int]):
+    def __init__(self, user_id: Hashable | None, ipu_id: int | None):
         self.user_id = user_id
         self.ipu_id = ipu_id
 
@@ -166,8 +166,8 @@ def block_hooks(module: torch.nn.Module) -> list[_BlockHook]:
     return [hook for hook in module._forward_pre_hooks.values() if isinstance(hook, _BlockHook)]
 
 
-def BeginBlock(layer_to_call: Any, user_id: Optional[Hashable] = None,
-               ipu_id: Optional[int] = None) -> Any:
+def BeginBlock(layer_to_call: Any, user_id: Hashable | None = None,
+               ipu_id: int | None = None) -> Any:
     """Start a block whenever ``layer_to_call`` (a module) is called.
 
     The module, and everything after it until the next block, belongs to the
@@ -194,7 +194,7 @@ def BeginBlock(layer_to_call: Any, user_id: Optional[Hashable] = None,
     return layer_to_call
 
 
-def BlockFunction(user_id: Optional[Hashable] = None, ipu_id: Optional[int] = None):
+def BlockFunction(user_id: Hashable | None = None, ipu_id: int | None = None):
     """A decorator running the decorated function inside ``Block(user_id, ipu_id)``.
 
     >>> @poptorch.BlockFunction("Decoder", ipu_id=1)

@@ -15,8 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ipusim import cli
-from poptorch_shim.run_settings import (REPORT_DIR_ENV, SIMULATED_CLOCK_ENV, TIMING_ONLY_ENV,
-                                        RunSettings)
+from poptorch_shim.run_settings import (
+    REPORT_DIR_ENV,
+    SIMULATED_CLOCK_ENV,
+    TIMING_ONLY_ENV,
+    RunSettings,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

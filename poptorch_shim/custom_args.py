@@ -13,12 +13,13 @@ subclasses.
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch.utils import _pytree
 
-_parsers: dict[type, "ICustomArgParser"] = {}
+_parsers: dict[type, ICustomArgParser] = {}
 _flattened: set[type] = set()   # types made known to torch's pytree
 
 

@@ -5,15 +5,16 @@ distributed run and optionally loaded ahead by an
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
-from ._batching import StepShape
-from ._shard_sampler import ShardSampler
-from .async_data_accessor import AsynchronousDataAccessor
-from .enums import DataLoaderMode
-from .options import Options
+from poptorch_shim._batching import StepShape
+from poptorch_shim._shard_sampler import ShardSampler
+from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim.enums import DataLoaderMode
+from poptorch_shim.options import Options
 
 # Loaders of this process, so a model's report can find the one feeding it.
 _loaders: "weakref.WeakSet[DataLoader]" = weakref.WeakSet()
@@ -46,15 +47,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def __init__(self,
                  options: Options,
                  dataset: Any,
-                 batch_size: Optional[int] = 1,
-                 shuffle: Optional[bool] = None,
+                 batch_size: int | None = 1,
+                 shuffle: bool | None = None,
                  num_workers: int = 0,
                  drop_last: bool = True,
-                 persistent_workers: Optional[bool] = None,
+                 persistent_workers: bool | None = None,
                  auto_distributed_partitioning: bool = True,
                  mode: DataLoaderMode = DataLoaderMode.Sync,
-                 async_options: Optional[Dict[str, Any]] = None,
-                 rebatched_worker_size: Optional[int] = None,
+                 async_options: dict[str, Any] | None = None,
+                 rebatched_worker_size: int | None = None,
                  **kwargs):
         """
         :param options: Options that will be used to compile and run the
@@ -135,14 +136,14 @@ class DataLoader(torch.utils.data.DataLoader):
         self._steps_timed = 0
         self._seconds_waited = 0.0
         _loaders.add(self)
-        self._accessor: Optional[AsynchronousDataAccessor] = None
+        self._accessor: AsynchronousDataAccessor | None = None
         if mode != DataLoaderMode.Sync:
             self._accessor = AsynchronousDataAccessor(
                 self, **_check_async_options(async_options),
                 rebatched_size=self._rebatched_size)
 
     @property
-    def combinedBatchSize(self) -> Optional[int]:
+    def combinedBatchSize(self) -> int | None:
         """Total number of elements consumed from the dataset for a single
         execution of the model."""
         return self._combined_batch_size
@@ -191,7 +192,7 @@ class DataLoader(torch.utils.data.DataLoader):
             yield batch
 
     @property
-    def measured_items_per_s(self) -> Optional[float]:
+    def measured_items_per_s(self) -> float | None:
         """Items per second the caller received, timed on the host's wall clock
         while it waited for steps; None before two steps were read. With an
         asynchronous loader that keeps up, the wait (and so the bottleneck)
@@ -266,7 +267,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "gradients, or pass drop_last=False to get one short batch.")
 
     def _batch_sizes(self, mode: DataLoaderMode,
-                     rebatched_worker_size: Optional[int]):
+                     rebatched_worker_size: int | None):
         """The batch size of the torch DataLoader and the accessor's
         rebatched size (None unless ``AsyncRebatched``)."""
         combined = self._combined_batch_size
@@ -290,7 +291,7 @@ class DataLoader(torch.utils.data.DataLoader):
         return rebatched_worker_size, combined
 
 
-def measured_loader_rate(options: Options) -> Optional[float]:
+def measured_loader_rate(options: Options) -> float | None:
     """The measured rate of the latest DataLoader built with ``options``, if any."""
     rates = [loader.measured_items_per_s for loader in list(_loaders)
              if loader.options is options and loader.measured_items_per_s is not None]
@@ -298,7 +299,7 @@ def measured_loader_rate(options: Options) -> Optional[float]:
 
 
 def _combined_batch_size(shape: StepShape,
-                         batch_size: Optional[int]) -> Optional[int]:
+                         batch_size: int | None) -> int | None:
     """Samples in one step: ``batch_size`` for each of the step's micro-batches
     of data (replicas in one input group read the same data, so they count once)."""
     if batch_size is None:
@@ -340,14 +341,14 @@ def _warn_last_batch_short(num_elements: int, per_step: int) -> None:
             "this special case.", stacklevel=3)
 
 
-def _length_or_none(dataset: Any) -> Optional[int]:
+def _length_or_none(dataset: Any) -> int | None:
     try:
         return len(dataset)
     except TypeError:
         return None
 
 
-def _check_async_options(async_options: Optional[Dict[str, Any]]) -> dict:
+def _check_async_options(async_options: dict[str, Any] | None) -> dict:
     async_options = dict(async_options or {})
     if "rebatched_size" in async_options:
         raise ValueError(

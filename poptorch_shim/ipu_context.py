@@ -7,9 +7,9 @@ take a different path on the IPU than on the CPU::
     if poptorch.isRunningOnIpu():
         ...  # IPU path
 """
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
 
 _ON_IPU: ContextVar[bool] = ContextVar("poptorch_running_on_ipu", default=False)
 

@@ -5,8 +5,9 @@ operator that made it.
 from __future__ import annotations
 
 import weakref
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Optional
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -83,7 +84,7 @@ class LossRecorder(TorchFunctionMode):
         return self._losses.get(id(tensor)) is tensor
 
 
-def _is_loss(tensor: torch.Tensor, losses: Optional[LossRecorder]) -> bool:
+def _is_loss(tensor: torch.Tensor, losses: LossRecorder | None) -> bool:
     """Whether a tensor came out of a torch loss function: one ``losses``
     recorded, or one whose autograd node is named for a loss."""
     if losses is not None and tensor in losses:
@@ -106,7 +107,7 @@ def _feeds(term: torch.Tensor, tensor: torch.Tensor) -> bool:
     return False
 
 
-def find_loss(output: Any, losses: Optional[LossRecorder] = None) -> torch.Tensor:
+def find_loss(output: Any, losses: LossRecorder | None = None) -> torch.Tensor:
     """The loss of a training model's output.
 
     The output itself if it is one tensor; otherwise, as PopTorch finds it by
@@ -154,14 +155,14 @@ class LossFinder:
     functions costs every torch call a little, so only the first call does."""
 
     def __init__(self) -> None:
-        self._where: Optional[tuple[TreeSpec, int]] = None  # output structure, leaf index
+        self._where: tuple[TreeSpec, int] | None = None  # output structure, leaf index
 
-    def watching(self) -> ContextManager[Optional[LossRecorder]]:
+    def watching(self) -> AbstractContextManager[LossRecorder | None]:
         """Record the loss functions' results while the forward runs (``with
         finder.watching() as losses``), until the loss has been found once."""
         return nullcontext() if self._where is not None else LossRecorder()
 
-    def find(self, output: Any, losses: Optional[LossRecorder]) -> torch.Tensor:
+    def find(self, output: Any, losses: LossRecorder | None) -> torch.Tensor:
         """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
         leaves, spec = flatten(output)
         if self._where is not None and self._where[0] == spec:

@@ -18,15 +18,22 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums, profiling, simulated_clock
-from poptorch_shim._batching import (StepShape, assemble, batch_size_of, flatten,
-                                     flatten_detached, flatten_inputs, split)
+from poptorch_shim._batching import (
+    StepShape,
+    assemble,
+    batch_size_of,
+    flatten,
+    flatten_detached,
+    flatten_inputs,
+    split,
+)
 from poptorch_shim._compute import WholeModel
-from poptorch_shim._fake import fake_inputs, placeholder_outputs
-from poptorch_shim.anchors import Anchors, activation_names
-from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim._cost_probe import tensor_bytes
 from poptorch_shim._device import SimulatedDevice, check_layout
 from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
+from poptorch_shim._fake import fake_inputs, placeholder_outputs
+from poptorch_shim.anchors import Anchors, activation_names
+from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, recording
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError

@@ -20,17 +20,28 @@ step, so training sees the precision the IPU would store it in;
 ``optimizer_state_bytes`` counts it at two bytes an element.
 """
 import warnings
-from typing import Iterable, Optional, Tuple
+from collections.abc import Iterable
 
 import torch
 
 from poptorch_shim._lamb import LAMB
-from poptorch_shim._optimizer_base import (VariableAttributes, _PopTorchOptimizer,
-                                           _adam_direction, _check_accum_type,
-                                           _check_no_amsgrad, _check_positive, _explicit,
-                                           _max_grad_norm, _set_accum_types, _torch_args)
-from poptorch_shim._optimizer_state import (accumulator_bytes, check_ipu_optimizer,
-                                            optimizer_state_bytes)
+from poptorch_shim._optimizer_base import (
+    VariableAttributes,
+    _adam_direction,
+    _check_accum_type,
+    _check_no_amsgrad,
+    _check_positive,
+    _explicit,
+    _max_grad_norm,
+    _PopTorchOptimizer,
+    _set_accum_types,
+    _torch_args,
+)
+from poptorch_shim._optimizer_state import (
+    accumulator_bytes,
+    check_ipu_optimizer,
+    optimizer_state_bytes,
+)
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "VariableAttributes",
            "optimizer_state_bytes", "accumulator_bytes", "check_ipu_optimizer"]
@@ -55,16 +66,16 @@ class SGD(_PopTorchOptimizer, torch.optim.SGD):
     _global_attrs = ("use_combined_accum", "accum_type", "velocity_accum_type",
                      "max_grad_norm")
 
-    def __init__(self, params: Iterable, lr: float, momentum: Optional[float] = None,
-                 dampening: Optional[float] = None, weight_decay: Optional[float] = None,
-                 nesterov: Optional[bool] = None, maximize: Optional[bool] = None,
-                 foreach: Optional[bool] = None, differentiable: Optional[bool] = None,
-                 loss_scaling: Optional[float] = None,
-                 velocity_scaling: Optional[float] = None,
-                 use_combined_accum: Optional[bool] = None,
-                 accum_type: Optional[torch.dtype] = None,
-                 velocity_accum_type: Optional[torch.dtype] = None,
-                 max_grad_norm: Optional[float] = None) -> None:
+    def __init__(self, params: Iterable, lr: float, momentum: float | None = None,
+                 dampening: float | None = None, weight_decay: float | None = None,
+                 nesterov: bool | None = None, maximize: bool | None = None,
+                 foreach: bool | None = None, differentiable: bool | None = None,
+                 loss_scaling: float | None = None,
+                 velocity_scaling: float | None = None,
+                 use_combined_accum: bool | None = None,
+                 accum_type: torch.dtype | None = None,
+                 velocity_accum_type: torch.dtype | None = None,
+                 max_grad_norm: float | None = None) -> None:
         explicit = _explicit(locals())
         torch.optim.SGD.__init__(self, params, **_torch_args(explicit, torch.optim.SGD))
         self.use_combined_accum = bool(use_combined_accum)
@@ -95,16 +106,16 @@ class Adam(_PopTorchOptimizer, torch.optim.Adam):
     _global_attrs = ("accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type", "max_grad_norm")
 
-    def __init__(self, params: Iterable, lr: Optional[float] = None,
-                 betas: Optional[Tuple[float, float]] = None, eps: Optional[float] = None,
-                 weight_decay: Optional[float] = None, amsgrad: Optional[bool] = None,
-                 foreach: Optional[bool] = None, maximize: Optional[bool] = None,
-                 capturable: Optional[bool] = None, differentiable: Optional[bool] = None,
-                 fused: Optional[bool] = None, loss_scaling: Optional[float] = None,
-                 accum_type: Optional[torch.dtype] = None,
-                 first_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 second_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 max_grad_norm: Optional[float] = None) -> None:
+    def __init__(self, params: Iterable, lr: float | None = None,
+                 betas: tuple[float, float] | None = None, eps: float | None = None,
+                 weight_decay: float | None = None, amsgrad: bool | None = None,
+                 foreach: bool | None = None, maximize: bool | None = None,
+                 capturable: bool | None = None, differentiable: bool | None = None,
+                 fused: bool | None = None, loss_scaling: float | None = None,
+                 accum_type: torch.dtype | None = None,
+                 first_order_momentum_accum_type: torch.dtype | None = None,
+                 second_order_momentum_accum_type: torch.dtype | None = None,
+                 max_grad_norm: float | None = None) -> None:
         explicit = _explicit(locals())
         _check_no_amsgrad(amsgrad)
         self._torch_base.__init__(self, params, **_torch_args(explicit, self._torch_base))
@@ -123,17 +134,17 @@ class AdamW(_PopTorchOptimizer, torch.optim.AdamW):
     _global_attrs = ("bias_correction", "accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type", "max_grad_norm")
 
-    def __init__(self, params: Iterable, lr: Optional[float] = None,
-                 betas: Optional[Tuple[float, float]] = None, eps: Optional[float] = None,
-                 weight_decay: Optional[float] = None, amsgrad: Optional[bool] = None,
-                 maximize: Optional[bool] = None, foreach: Optional[bool] = None,
-                 capturable: Optional[bool] = None, differentiable: Optional[bool] = None,
-                 fused: Optional[bool] = None, loss_scaling: Optional[float] = None,
-                 bias_correction: Optional[bool] = None,
-                 accum_type: Optional[torch.dtype] = None,
-                 first_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 second_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 max_grad_norm: Optional[float] = None) -> None:
+    def __init__(self, params: Iterable, lr: float | None = None,
+                 betas: tuple[float, float] | None = None, eps: float | None = None,
+                 weight_decay: float | None = None, amsgrad: bool | None = None,
+                 maximize: bool | None = None, foreach: bool | None = None,
+                 capturable: bool | None = None, differentiable: bool | None = None,
+                 fused: bool | None = None, loss_scaling: float | None = None,
+                 bias_correction: bool | None = None,
+                 accum_type: torch.dtype | None = None,
+                 first_order_momentum_accum_type: torch.dtype | None = None,
+                 second_order_momentum_accum_type: torch.dtype | None = None,
+                 max_grad_norm: float | None = None) -> None:
         explicit = _explicit(locals())
         _check_no_amsgrad(amsgrad)
         self._torch_base.__init__(self, params, **_torch_args(explicit, self._torch_base))
@@ -172,16 +183,16 @@ class RMSprop(_PopTorchOptimizer, torch.optim.RMSprop):
     _global_attrs = ("accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type", "use_tf_variant")
 
-    def __init__(self, params: Iterable, lr: Optional[float] = None,
-                 alpha: Optional[float] = None, eps: Optional[float] = None,
-                 weight_decay: Optional[float] = None, momentum: Optional[float] = None,
-                 centered: Optional[bool] = None, foreach: Optional[bool] = None,
-                 maximize: Optional[bool] = None, differentiable: Optional[bool] = None,
-                 loss_scaling: Optional[float] = None,
-                 accum_type: Optional[torch.dtype] = None,
-                 first_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 second_order_momentum_accum_type: Optional[torch.dtype] = None,
-                 use_tf_variant: Optional[bool] = None) -> None:
+    def __init__(self, params: Iterable, lr: float | None = None,
+                 alpha: float | None = None, eps: float | None = None,
+                 weight_decay: float | None = None, momentum: float | None = None,
+                 centered: bool | None = None, foreach: bool | None = None,
+                 maximize: bool | None = None, differentiable: bool | None = None,
+                 loss_scaling: float | None = None,
+                 accum_type: torch.dtype | None = None,
+                 first_order_momentum_accum_type: torch.dtype | None = None,
+                 second_order_momentum_accum_type: torch.dtype | None = None,
+                 use_tf_variant: bool | None = None) -> None:
         explicit = _explicit(locals())
         torch.optim.RMSprop.__init__(self, params,
                                      **_torch_args(explicit, torch.optim.RMSprop))

@@ -21,19 +21,32 @@ import json
 import logging
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from . import enums
-from ._option_groups import (_DistributedOptions, _JitOptions, _PopartOptions,
-                             _PrecisionOptions, _SimulationOptions, _TrainingOptions,
-                             check_engine_options)
-from ._options_sources import apply_environment, load_file
-from .errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
-from ._options_store import OptionSpec, OptionsGroup, check_value, count, require_arg, setter
-from .run_settings import current as current_settings
-from .tensor_locations import TensorLocationSettings, _TensorLocationOptions
+from poptorch_shim import enums
+from poptorch_shim._option_groups import (
+    _DistributedOptions,
+    _JitOptions,
+    _PopartOptions,
+    _PrecisionOptions,
+    _SimulationOptions,
+    _TrainingOptions,
+    check_engine_options,
+)
+from poptorch_shim._options_sources import apply_environment, load_file
+from poptorch_shim._options_store import (
+    OptionsGroup,
+    OptionSpec,
+    check_value,
+    count,
+    require_arg,
+    setter,
+)
+from poptorch_shim.errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
+from poptorch_shim.run_settings import current as current_settings
+from poptorch_shim.tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
@@ -48,7 +61,7 @@ class AnchorSpec:
     returned with (None: the model's own output mode)."""
 
     long_name: str
-    output_mode: Optional[enums.OutputMode] = None
+    output_mode: enums.OutputMode | None = None
     output_return_period: int = 1
 
     def toDict(self) -> dict:
@@ -196,7 +209,7 @@ class Options(OptionsGroup):
         return self
 
     @setter
-    def outputMode(self, output_mode, output_return_period: Optional[int] = None) -> "Options":
+    def outputMode(self, output_mode, output_return_period: int | None = None) -> "Options":
         """Which results to return: ``All``, ``Sum``, ``Final``, ``EveryN`` (every
         ``output_return_period``-th micro-batch) or ``Default``."""
         check_value(self._path, self._store.spec("output_mode"), output_mode)
@@ -261,7 +274,7 @@ class Options(OptionsGroup):
         return self
 
     @setter
-    def enableProfiling(self, profile_dir: Optional[str] = None) -> "Options":
+    def enableProfiling(self, profile_dir: str | None = None) -> "Options":
         """Write a profile report under ``profile_dir`` (default: current
         directory), in a sub-directory named for the model."""
         if profile_dir is not None:
@@ -343,7 +356,7 @@ class Options(OptionsGroup):
         return self
 
     @setter
-    def enableExecutableCaching(self, path: Optional[str]) -> "Options":
+    def enableExecutableCaching(self, path: str | None) -> "Options":
         """Cache compiled executables under ``path`` (None: no caching), as
         ``POPTORCH_CACHE_DIR`` does (recorded: compiling is not simulated)."""
         if path is None:
@@ -387,7 +400,7 @@ class Options(OptionsGroup):
 
     @setter
     def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
-                     output_return_period: Optional[int] = 1) -> "Options":
+                     output_return_period: int | None = 1) -> "Options":
         """Return the tensor PopART names ``long_name`` from every run, read
         back with ``model.getAnchoredTensor(short_name)``; ``model.getTensorNames()``
         lists the names. ``output_mode`` (None: the model's own) and
@@ -433,7 +446,7 @@ class Options(OptionsGroup):
         return merged
 
     @property
-    def profile_dir(self) -> Optional[str]:
+    def profile_dir(self) -> str | None:
         """Where profile reports go, or None when profiling is off."""
         engine = self.engine_options
         if engine.get("autoReport.all", "").lower() != "true":
@@ -450,7 +463,7 @@ class Options(OptionsGroup):
         return self._simulation._store.get("preset")
 
     @property
-    def sim_num_ipus(self) -> Optional[int]:
+    def sim_num_ipus(self) -> int | None:
         return self._simulation._store.get("num_ipus")
 
     @property
@@ -462,7 +475,7 @@ class Options(OptionsGroup):
         return self._simulation._store.get("cost_overrides")
 
     @property
-    def sim_loader_rate(self) -> Optional[float]:
+    def sim_loader_rate(self) -> float | None:
         return self._simulation._store.get("loader_rate")
 
     @property

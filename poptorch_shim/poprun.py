@@ -36,10 +36,11 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO
 
 from poptorch_shim._device import available_ipus
 from poptorch_shim._poprun_flags import Extras, extras, ignored_notice, parser
@@ -134,7 +135,7 @@ def child_environment(layout: Layout, index: int, port: int, job: str = "") -> d
     return env
 
 
-def _loopback_interface() -> Optional[str]:
+def _loopback_interface() -> str | None:
     """The name of the loopback network interface (lo on Linux, lo0 on macOS)."""
     try:
         names = [name for _, name in socket.if_nameindex()]
@@ -204,16 +205,16 @@ def _describe(code: int) -> str:
 class Run:
     """The instances of one poprun invocation, their output and their fate."""
 
-    def __init__(self, layout: Layout, command: list[str], only_output_from: Optional[int],
+    def __init__(self, layout: Layout, command: list[str], only_output_from: int | None,
                  wanted: Extras = Extras()):
         self.layout, self.command, self.only_output_from = layout, command, only_output_from
         self.wanted = wanted
         self.processes: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
-        self.exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
+        self.exits: queue.Queue[tuple[int, int]] = queue.Queue()
         self.lock = threading.Lock()
-        self.stop_deadline: Optional[float] = None
-        self.signalled: Optional[int] = None
+        self.stop_deadline: float | None = None
+        self.signalled: int | None = None
         self.last_words: list[collections.deque] = []  # each instance's last stderr lines
         self.stderr_pumps: list[threading.Thread] = []
 
@@ -370,13 +371,13 @@ class Run:
             thread.join(timeout=2.0)
         return self._report(failure, finished)
 
-    def _report(self, failure: Optional[tuple[int, int, list[int]]], finished: list[int]) -> int:
+    def _report(self, failure: tuple[int, int, list[int]] | None, finished: list[int]) -> int:
         if failure is not None:
             index, code, stopped = failure
             others = f"; stopped instance(s) {', '.join(map(str, stopped))}" if stopped else ""
             why = ""
             if self._lost_its_peers(index):
-                why = (f" on a lost connection to the other instances (torch.distributed)"
+                why = (" on a lost connection to the other instances (torch.distributed)"
                        + (f", after instance(s) {', '.join(map(str, finished))} had finished "
                           "with code 0: the instances ran different numbers of steps (each "
                           "must make as many calls to its model as the others)"
@@ -405,7 +406,7 @@ def forwarding_signals(run: Run) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def launch(layout: Layout, command: list[str], only_output_from: Optional[int] = None,
+def launch(layout: Layout, command: list[str], only_output_from: int | None = None,
            wanted: Extras = Extras()) -> int:
     """Run ``command`` as the instances of ``layout``; poprun's exit status."""
     run = Run(layout, child_command(command), only_output_from, wanted)
@@ -419,7 +420,7 @@ def launch(layout: Layout, command: list[str], only_output_from: Optional[int] =
         return run.wait()
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Entry point of ``poprun`` and ``python -m poptorch_shim.poprun``."""
     cli = parser()
     args = cli.parse_args(argv)

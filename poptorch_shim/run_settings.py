@@ -9,9 +9,9 @@ those variables.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 REPORT_DIR_ENV = "IPUSIM_REPORT_DIR"
 PROGRESS_ENV = "IPUSIM_PROGRESS"

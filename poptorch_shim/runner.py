@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 from poptorch_shim import run_settings
 from poptorch_shim.run_settings import SIMULATED_CLOCK_ENV, RunSettings

@@ -31,9 +31,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 NAMES = ("time", "perf_counter", "monotonic")
 _PS_PER_NS = 1000

@@ -15,9 +15,8 @@ execution every stage stays a phase of its own.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Collection, Mapping, Optional, Union
 
 from poptorch_shim.enums import AutoStage, Liveness
 
@@ -40,10 +39,10 @@ class Stage:
                             "user_id is not a str can only be staged automatically, by "
                             "PipelinedExecution() or ShardedExecution() with a poptorch.AutoStage.")
         self._blocks = tuple(block_ids)
-        self._ipu: Optional[int] = None
+        self._ipu: int | None = None
 
     @classmethod
-    def _automatic(cls, *block_ids: BlockId) -> "Stage":
+    def _automatic(cls, *block_ids: BlockId) -> Stage:
         """A stage an ``AutoStage`` makes from the blocks the model started,
         whatever their ids."""
         stage = cls.__new__(cls)
@@ -55,7 +54,7 @@ class Stage:
         """The ids of the blocks this stage is made of."""
         return self._blocks
 
-    def ipu(self, ipu: int) -> "Stage":
+    def ipu(self, ipu: int) -> Stage:
         """Run this stage on IPU ``ipu`` (overrides the blocks' ``ipu_id``)."""
         if isinstance(ipu, bool) or not isinstance(ipu, int) or ipu < 0:
             raise TypeError(f"poptorch.Stage{self._blocks!r}.ipu: ipu must be a non-negative int, "
@@ -77,7 +76,7 @@ class PlacedStage:
     blocks: tuple[BlockId, ...]
 
 
-def _as_stage(arg: Union[BlockId, Stage, list, tuple], where: str) -> Stage:
+def _as_stage(arg: BlockId | Stage | list | tuple, where: str) -> Stage:
     if isinstance(arg, Stage):
         return arg
     if isinstance(arg, str):
@@ -112,11 +111,11 @@ class ExecutionStrategy:
                              f"strategy's blocks are {list(self._block_map)}.")
         return self._block_map[block_id]
 
-    def _ordered(self, seen: Mapping[BlockId, Optional[int]]) -> list[tuple[Stage, int]]:
+    def _ordered(self, seen: Mapping[BlockId, int | None]) -> list[tuple[Stage, int]]:
         """The strategy's stages in order, each with the IPU it gets by default."""
         return [(stage, position) for position, stage in enumerate(self._stages)]
 
-    def _check_blocks(self, seen: Mapping[BlockId, Optional[int]]) -> None:
+    def _check_blocks(self, seen: Mapping[BlockId, int | None]) -> None:
         expected = list(self._block_map)
         for block in seen:
             if block not in self._block_map:
@@ -133,7 +132,7 @@ class ExecutionStrategy:
                 "strategy or fix their names (the model names blocks with "
                 "poptorch.Block(user_id), BeginBlock or BlockFunction).")
 
-    def place(self, seen: Mapping[BlockId, Optional[int]],
+    def place(self, seen: Mapping[BlockId, int | None],
               computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
         """Place the blocks the model started (``seen``: id -> its ``ipu_id``, in
         the order they started) on IPUs, stages in execution order; blocks
@@ -174,15 +173,15 @@ class PipelinedExecution(ExecutionStrategy):
     execution_kind = "pipelined"
     _by_default = False  # the strategy PopTorch uses when none is set
 
-    def __init__(self, *args: Union[BlockId, Stage, list, AutoStage]):
-        self._auto: Optional[AutoStage] = AutoStage.SameAsIpu if not args else None
+    def __init__(self, *args: BlockId | Stage | list | AutoStage):
+        self._auto: AutoStage | None = AutoStage.SameAsIpu if not args else None
         if len(args) == 1 and isinstance(args[0], AutoStage):
             self._auto, args = args[0], ()
         where = type(self).__name__
         super().__init__([_as_stage(arg, where) for arg in args])
 
     @classmethod
-    def default(cls) -> "PipelinedExecution":
+    def default(cls) -> PipelinedExecution:
         """PopTorch's strategy for a model whose options set none:
         ``PipelinedExecution(AutoStage.SameAsIpu)``."""
         strategy = cls(AutoStage.SameAsIpu)
@@ -234,7 +233,7 @@ class Phase:
     >>> poptorch.Phase("A", "B")  # one stage made of two blocks
     """
 
-    def __init__(self, *arg: Union[BlockId, Stage]):
+    def __init__(self, *arg: BlockId | Stage):
         if len(arg) == 1 and isinstance(arg[0], (list, tuple)):
             arg = tuple(arg[0])
         if arg and all(isinstance(elt, Stage) for elt in arg):
@@ -253,7 +252,7 @@ class Phase:
                              f"got index {idx}.")
         return self.stages[idx]
 
-    def ipus(self, *ipus: int) -> "Phase":
+    def ipus(self, *ipus: int) -> Phase:
         """Place the phase's stages on these IPUs, one IPU per stage."""
         if len(ipus) != len(self.stages):
             raise ValueError(f"poptorch.Phase.ipus: Phase contains {len(self.stages)} stages but "
@@ -273,7 +272,7 @@ class _PhasedExecution(ExecutionStrategy):
     _merges_on_one_ipu = False
     _alternate_ipus = False
 
-    def __init__(self, *phases: Union[Phase, list, BlockId, Stage]):
+    def __init__(self, *phases: Phase | list | BlockId | Stage):
         if len(phases) == 1 and isinstance(phases[0], (list, tuple)) and phases[0] \
                 and all(isinstance(p, Phase) for p in phases[0]):
             phases = tuple(phases[0])
@@ -297,7 +296,7 @@ class _PhasedExecution(ExecutionStrategy):
         """Whether the backward pass starts a phase of its own."""
         return self._separate_backward_phase
 
-    def setTensorsLiveness(self, liveness: Liveness) -> "_PhasedExecution":
+    def setTensorsLiveness(self, liveness: Liveness) -> _PhasedExecution:
         """Keep the tensors on the IPUs between phases (``AlwaysLive``, the
         default) or send them off chip after the forward pass or after every
         phase; see ``poptorch.Liveness``. Off chip, a training phase streams
@@ -310,7 +309,7 @@ class _PhasedExecution(ExecutionStrategy):
         self._tensors_liveness = liveness
         return self
 
-    def useSeparateBackwardPhase(self, use: bool = True) -> "_PhasedExecution":
+    def useSeparateBackwardPhase(self, use: bool = True) -> _PhasedExecution:
         """Give the backward pass phases of its own: forward phases 0, 1, 2 are
         then followed by backward phases 4, 5, 6 instead of sharing phase 2."""
         if not isinstance(use, bool):
@@ -359,7 +358,7 @@ class ParallelPhasedExecution(_PhasedExecution):
     execution_kind = "parallel_phased"
     _alternate_ipus = True
 
-    def sendTensorsOffChipAfterFwd(self, off_chip: bool = True) -> "ParallelPhasedExecution":
+    def sendTensorsOffChipAfterFwd(self, off_chip: bool = True) -> ParallelPhasedExecution:
         """Send the tensors off chip after the forward pass
         (``Liveness.OffChipAfterFwd``), or keep them live (``AlwaysLive``)."""
         if not isinstance(off_chip, bool):
@@ -368,7 +367,7 @@ class ParallelPhasedExecution(_PhasedExecution):
         return self.setTensorsLiveness(Liveness.OffChipAfterFwd if off_chip
                                        else Liveness.AlwaysLive)
 
-    def place(self, seen: Mapping[BlockId, Optional[int]],
+    def place(self, seen: Mapping[BlockId, int | None],
               computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
         placed = super().place(seen, computing)
         phase_of = {block: number for number, phase in enumerate(self._phases)

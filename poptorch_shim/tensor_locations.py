@@ -7,9 +7,8 @@ group with its own public settings class; ``Options`` holds one
 ``_TensorLocationOptions`` and reports its locations as PopART dicts.
 """
 import copy
-from typing import Optional
 
-from ._options_store import OptionSpec, OptionsGroup, count, require_arg, setter
+from poptorch_shim._options_store import OptionsGroup, OptionSpec, count, require_arg, setter
 
 __all__ = ["TensorLocationSettings"]
 
@@ -41,7 +40,7 @@ class TensorLocationSettings(OptionsGroup):
                      "io_tiles_to_store": "useIOTilesToStore"}
 
     @setter
-    def useOnChipStorage(self, use: Optional[bool] = True) -> "TensorLocationSettings":
+    def useOnChipStorage(self, use: bool | None = True) -> "TensorLocationSettings":
         """Keep the tensors on chip (True) or in streaming memory (False);
         None leaves the choice to PopART."""
         self._set("on_chip", use)
@@ -123,7 +122,7 @@ class _TensorLocationOptions(OptionsGroup):
     def setAccumulatorLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":
         return self._set_location("accumulator", location)
 
-    def location(self, kind: str) -> Optional[TensorLocationSettings]:
+    def location(self, kind: str) -> TensorLocationSettings | None:
         """The settings given for ``kind`` (activation, weight, optimizer or
         accumulator), or None if never set."""
         if kind not in _TENSOR_KINDS:

@@ -12,6 +12,7 @@ import argparse
 import time
 
 import poptorch
+
 from guide_examples import ExampleDataset, ExampleModelWithLoss
 
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 import poptorch
+
 from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 
 

@@ -11,8 +11,8 @@ in weight updates ("update/compute" in the table).
 import argparse
 
 import poptorch
-from guide_examples import (ExampleDataset, add_loop_arguments, model_batch_size,
-                            run_guide_loop)
+
+from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 
 
 def train(dataset, device_iterations, accumulation, max_steps, verbose):

@@ -16,7 +16,7 @@ import poptorch.optim as optim
 
 class Network(nn.Module):
     def __init__(self):
-        super(Network, self).__init__()
+        super().__init__()
         self.layer1 = nn.Linear(784, 784)
         self.layer2 = nn.Linear(784, 784)
         self.layer3 = nn.Linear(784, 128)

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 import poptorch
+
 from guide_examples import ExampleDataset, add_loop_arguments, run_guide_loop
 
 

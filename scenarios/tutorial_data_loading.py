@@ -124,7 +124,8 @@ def main():
     for (replicas, synthetic), (_, ipu_rate) in results.items():
         published = PUBLISHED[(replicas, synthetic)]
         name = f"{replicas} replica(s), {'synthetic' if synthetic else 'real'}"
-        print(f"{name:<26}{ipu_rate:>12.0f}{published:>12.0f}{100 * (ipu_rate / published - 1):>+8.1f}%")
+        change = 100 * (ipu_rate / published - 1)
+        print(f"{name:<26}{ipu_rate:>12.0f}{published:>12.0f}{change:>+8.1f}%")
     ratio = results[(4, True)][1] / results[(1, True)][1]
     print(f"4 replicas / 1 replica, synthetic: {ratio:.2f}x (published "
           f"{PUBLISHED[(4, True)] / PUBLISHED[(1, True)]:.2f}x)")

@@ -8,8 +8,13 @@ plotting is kept here, away from the simulator, so ``ipusim`` itself never
 needs plotly.
 """
 from ipusim.analysis import memory_per_stage, step_cycles
-from ipusim.report.autoreport import (OUTPUT_FILES, load_autoreport, load_profile,
-                                      outputs_from_engine_options, write_autoreport)
+from ipusim.report.autoreport import (
+                                      OUTPUT_FILES,
+                                      load_autoreport,
+                                      load_profile,
+                                      outputs_from_engine_options,
+                                      write_autoreport,
+)
 from ipusim.report.chrome_trace import chrome_trace, write_chrome_trace
 from ipusim.report.figures import memory_figure, timeline_figure, utilisation_figure
 from ipusim.report.html import render_html, write_html

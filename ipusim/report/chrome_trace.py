@@ -20,8 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from ipusim.cost_model import PS_PER_US
-from ipusim.event_kinds import (BACKWARD, COMPUTE_LANE, DEVICE_TO_HOST, FORWARD,
-                                HOST_TRANSFER_KINDS, KIND, LANES)
+from ipusim.event_kinds import (
+    BACKWARD,
+    COMPUTE_LANE,
+    DEVICE_TO_HOST,
+    FORWARD,
+    HOST_TRANSFER_KINDS,
+    KIND,
+    LANES,
+)
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.simulation import Timeline

@@ -48,7 +48,7 @@ class Detail:
                              f"got {self.window_ps!r}")
 
     @classmethod
-    def from_environment(cls) -> "Detail":
+    def from_environment(cls) -> Detail:
         """``IPUSIM_TRACE_DETAIL``: ``full`` for every event, ``edges`` for the level of
         detail whatever the size; unset, the default (in full up to 200,000 events)."""
         setting = os.environ.get(DETAIL_ENV, "")

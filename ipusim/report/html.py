@@ -21,9 +21,15 @@ from plotly.offline import get_plotlyjs
 
 from ipusim.cost_model import PS_PER_US
 from ipusim.report.detail import Detail, aggregates, shown
-from ipusim.report.figures import (MAX_EVENTS_PER_LANE, _lane_positions, memory_figure,
-                                   plotted_window, timeline_figure, timeline_name,
-                                   utilisation_figure)
+from ipusim.report.figures import (
+    MAX_EVENTS_PER_LANE,
+    _lane_positions,
+    memory_figure,
+    plotted_window,
+    timeline_figure,
+    timeline_name,
+    utilisation_figure,
+)
 from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline

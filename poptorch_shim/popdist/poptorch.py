@@ -9,7 +9,6 @@ A ``poptorch.DataLoader`` given these options reads this instance's part of
 the dataset, and a training model built with them all-reduces its gradients
 with the other instances.
 """
-from typing import Optional
 
 from poptorch_shim import popdist
 from poptorch_shim._option_groups import _DistributedOptions
@@ -66,7 +65,7 @@ class Options(_PoptorchOptions):
     """
     _path = _CLASS
 
-    def __init__(self, ipus_per_replica: Optional[int] = None) -> None:
+    def __init__(self, ipus_per_replica: int | None = None) -> None:
         super().__init__()
         if ipus_per_replica is not None:
             require_arg(_CLASS, "__init__", "ipus_per_replica", ipus_per_replica, int, minimum=1)

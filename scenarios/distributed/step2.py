@@ -4,6 +4,7 @@ part of the dataset (1,562 batches of 32 split over 4 instances: 390 each)::
     poprun --num-replicas 8 --num-instances 4 python scenarios/distributed/step2.py
 """
 import poptorch
+
 from step1 import SyntheticCIFAR10
 
 if __name__ == '__main__':

@@ -6,8 +6,9 @@ from poprun, so each instance's 2 local replicas read 195 steps of 64::
 (The tutorial's diff drops ``import poptorch`` but still calls
 ``poptorch.DataLoader``; both imports are kept here so the script runs.)
 """
-import poptorch
 import popdist.poptorch
+import poptorch
+
 from step1 import SyntheticCIFAR10
 
 if __name__ == '__main__':

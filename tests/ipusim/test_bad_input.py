@@ -3,8 +3,18 @@ import re
 
 import pytest
 
-from ipusim import (Cost, CostModel, Execution, RunConfig, Simulation, Stage, SystemSpec, Work,
-                    simulate, system_spec)
+from ipusim import (
+    Cost,
+    CostModel,
+    Execution,
+    RunConfig,
+    Simulation,
+    Stage,
+    SystemSpec,
+    Work,
+    simulate,
+    system_spec,
+)
 
 ONE_STAGE = Work((Stage("model", 0, Cost(time_ps=10)),))
 
@@ -62,7 +72,8 @@ def test_non_positive_counts(build, message):
     (lambda: CostModel(flops_efficiency=0), "CostModel.flops_efficiency must be in (0, 1], got 0"),
     (lambda: CostModel(host_link_efficiency=1.5),
      "CostModel.host_link_efficiency must be in (0, 1], got 1.5"),
-    (lambda: CostModel(precision="fp64"), "CostModel.precision must be 'fp32' or 'fp16', got 'fp64'"),
+    (lambda: CostModel(precision="fp64"),
+     "CostModel.precision must be 'fp32' or 'fp16', got 'fp64'"),
 ])
 def test_negative_costs_and_bytes(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -119,7 +130,8 @@ def test_unknown_preset():
 
 @pytest.mark.parametrize("steps", [0, -1, 1.0])
 def test_steps_must_be_a_positive_integer(steps):
-    with pytest.raises(ValueError, match=re.escape(f"steps must be a positive integer, got {steps!r}")):
+    message = f"steps must be a positive integer, got {steps!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
         simulate(ONE_STAGE, steps=steps)
 
 

@@ -58,7 +58,8 @@ def test_all_reduce_is_free_for_one_replica_and_grows_with_replicas():
 
 def test_streaming_memory_transfer():
     assert COST.streaming_ps(0, SPEC) == 0
-    assert COST.streaming_ps(2 * 10**7, SPEC) == 7 + to_ps(2 * 10**7 / SPEC.streaming_memory_bandwidth)
+    expected = 7 + to_ps(2 * 10**7 / SPEC.streaming_memory_bandwidth)
+    assert COST.streaming_ps(2 * 10**7, SPEC) == expected
 
 
 def test_weight_update_derives_from_weight_bytes_unless_given():

@@ -3,7 +3,17 @@ import dataclasses
 
 import pytest
 
-from ipusim import BOW, MK1_GC2, MK2_GC200, PRESETS, Cost, CostModel, IPUSpec, SystemSpec, system_spec
+from ipusim import (
+    BOW,
+    MK1_GC2,
+    MK2_GC200,
+    PRESETS,
+    Cost,
+    CostModel,
+    IPUSpec,
+    SystemSpec,
+    system_spec,
+)
 
 KIB, MB, GB, TFLOPS = 1024, 1e6, 1e9, 1e12
 

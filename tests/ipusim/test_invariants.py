@@ -21,7 +21,8 @@ COMPUTE = PASSES + ("weight_update", "stream_in", "stream_out")
 
 @st.composite
 def costs(draw) -> Cost:
-    return Cost(flops=draw(st.sampled_from([0.0, 1e6, 3e8])), bytes=draw(st.sampled_from([0.0, 1e6])),
+    return Cost(flops=draw(st.sampled_from([0.0, 1e6, 3e8])),
+                bytes=draw(st.sampled_from([0.0, 1e6])),
                 ops=draw(st.integers(0, 3)), time_ps=draw(st.integers(0, 4000)))
 
 

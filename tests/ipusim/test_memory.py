@@ -81,21 +81,26 @@ def test_recomputation_trades_stash_memory_for_compute_time():
 
 
 def one_ipu(**fields) -> Work:
-    return Work((Stage("m", 0, Cost(flops=1e9, ops=10), Cost(flops=2e9, ops=20),
-                       stash_bytes=STASH, weight_bytes=WEIGHTS, optimizer_bytes=OPTIMIZER),), **fields)
+    stage = Stage("m", 0, Cost(flops=1e9, ops=10), Cost(flops=2e9, ops=20),
+                  stash_bytes=STASH, weight_bytes=WEIGHTS, optimizer_bytes=OPTIMIZER)
+    return Work((stage,), **fields)
 
 
 def test_offloading_optimizer_state_frees_sram_and_costs_streaming_time():
     cost, spec = CostModel(), system_spec("mk2", 1)
     run = RunConfig(device_iterations=3, gradient_accumulation=2, synthetic_data=True)
     offloaded = replace(run, offload=Offload(optimizer=True))
-    on_chip, off_chip = memory_per_ipu(one_ipu(), run, spec), memory_per_ipu(one_ipu(), offloaded, spec)
+    on_chip = memory_per_ipu(one_ipu(), run, spec)
+    off_chip = memory_per_ipu(one_ipu(), offloaded, spec)
     assert off_chip["optimizer"][0] == 0
     assert off_chip["total"][0] < on_chip["total"][0] - OPTIMIZER
-    plain, streamed = simulate(one_ipu(), run, spec, cost), simulate(one_ipu(), offloaded, spec, cost)
+    plain = simulate(one_ipu(), run, spec, cost)
+    streamed = simulate(one_ipu(), offloaded, spec, cost)
     transfers = streamed.events[streamed.events["kind"].isin(["stream_in", "stream_out"])]
-    assert transfers["kind"].astype(str).value_counts().to_dict() == {"stream_in": 3, "stream_out": 3}
-    assert ((transfers["end_ps"] - transfers["start_ps"]) == cost.streaming_ps(OPTIMIZER, spec)).all()
+    counts = transfers["kind"].astype(str).value_counts().to_dict()
+    assert counts == {"stream_in": 3, "stream_out": 3}
+    durations = transfers["end_ps"] - transfers["start_ps"]
+    assert (durations == cost.streaming_ps(OPTIMIZER, spec)).all()
     assert streamed.duration_ps - plain.duration_ps == 6 * cost.streaming_ps(OPTIMIZER, spec)
     assert plain.events["kind"].isin(["stream_in", "stream_out"]).sum() == 0
 

@@ -70,8 +70,11 @@ def test_io_tiles_leave_fewer_tiles_for_compute_and_sram():
     spec = system_spec("mk2", 1)
     plain = simulate(Work((stage,)), RunConfig(training=False), spec, steps=1)
     io = simulate(Work((stage,)), RunConfig(training=False, io_tiles=128), spec, steps=1)
-    busy = lambda t: int(t.events[t.events["kind"] == "forward"]["end_ps"].iloc[0]
-                         - t.events[t.events["kind"] == "forward"]["start_ps"].iloc[0])
+
+    def busy(t):
+        forward = t.events[t.events["kind"] == "forward"]
+        return int(forward["end_ps"].iloc[0] - forward["start_ps"].iloc[0])
+
     assert busy(io) > busy(plain) * 1.05
     memory = memory_per_ipu(Work((stage,)), RunConfig(io_tiles=128), spec)
     assert memory["capacity"][0] == (1472 - 128) * 624 * 1024

@@ -7,8 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipusim import (DEFAULT, Cost, CostModel, Execution, RunConfig, Stage, SystemSpec, Work,
-                    simulate, system_spec)
+from ipusim import (
+    DEFAULT,
+    Cost,
+    CostModel,
+    Execution,
+    RunConfig,
+    Stage,
+    SystemSpec,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.metrics import pipeline_slots
 from ipusim.schedule import pipeline_stages
 
@@ -17,7 +27,8 @@ ZERO_SYNC = CostModel(ipu_sync_cycles=0)
 
 def equal_stages(count: int, forward_ps: int = 1000, backward_ps: int = 2000, **fields) -> Work:
     """``count`` identical stages, one per IPU."""
-    return Work(tuple(Stage(f"s{k}", k, Cost(time_ps=forward_ps), Cost(time_ps=backward_ps), **fields)
+    return Work(tuple(Stage(f"s{k}", k, Cost(time_ps=forward_ps), Cost(time_ps=backward_ps),
+                            **fields)
                       for k in range(count)))
 
 

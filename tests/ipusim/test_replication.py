@@ -3,7 +3,17 @@ from dataclasses import replace
 
 import pytest
 
-from ipusim import Cost, CostModel, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim import (
+    Cost,
+    CostModel,
+    Execution,
+    RunConfig,
+    Stage,
+    SyncPattern,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.recorder import COMPUTE_KINDS
 
 US = 10**6  # picoseconds
@@ -35,7 +45,8 @@ def test_every_replica_computes_as_long_as_a_lone_one(execution, synthetic):
     many = simulate(work, run_for(execution, replicas, synthetic_data=synthetic),
                     system_spec("mk2", 2 * replicas))
     assert compute_ps_by_ipu(many.events) == compute_ps_by_ipu(one.events) * replicas
-    assert many.per_ipu()["compute(us)"].tolist() == one.per_ipu()["compute(us)"].tolist() * replicas
+    one_ipu_compute = one.per_ipu()["compute(us)"].tolist()
+    assert many.per_ipu()["compute(us)"].tolist() == one_ipu_compute * replicas
 
 
 def one_stage_work() -> Work:
@@ -114,7 +125,8 @@ def test_replicas_on_their_own_host_links_scale_like_synthetic_data():
     one = simulate(work, run, system_spec("mk2", 2, ipus_per_host_link=2), cost)
     spec = system_spec("mk2", 8, ipus_per_host_link=2)
     many = simulate(work, replace(run, replicas=4), spec, cost)
-    extra = all_reduce_per_iteration(work, Execution.PIPELINED, 4, spec, cost) * run.device_iterations
+    per_iteration = all_reduce_per_iteration(work, Execution.PIPELINED, 4, spec, cost)
+    extra = per_iteration * run.device_iterations
     assert many.duration_ps - one.duration_ps == extra
 
 

@@ -2,8 +2,17 @@
 import pandas as pd
 import pytest
 
-from ipusim import (Cost, Execution, Offload, RunConfig, Simulation, Stage, SyncPattern, Work,
-                    system_spec)
+from ipusim import (
+    Cost,
+    Execution,
+    Offload,
+    RunConfig,
+    Simulation,
+    Stage,
+    SyncPattern,
+    Work,
+    system_spec,
+)
 
 US = 10**6  # picoseconds
 

@@ -3,7 +3,17 @@ from dataclasses import replace
 
 import pytest
 
-from ipusim import Cost, CostModel, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim import (
+    Cost,
+    CostModel,
+    Execution,
+    RunConfig,
+    Stage,
+    SyncPattern,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.sync_groups import gs1_group, gs2_group
 
 US = 10**6  # picoseconds

@@ -1,5 +1,6 @@
 """Session-wide timelines for the report tests (built by report_timelines)."""
 import pytest
+
 from report_timelines import pipeline_run, replicated_run
 
 

@@ -3,15 +3,31 @@ import json
 
 import pandas as pd
 import pytest
-from report_timelines import pipeline_run
 
-from ipusim import (Cost, Execution, Kernel, KernelKind, Offload, RunConfig, Stage, SyncPattern,
-                    system_spec)
+from ipusim import (
+    Cost,
+    Execution,
+    Kernel,
+    KernelKind,
+    Offload,
+    RunConfig,
+    Stage,
+    SyncPattern,
+    system_spec,
+)
 from ipusim.memory import MemoryModel, memory_per_ipu
-from ipusim.report import (OUTPUT_FILES, load_autoreport, load_profile,
-                           outputs_from_engine_options, text_summary, write_autoreport)
+from ipusim.report import (
+    OUTPUT_FILES,
+    load_autoreport,
+    load_profile,
+    outputs_from_engine_options,
+    text_summary,
+    write_autoreport,
+)
 from ipusim.report.autoreport import decode, encode
 from ipusim.work import Work
+
+from report_timelines import pipeline_run
 
 ALL = set(OUTPUT_FILES)
 GRAPH = {"profile.json", "summary.txt"}

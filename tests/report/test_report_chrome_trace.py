@@ -3,11 +3,12 @@ import json
 from collections import Counter, defaultdict
 
 import pytest
-from report_timelines import pipeline_run
 
 from ipusim.recorder import COMPUTE_KINDS
 from ipusim.report import chrome_trace, write_chrome_trace
 from ipusim.report.chrome_trace import HOST_PID, ipu_pid
+
+from report_timelines import pipeline_run
 
 REQUIRED = {
     "X": {"name", "ph", "ts", "dur", "pid", "tid"},

@@ -9,13 +9,14 @@ import subprocess
 import sys
 
 import pytest
-from report_timelines import stages
 
 from ipusim import RunConfig, Simulation, Work, system_spec
 from ipusim.cli import main
+from ipusim.report import load_autoreport, text_summary, write_autoreport
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.run_settings import REPORT_DIR_ENV
-from ipusim.report import load_autoreport, text_summary, write_autoreport
+
+from report_timelines import stages
 
 
 @pytest.fixture(scope="module")

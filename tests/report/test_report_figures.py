@@ -1,14 +1,21 @@
 """The plotly figures: boxes per kind, ramp bands on cycle boundaries, latency, windows."""
 import numpy as np
 import pytest
-from report_timelines import US, pipeline_run, stages
 
 from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
 from ipusim.memory import memory_per_ipu
 from ipusim.recorder import COMPUTE_KINDS, KINDS
 from ipusim.report import lanes, latency_path, pipeline_phases
-from ipusim.report.figures import (initial_view, memory_axis_top, memory_figure, plotted_window,
-                                   timeline_figure, utilisation_figure)
+from ipusim.report.figures import (
+    initial_view,
+    memory_axis_top,
+    memory_figure,
+    plotted_window,
+    timeline_figure,
+    utilisation_figure,
+)
+
+from report_timelines import US, pipeline_run, stages
 
 PS_PER_US = 1e6
 

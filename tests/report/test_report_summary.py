@@ -6,13 +6,14 @@ import subprocess
 import sys
 
 import pandas as pd
-from report_timelines import pipeline_run, stages
 
 from ipusim import RunConfig, Work, simulate, system_spec
+from ipusim.analysis import grouped_steps, step_cycles
 from ipusim.report import text_summary
 from ipusim.report.figures import timeline_figure
-from ipusim.analysis import grouped_steps, step_cycles
 from ipusim.report.summary import execution_text
+
+from report_timelines import pipeline_run, stages
 
 
 def test_a_model_on_one_ipu_is_a_single_ipu_not_a_shard(replicated_timeline):

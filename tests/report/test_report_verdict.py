@@ -3,11 +3,12 @@ import dataclasses
 import json
 
 import pytest
-from report_timelines import US, pipeline_run, stages
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
 from ipusim.report import Verdict, bottleneck
 from ipusim.report.verdict import HOST_LINK_THRESHOLD, SYNC_THRESHOLD, VERDICTS
+
+from report_timelines import US, pipeline_run, stages
 
 
 def single_ipu(compute_us: float, input_bytes_per_sample: int, replicas: int = 1,

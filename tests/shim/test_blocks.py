@@ -5,12 +5,26 @@ import pytest
 import torch
 import torch.nn as nn
 
-from poptorch_shim.blocks import (Block, BlockRecorder, BeginBlock, BlockFunction, current_block,
-                                  recording, removeBlocks)
-from poptorch_shim.enums import AutoStage
 from poptorch_shim._staged import StagedModel
-from poptorch_shim.strategies import (ParallelPhasedExecution, Phase, PipelinedExecution,
-                                      PlacedStage, SerialPhasedExecution, ShardedExecution, Stage)
+from poptorch_shim.blocks import (
+    BeginBlock,
+    Block,
+    BlockFunction,
+    BlockRecorder,
+    current_block,
+    recording,
+    removeBlocks,
+)
+from poptorch_shim.enums import AutoStage
+from poptorch_shim.strategies import (
+    ParallelPhasedExecution,
+    Phase,
+    PipelinedExecution,
+    PlacedStage,
+    SerialPhasedExecution,
+    ShardedExecution,
+    Stage,
+)
 
 
 class FourBlocks(nn.Module):

@@ -12,8 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import poptorch_shim as poptorch
-from poptorch_shim.losses import LOSS_FUNCTION_NAMES, LossRecorder
 from poptorch_shim.blocks import Block
+from poptorch_shim.losses import LOSS_FUNCTION_NAMES, LossRecorder
 from poptorch_shim.strategies import PipelinedExecution
 
 WIDTH, CLASSES = 5, 3

@@ -168,9 +168,9 @@ def test_perf_counters_and_latency_come_from_the_simulated_timeline():
     shim = poptorch.inferenceModel(Net(), options(3))
     shim(data(6)[0])
     counters = shim.getPerfCounters()
-    assert set(counters) == {"input", "input_complete", "output", "output_complete"}
-    for start, loaded, ready, done in zip(*(counters[k][0] for k in
-                                            ("input", "input_complete", "output", "output_complete"))):
+    kinds = ("input", "input_complete", "output", "output_complete")
+    assert set(counters) == set(kinds)
+    for start, loaded, ready, done in zip(*(counters[k][0] for k in kinds)):
         assert start <= loaded <= ready <= done
     low, high, mean = shim.getLatency()
     assert 0 < low <= mean <= high
@@ -266,7 +266,8 @@ def test_the_loss_is_found_by_the_function_that_made_it():
 class TwoLosses(TwoOutputs):
     def forward(self, x, target):
         out = self.fc(x)
-        return torch.nn.functional.mse_loss(out, target), torch.nn.functional.huber_loss(out, target)
+        return (torch.nn.functional.mse_loss(out, target),
+                torch.nn.functional.huber_loss(out, target))
 
 
 def test_two_losses_are_an_error_and_identity_loss_combines_them():

@@ -6,15 +6,23 @@ import copy
 import math
 import pickle
 import warnings
-from typing import Callable, List
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from poptorch_shim._optimizer_state import _state_slots
-from poptorch_shim.optim import (LAMB, SGD, Adam, AdamW, RMSprop, VariableAttributes,
-                                 accumulator_bytes, check_ipu_optimizer,
-                                 optimizer_state_bytes)
+from poptorch_shim.optim import (
+    LAMB,
+    SGD,
+    Adam,
+    AdamW,
+    RMSprop,
+    VariableAttributes,
+    accumulator_bytes,
+    check_ipu_optimizer,
+    optimizer_state_bytes,
+)
 
 
 def tiny_model() -> torch.nn.Module:
@@ -22,7 +30,7 @@ def tiny_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
 
 
-def train(make: Callable, steps: int = 5) -> List[torch.Tensor]:
+def train(make: Callable, steps: int = 5) -> list[torch.Tensor]:
     """Weights of ``tiny_model`` after ``steps`` updates by ``make(params)``."""
     model = tiny_model()
     opt = make(model.parameters())
@@ -35,7 +43,7 @@ def train(make: Callable, steps: int = 5) -> List[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def assert_same(a: List[torch.Tensor], b: List[torch.Tensor]) -> None:
+def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
@@ -377,7 +385,7 @@ def test_state_dict_resumes_training_exactly(make):
     assert_same(list(model.parameters()), list(resumed_model.parameters()))
 
 
-def params_of(*shapes) -> List[torch.nn.Parameter]:
+def params_of(*shapes) -> list[torch.nn.Parameter]:
     return [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
 
 

@@ -5,15 +5,23 @@ import copy
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Tuple
+from typing import Any
 
 import pytest
 import torch
 
-from poptorch_shim.enums import (CommGroupType, ConnectionType, HalfFloatCastingBehavior,
-                                 MeanReductionStrategy, OutputMode, RecomputationType,
-                                 ReductionType, SyncPattern)
+from poptorch_shim.enums import (
+    CommGroupType,
+    ConnectionType,
+    HalfFloatCastingBehavior,
+    MeanReductionStrategy,
+    OutputMode,
+    RecomputationType,
+    ReductionType,
+    SyncPattern,
+)
 from poptorch_shim.errors import FrozenOptionsError
 from poptorch_shim.options import AnchorSpec, Options, TensorLocationSettings
 
@@ -25,7 +33,7 @@ class Case:
     """Call ``path`` (e.g. "Training.gradientAccumulation") with ``args()`` and
     expect ``read(options)`` to give ``expected``."""
     path: str
-    args: Callable[[], Tuple]
+    args: Callable[[], tuple]
     read: Callable[[Options], Any]
     expected: Any
 

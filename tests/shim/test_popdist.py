@@ -9,8 +9,8 @@ import torch
 
 import poptorch_shim as poptorch
 from poptorch_shim import _distributed, popdist
-from poptorch_shim.poprun import Layout
 from poptorch_shim.popdist.poptorch import Options as PopdistOptions
+from poptorch_shim.poprun import Layout
 from poptorch_shim.runner import ALIASES
 
 POPRUN_VARIABLES = tuple(Layout(1, 1).environment(0, 0))

@@ -19,8 +19,12 @@ from poptorch_shim._compute import WholeModel
 from poptorch_shim._staged import StagedModel
 from poptorch_shim.blocks import Block
 from poptorch_shim.runner import install_aliases
-from poptorch_shim.strategies import (ParallelPhasedExecution, PipelinedExecution,
-                                      SerialPhasedExecution, ShardedExecution)
+from poptorch_shim.strategies import (
+    ParallelPhasedExecution,
+    PipelinedExecution,
+    SerialPhasedExecution,
+    ShardedExecution,
+)
 
 install_aliases()  # the guide's Network is a PopTorch script's: it does `import poptorch`
 from scenarios.parallel_execution import Network, TrainingModelWithLoss  # noqa: E402

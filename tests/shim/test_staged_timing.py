@@ -8,8 +8,13 @@ import torch
 import torch.nn as nn
 
 from ipusim import metrics
-from poptorch_shim import (Options, RecomputationType, TensorLocationSettings, inferenceModel,
-                           trainingModel)
+from poptorch_shim import (
+    Options,
+    RecomputationType,
+    TensorLocationSettings,
+    inferenceModel,
+    trainingModel,
+)
 from poptorch_shim.blocks import Block
 from poptorch_shim.strategies import PipelinedExecution
 

@@ -8,8 +8,14 @@ own start and shutdown are tested last (the sweep models come from
 import pandas as pd
 import pytest
 
-from poptorch_shim.sweep import (LocalProcesses, Measurements, ModelSource, RayCluster,
-                                 SweepSpec, sweep)
+from poptorch_shim.sweep import (
+    LocalProcesses,
+    Measurements,
+    ModelSource,
+    RayCluster,
+    SweepSpec,
+    sweep,
+)
 
 ray = pytest.importorskip("ray")  # the ipusim[ray] extra, which scripts/test.sh installs
 

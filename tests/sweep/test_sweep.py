@@ -19,14 +19,22 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim.commands import main as ipusim_main
 from ipusim.report.sweep import pareto_front
-from poptorch_shim.sweep import (InProcess, LocalProcesses, Measurements, ModelSource, SweepSpec,
-                                 read_results, sweep)
+from poptorch_shim.commands import main as ipusim_main
+from poptorch_shim.sweep import (
+    InProcess,
+    LocalProcesses,
+    Measurements,
+    ModelSource,
+    SweepSpec,
+    read_results,
+    sweep,
+)
 from poptorch_shim.sweep.backends import WorkersLost
 from poptorch_shim.sweep.settings import as_code
 from poptorch_shim.sweep.spec import from_dict
 from poptorch_shim.sweep.store import ResultsStore
+
 from sweep_models import pipelined
 
 SOURCE = ModelSource(factory="sweep_models:pipelined")

@@ -9,7 +9,7 @@ resolves it, so that ``popdist.poptorch`` is never loaded a second time from
 """
 import sys
 
-import poptorch_shim.popdist
-from . import poptorch  # noqa: F401  (registers popdist.poptorch)
+import poptorch_shim.popdist  # noqa: F401  (the module this name stands for)
+from popdist import poptorch  # noqa: F401  (registers popdist.poptorch)
 
 sys.modules[__name__] = sys.modules["poptorch_shim.popdist"]
