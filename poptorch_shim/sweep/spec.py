@@ -31,12 +31,11 @@ import itertools
 import json
 import os
 import random
+import tomllib
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from poptorch_shim.sweep import settings as sweep_settings
 
