@@ -76,6 +76,7 @@ class LocalProcesses:
         finished = False
         try:
             while True:
+                _check_workers(pool)
                 for key, point in tasks:
                     pending[pool.submit(evaluate, point)] = key
                     if len(pending) >= 2 * self.workers:
@@ -98,19 +99,30 @@ class LocalProcesses:
                 _stop(pool)
 
 
+def _check_workers(pool: ProcessPoolExecutor) -> None:
+    """Raise :class:`WorkersLost` if a worker has exited. The pool's own
+    thread notices a death only when it next looks, so the sweep could end on
+    the survivors first; the pool never retires a worker itself, so an exited
+    one is a lost one, seen here before any more work is handed out."""
+    for process in list((pool._processes or {}).values()):  # no public way to reach them
+        if process.exitcode is not None:
+            raise WorkersLost(f"a worker process died (pid {process.pid}, exit code "
+                              f"{process.exitcode}); the points it held are not done")
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel what is queued and end the workers now, waiting for them to exit."""
+    """Cancel what is queued, end the workers now and return once every one
+    has exited. The pool's thread reaps them (it joins each worker on its way
+    out), so it is that thread this waits for: a second reaper racing it could
+    return while a dead worker still looked alive. ``shutdown(wait=True)``
+    cannot wait for it here, as ``shutdown(wait=False)`` forgot the thread."""
     processes = list((pool._processes or {}).values())  # no public way to reach them
+    manager = pool._executor_manager_thread
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-            process.join()
-    pool.shutdown(wait=True)  # the pool's thread sees them gone and closes its queues
+        process.terminate()
+    if manager is not None:
+        manager.join()
 
 
 class RayCluster:
