@@ -139,7 +139,7 @@ def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> 
     Each stage is what :func:`ipusim.memory.memory_per_ipu` counts for it on
     its IPU: measured by placing every stage on an IPU of its own.
     """
-    merged = timeline.run.scheduled(timeline.work)
+    merged = timeline.plan.work
     alone = Work(tuple(replace(stage, ipu=k) for k, stage in enumerate(merged.stages)),
                  merged.micro_batch_size, merged.input_bytes_per_sample,
                  merged.output_bytes_per_sample)

@@ -75,7 +75,7 @@ def execution_text(timeline: Timeline) -> str:
     """How the model runs: its execution strategy, stages and IPUs per replica; a model
     on one IPU is just that, whatever strategy it defaults to."""
     run, work = timeline.run, timeline.work
-    stages = len(run.scheduled(work).stages)
+    stages = timeline.plan.forward_stages
     if work.ipus_per_replica == 1 and run.execution is Execution.SHARDED:
         return "single IPU" + (f", {stages} stages" if stages > 1 else "")
     return (f"{run.execution.value}, {stages} stage(s) on {work.ipus_per_replica} IPU(s) "
