@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from poptorch_shim._staged import StagedModel
-from poptorch_shim.runner import install_aliases
+from poptorch_shim._execution.staged import StagedModel
+from poptorch_shim._run.runner import install_aliases
 from poptorch_shim.strategies import PipelinedExecution
 
 # The guide's Network as the parallel-execution scenario writes it: a PopTorch

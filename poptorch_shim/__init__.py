@@ -6,16 +6,16 @@ re-exported here from thin modules; the machinery lives in underscore
 modules.
 """
 from poptorch_shim import optim, poptorch_core
+from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.annotations import (
     OverlapMode,
     recomputationCheckpoint,
     set_overlap_for_input,
     set_overlap_for_output,
 )
-from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
-from poptorch_shim.data_loader import DataLoader
 from poptorch_shim.enums import (
     AutoStage,
     CommGroupType,
@@ -61,7 +61,7 @@ def _alias_modules(alias: str, package: str) -> None:
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     """Whether the simulated machine has at least ``num_ipus`` IPUs."""
-    from poptorch_shim._device import available_ipus
+    from poptorch_shim._execution.device import available_ipus
     return num_ipus <= available_ipus()
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import TreeSpec, tree_flatten
 
-from poptorch_shim._batching import flatten
+from poptorch_shim._execution.batching import flatten
 
 
 class _IdentityLoss(torch.autograd.Function):

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from poptorch_shim import enums, profiling, simulated_clock
-from poptorch_shim._batching import (
+from poptorch_shim import enums
+from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
+from poptorch_shim._execution.batching import (
     StepShape,
     assemble,
     batch_size_of,
@@ -27,11 +28,11 @@ from poptorch_shim._batching import (
     flatten_inputs,
     split,
 )
-from poptorch_shim._compute import WholeModel
-from poptorch_shim._cost_probe import tensor_bytes
-from poptorch_shim._device import SimulatedDevice, check_layout
-from poptorch_shim._distributed import align_clock, join_instances, reduce_gradients
-from poptorch_shim._fake import fake_inputs, placeholder_outputs
+from poptorch_shim._execution.compute import WholeModel
+from poptorch_shim._execution.cost_probe import tensor_bytes
+from poptorch_shim._execution.device import SimulatedDevice, check_layout
+from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
+from poptorch_shim._run import profiling, simulated_clock
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, recording
@@ -103,7 +104,7 @@ class PoplarExecutor:
         strategy = strategy or self._options.execution_strategy
         if strategy is None:
             return WholeModel(model)
-        from poptorch_shim._staged import StagedModel
+        from poptorch_shim._execution.staged import StagedModel
         return StagedModel(model, strategy)
 
     # -- properties --------------------------------------------------------

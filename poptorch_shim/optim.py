@@ -24,8 +24,7 @@ from collections.abc import Iterable
 
 import torch
 
-from poptorch_shim._lamb import LAMB
-from poptorch_shim._optimizer_base import (
+from poptorch_shim._optim.base import (
     VariableAttributes,
     _adam_direction,
     _check_accum_type,
@@ -37,7 +36,8 @@ from poptorch_shim._optimizer_base import (
     _set_accum_types,
     _torch_args,
 )
-from poptorch_shim._optimizer_state import (
+from poptorch_shim._optim.lamb import LAMB
+from poptorch_shim._optim.state import (
     accumulator_bytes,
     check_ipu_optimizer,
     optimizer_state_bytes,

@@ -9,11 +9,11 @@ attributes (``opts.device_iterations``). Options freeze when first handed to a
 model or a DataLoader (``_freeze()``); after that every setter raises
 :class:`~poptorch_shim.errors.FrozenOptionsError`, and ``clone()`` gives an
 unfrozen copy. Subclasses may override any setter and store values with
-``self._set(key, value)`` (see :mod:`poptorch_shim._options_store`).
+``self._set(key, value)`` (see :mod:`poptorch_shim._options.store`).
 
-The groups are in :mod:`poptorch_shim._option_groups`, except
+The groups are in :mod:`poptorch_shim._options.groups`, except
 ``TensorLocations`` and ``TensorLocationSettings``, which are in
-:mod:`poptorch_shim.tensor_locations` (re-exported here).
+:mod:`poptorch_shim._options.tensor_locations` (re-exported here).
 """
 import copy
 import dataclasses
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._option_groups import (
+from poptorch_shim._options.groups import (
     _DistributedOptions,
     _JitOptions,
     _PopartOptions,
@@ -35,8 +35,8 @@ from poptorch_shim._option_groups import (
     _TrainingOptions,
     check_engine_options,
 )
-from poptorch_shim._options_sources import apply_environment, load_file
-from poptorch_shim._options_store import (
+from poptorch_shim._options.sources import apply_environment, load_file
+from poptorch_shim._options.store import (
     OptionsGroup,
     OptionSpec,
     check_value,
@@ -44,9 +44,9 @@ from poptorch_shim._options_store import (
     require_arg,
     setter,
 )
+from poptorch_shim._options.tensor_locations import TensorLocationSettings, _TensorLocationOptions
+from poptorch_shim._run.run_settings import current as current_settings
 from poptorch_shim.errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
-from poptorch_shim.run_settings import current as current_settings
-from poptorch_shim.tensor_locations import TensorLocationSettings, _TensorLocationOptions
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"

@@ -11,7 +11,7 @@ instances ``import popdist`` resolves to this package.
 """
 import os
 
-from poptorch_shim import _distributed
+from poptorch_shim._distributed import process_group
 
 TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
 LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
@@ -107,12 +107,12 @@ def init() -> None:
     instances = getNumInstances()
     if instances == 1:
         return
-    if not _distributed.has_rendezvous():
+    if not process_group.has_rendezvous():
         raise RuntimeError(
             f"popdist.init: this is instance {getInstanceIndex()} of {instances}, but "
-            f"{'/'.join(_distributed.RENDEZVOUS_VARIABLES)} are not set, so the instances "
+            f"{'/'.join(process_group.RENDEZVOUS_VARIABLES)} are not set, so the instances "
             "cannot meet; launch the script with poprun, which sets them.")
-    _distributed.ensure_process_group(getInstanceIndex(), instances)
+    process_group.ensure_process_group(getInstanceIndex(), instances)
 
 
 __all__ = [

@@ -11,8 +11,8 @@ with the other instances.
 """
 
 from poptorch_shim import popdist
-from poptorch_shim._option_groups import _DistributedOptions
-from poptorch_shim._options_store import OptionsGroup, require_arg
+from poptorch_shim._options.groups import _DistributedOptions
+from poptorch_shim._options.store import OptionsGroup, require_arg
 from poptorch_shim.options import Options as _PoptorchOptions
 
 _CLASS = "popdist.poptorch.Options"

@@ -19,10 +19,10 @@ import torch
 
 from ipusim import Work
 from poptorch_shim import enums
+from poptorch_shim._run.run_settings import RunSettings
+from poptorch_shim._run.runner import install_aliases
 from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
-from poptorch_shim.run_settings import RunSettings
-from poptorch_shim.runner import install_aliases
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.spec import ModelSource
 
@@ -88,7 +88,7 @@ class _Captured(Exception):
 def from_script(source: ModelSource) -> ModelCase:
     """The first model the script compiles (or runs), with its options and
     first micro-batch; the script stops there."""
-    from poptorch_shim.runner import run_script
+    from poptorch_shim._run.runner import run_script
 
     captured: list[ModelCase] = []
 

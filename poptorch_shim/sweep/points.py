@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ipusim.design_point import DesignPoint
-from poptorch_shim._batching import StepShape
-from poptorch_shim._device import _POPTORCH_NAMES, cost_model, run_config, system_spec
+from poptorch_shim._execution.batching import StepShape
+from poptorch_shim._execution.device import _POPTORCH_NAMES, cost_model, run_config, system_spec
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.measure import Measured

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
+from poptorch_shim._options.tensor_locations import TensorLocationSettings
 from poptorch_shim.options import Options
 from poptorch_shim.strategies import PipelinedExecution, Stage
-from poptorch_shim.tensor_locations import TensorLocationSettings
 
 MICRO_BATCH, PRECISION, RECOMPUTATION, PIPELINE = "micro_batch", "precision", "recomputation", \
     "pipeline"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim import profiling
+from poptorch_shim._run import profiling
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ import time
 import pytest
 import torch
 
-from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
 
 FORK = {"sharing_strategy": SharingStrategy.Fork}
@@ -373,7 +373,7 @@ _SCRIPT = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
 import torch
-from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
 
 class Slow:
@@ -486,7 +486,7 @@ def test_a_host_killed_during_start_up_leaves_no_pickled_dataset(tmp_path):
     script.write_text(textwrap.dedent("""
         import os, sys, time
         import torch
-        from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+        from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
         from poptorch_shim.enums import SharingStrategy
 
         class SlowToUnpickle(torch.utils.data.Dataset):

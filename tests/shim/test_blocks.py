@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from poptorch_shim._staged import StagedModel
+from poptorch_shim._execution.staged import StagedModel
 from poptorch_shim.blocks import (
     BeginBlock,
     Block,

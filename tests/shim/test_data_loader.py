@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from poptorch_shim.data_loader import DataLoader
+from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.enums import CommGroupType, DataLoaderMode, SharingStrategy
 from poptorch_shim.errors import FrozenOptionsError
 from poptorch_shim.options import Options

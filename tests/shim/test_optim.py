@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from poptorch_shim._optimizer_state import _state_slots
+from poptorch_shim._optim.state import _state_slots
 from poptorch_shim.optim import (
     LAMB,
     SGD,

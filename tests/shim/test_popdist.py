@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim import _distributed, popdist
+from poptorch_shim import popdist
+from poptorch_shim._distributed import process_group
+from poptorch_shim._distributed.poprun import Layout
+from poptorch_shim._run.runner import ALIASES
 from poptorch_shim.popdist.poptorch import Options as PopdistOptions
-from poptorch_shim.poprun import Layout
-from poptorch_shim.runner import ALIASES
 
 POPRUN_VARIABLES = tuple(Layout(1, 1).environment(0, 0))
 
@@ -166,7 +167,7 @@ def test_a_process_id_that_disagrees_with_poprun_is_refused(monkeypatch):
     opts.Distributed.configureProcessId(0, 2)
     with pytest.raises(ValueError, match=r"process 0 of 2, but poprun started it as "
                                          r"instance 1 of 2"):
-        _distributed.join_instances(opts.Distributed)
+        process_group.join_instances(opts.Distributed)
     assert not torch.distributed.is_initialized()
 
 
@@ -174,8 +175,8 @@ def test_training_without_a_rendezvous_warns_and_stays_alone(monkeypatch, caplog
     opts = poptorch.Options()
     opts.Distributed.configureProcessId(1, 2)
     model = torch.nn.Linear(2, 1)
-    with caplog.at_level(logging.WARNING, logger=_distributed.__name__):
-        assert not _distributed.join_instances(opts.Distributed)
+    with caplog.at_level(logging.WARNING, logger=process_group.__name__):
+        assert not process_group.join_instances(opts.Distributed)
         poptorch.trainingModel(model, opts)
     assert "process 1 of 2" in caplog.text and "poprun" in caplog.text
     assert not torch.distributed.is_initialized()

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim import poprun
+from poptorch_shim._distributed import poprun
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "distributed"
 TAG = re.compile(r"^\[1,(\d+)\]<(stdout|stderr)>:(.*)$")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim import poprun
+from poptorch_shim._distributed import poprun
 
 ECHO = ["sh", "-c", "echo ${FOO:-unset} ${BAZ:-unset} ${ZED:-unset}"]
 

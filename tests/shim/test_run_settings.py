@@ -5,9 +5,9 @@ import pytest
 
 import poptorch_shim as poptorch
 from ipusim.cli import build_parser
-from poptorch_shim import run_settings
+from poptorch_shim._run import run_settings
+from poptorch_shim._run.run_settings import RunSettings
 from poptorch_shim.commands import add_commands, run_settings_of
-from poptorch_shim.run_settings import RunSettings
 
 
 def test_the_environment_gives_every_setting():

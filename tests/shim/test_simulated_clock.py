@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import poptorch_shim
+from poptorch_shim._run.simulated_clock import NAMES, ScriptClock, model_call
 from poptorch_shim.commands import main as ipusim_main
-from poptorch_shim.simulated_clock import NAMES, ScriptClock, model_call
 
 # Times five calls the way the tutorials do, each call a simulated 20 ms (a long
 # host round trip) so that the host's few microseconds between calls hardly
@@ -135,8 +136,9 @@ def test_only_the_scripts_own_files_read_it(tmp_path):
     assert not clock.is_script("<string>")
     # A script beside the simulator's packages: the packages are not the script's.
     shim = Path(ScriptClock.__init__.__code__.co_filename)
-    beside = ScriptClock(shim.parent.parent / "script.py", simulated=True)
-    assert beside.is_script(str(shim.parent.parent / "script.py"))
+    root = Path(poptorch_shim.__file__).parent.parent
+    beside = ScriptClock(root / "script.py", simulated=True)
+    assert beside.is_script(str(root / "script.py"))
     assert not beside.is_script(str(shim))
 
 

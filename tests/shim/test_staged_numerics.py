@@ -15,10 +15,10 @@ import torch
 import torch.nn as nn
 
 from poptorch_shim import Options, inferenceModel, trainingModel
-from poptorch_shim._compute import WholeModel
-from poptorch_shim._staged import StagedModel
+from poptorch_shim._execution.compute import WholeModel
+from poptorch_shim._execution.staged import StagedModel
+from poptorch_shim._run.runner import install_aliases
 from poptorch_shim.blocks import Block
-from poptorch_shim.runner import install_aliases
 from poptorch_shim.strategies import (
     ParallelPhasedExecution,
     PipelinedExecution,

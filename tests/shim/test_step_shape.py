@@ -3,8 +3,8 @@ and the simulated run configuration alike."""
 import pytest
 
 import poptorch_shim as poptorch
-from poptorch_shim._batching import StepShape
-from poptorch_shim._device import run_config
+from poptorch_shim._execution.batching import StepShape
+from poptorch_shim._execution.device import run_config
 
 MODES = [(poptorch.OutputMode.All, None), (poptorch.OutputMode.Final, None),
          (poptorch.OutputMode.EveryN, 3), (poptorch.OutputMode.Sum, None)]

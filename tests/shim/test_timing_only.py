@@ -18,8 +18,8 @@ import torch.nn as nn
 
 import poptorch_shim as poptorch
 from ipusim import CALIBRATED_MK2, MK2_GC200, KernelKind
-from poptorch_shim._cost_probe import measure
-from poptorch_shim._fake import fake_inputs
+from poptorch_shim._execution.cost_probe import measure
+from poptorch_shim._execution.fake import fake_inputs
 from poptorch_shim.blocks import Block
 from poptorch_shim.strategies import PipelinedExecution
 

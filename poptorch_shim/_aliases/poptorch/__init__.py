@@ -1,7 +1,7 @@
 """``import poptorch`` under the ipusim runner: the name is poptorch_shim.
 
 This folder is put on ``sys.path`` (and ``PYTHONPATH``, for spawned worker
-processes) only by :mod:`poptorch_shim.runner`; it makes ``poptorch`` and
+processes) only by :mod:`poptorch_shim._run.runner`; it makes ``poptorch`` and
 its submodules the very same module objects as ``poptorch_shim``'s.
 """
 import sys

@@ -1,7 +1,7 @@
 """Machinery shared by every ``poptorch.optim`` optimizer: the checks and
 defaults for PopTorch's extra constructor arguments, ``VariableAttributes``, the
 ``_PopTorchOptimizer`` mixin and the Adam update direction, so that
-:mod:`poptorch_shim.optim` and :mod:`poptorch_shim._lamb` hold only their update rules.
+:mod:`poptorch_shim.optim` and :mod:`poptorch_shim._optim.lamb` hold only their update rules.
 """
 import inspect
 import math
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from poptorch_shim._optimizer_state import _state_slots
+from poptorch_shim._optim.state import _state_slots
 
 _ACCUM_TYPES = (torch.float16, torch.float32)
 _GLOBAL_VARS = ["loss_scaling"]  # PopTorch variables kept on the optimizer, not per group.

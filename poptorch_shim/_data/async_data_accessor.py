@@ -6,10 +6,10 @@ import os
 import weakref
 from typing import Any
 
-from poptorch_shim._async_worker import WorkerConfig
-from poptorch_shim._item_structure import unflatten
-from poptorch_shim._ring_buffer import END, FREE
-from poptorch_shim._worker_handle import WorkerHandle
+from poptorch_shim._data.item_structure import unflatten
+from poptorch_shim._data.ring_buffer import END, FREE
+from poptorch_shim._data.worker import WorkerConfig
+from poptorch_shim._data.worker_handle import WorkerHandle
 from poptorch_shim.enums import SharingStrategy
 
 # The longest the consumer blocks on the worker's pipe before it looks at the

@@ -21,8 +21,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost
-from poptorch_shim._compute import StageProfile, WholeModel
-from poptorch_shim._cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
+from poptorch_shim._execution.compute import StageProfile, WholeModel
+from poptorch_shim._execution.cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import ExecutionStrategy

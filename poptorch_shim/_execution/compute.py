@@ -3,7 +3,7 @@
 A *runner* executes the forward (and in training the backward) of one
 micro-batch and can profile the stages it runs. :class:`WholeModel` runs the
 model as a single stage on IPU 0; the staged runner for Blocks lives in
-:mod:`poptorch_shim._staged`.
+:mod:`poptorch_shim._execution.staged`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ipusim import Cost
-from poptorch_shim._cost_probe import measure, tensor_bytes
+from poptorch_shim._execution.cost_probe import measure, tensor_bytes
 from poptorch_shim.losses import LossFinder
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from poptorch_shim._batching import StepShape
-from poptorch_shim._shard_sampler import ShardSampler
-from poptorch_shim.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.shard_sampler import ShardSampler
+from poptorch_shim._execution.batching import StepShape
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.options import Options
 

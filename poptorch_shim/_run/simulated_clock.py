@@ -55,8 +55,8 @@ class ScriptClock:
         self._directory = script.resolve().parent
         self._pid = os.getpid()
         self._script_files: dict[str, bool] = {}
-        here = Path(__file__).resolve().parent
-        self._packages = (str(here), str(here.parent / "ipusim"))
+        shim = Path(__file__).resolve().parents[1]  # the shim and ipusim keep host time
+        self._packages = (str(shim), str(shim.parent / "ipusim"))
 
     # -- model calls -----------------------------------------------------------
     @property

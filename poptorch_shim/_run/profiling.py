@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from poptorch_shim import run_settings
+from poptorch_shim._run import run_settings
 
 JOB_ID_FILE = "job-id.txt"
 
@@ -140,7 +140,7 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
-    from poptorch_shim.data_loader import measured_loader_rate
+    from poptorch_shim._data.data_loader import measured_loader_rate
     # The model has its own copy of the options; loaders know the user's.
     loader_rate = options.sim_loader_rate or measured_loader_rate(executor._given_options)
     plain = user_options(options)

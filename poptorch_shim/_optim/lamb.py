@@ -5,14 +5,14 @@ from collections.abc import Iterable
 
 import torch
 
-from poptorch_shim._optimizer_base import (
+from poptorch_shim._optim.base import (
     _adam_direction,
     _check_positive,
     _explicit,
     _PopTorchOptimizer,
     _set_accum_types,
 )
-from poptorch_shim._optimizer_state import AdamMoments
+from poptorch_shim._optim.state import AdamMoments
 
 _FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
 

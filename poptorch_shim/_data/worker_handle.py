@@ -13,9 +13,9 @@ import pickle
 import tempfile
 from typing import Any
 
-from poptorch_shim._async_worker import DatasetFile, WorkerConfig, worker_main
-from poptorch_shim._item_structure import ItemLayout
-from poptorch_shim._ring_buffer import SharedRing
+from poptorch_shim._data.item_structure import ItemLayout
+from poptorch_shim._data.ring_buffer import SharedRing
+from poptorch_shim._data.worker import DatasetFile, WorkerConfig, worker_main
 from poptorch_shim.enums import SharingStrategy
 
 # How long a worker asked to stop may take before it is sent SIGTERM. It only

@@ -12,7 +12,7 @@ pipeline of IPUs does. The split graph is cached per input signature.
 
 A model torch.fx cannot trace (data-dependent control flow, ...) runs
 eagerly as one graph instead, with a warning; its work is still charged to
-its blocks' stages as it runs (:mod:`poptorch_shim._eager_stages`).
+its blocks' stages as it runs (:mod:`poptorch_shim._execution.eager_stages`).
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost
-from poptorch_shim._compute import StageProfile
-from poptorch_shim._cost_probe import Measurement, measure, tensor_bytes
-from poptorch_shim._eager_stages import EagerStages
+from poptorch_shim._execution.compute import StageProfile
+from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
+from poptorch_shim._execution.eager_stages import EagerStages
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
 from poptorch_shim.losses import LossFinder
 from poptorch_shim.strategies import ExecutionStrategy, PlacedStage

@@ -18,10 +18,11 @@ from tqdm import tqdm
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
-from poptorch_shim import enums, run_settings
-from poptorch_shim._batching import StepShape
-from poptorch_shim._compute import StageProfile
-from poptorch_shim.profiling import model_name
+from poptorch_shim import enums
+from poptorch_shim._execution.batching import StepShape
+from poptorch_shim._execution.compute import StageProfile
+from poptorch_shim._run import run_settings
+from poptorch_shim._run.profiling import model_name
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
 

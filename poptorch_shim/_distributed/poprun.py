@@ -12,7 +12,7 @@ with the interpreter poprun runs in, so that ``import poptorch`` and
 ``import popdist`` resolve to the shim; any other command runs as given,
 with the aliases on ``PYTHONPATH``. The other flags PopRun documents (``-vv``,
 ``--print-topology``, mpirun's ``-x``, the V-IPU ones...) are read in
-:mod:`poptorch_shim._poprun_flags`.
+:mod:`poptorch_shim._distributed.poprun_flags`.
 
 Every output line is tagged ``[1,i]<stdout>:`` or ``[1,i]<stderr>:`` as
 mpirun's ``--tag-output`` does. If an instance fails the others are stopped
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from poptorch_shim._device import available_ipus
-from poptorch_shim._poprun_flags import Extras, extras, ignored_notice, parser
-from poptorch_shim.run_settings import JOB_ID_ENV
-from poptorch_shim.runner import ALIASES
+from poptorch_shim._distributed.poprun_flags import Extras, extras, ignored_notice, parser
+from poptorch_shim._execution.device import available_ipus
+from poptorch_shim._run.run_settings import JOB_ID_ENV
+from poptorch_shim._run.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them
 REAP_SECONDS = 5.0  # how long poprun waits for killed processes to be gone
@@ -421,7 +421,7 @@ def launch(layout: Layout, command: list[str], only_output_from: int | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``poprun`` and ``python -m poptorch_shim.poprun``."""
+    """Entry point of ``poprun`` and ``python -m poptorch_shim._distributed.poprun``."""
     cli = parser()
     args = cli.parse_args(argv)
     if not args.command:

@@ -1,7 +1,7 @@
 """The option groups reached from ``Options``: ``Training``, ``Distributed``,
 ``Precision``, ``Jit``, ``_Popart`` and ``Simulation`` (an ipusim extension).
 
-Each group declares its settings (see :mod:`poptorch_shim._options_store`);
+Each group declares its settings (see :mod:`poptorch_shim._options.store`);
 setters return the group so that calls chain, and freeze with ``Options``.
 """
 import copy
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._options_store import (
+from poptorch_shim._options.store import (
     OptionsGroup,
     OptionSpec,
     check_value,

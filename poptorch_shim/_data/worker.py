@@ -36,9 +36,15 @@ from typing import Any
 
 import torch
 
-from poptorch_shim._item_structure import ItemLayout, check_leaf, describe, describe_tree, flatten
-from poptorch_shim._ring_buffer import DATA, END, FREE, SharedRing
-from poptorch_shim._worker_failure import WorkerFailure
+from poptorch_shim._data.item_structure import (
+    ItemLayout,
+    check_leaf,
+    describe,
+    describe_tree,
+    flatten,
+)
+from poptorch_shim._data.ring_buffer import DATA, END, FREE, SharedRing
+from poptorch_shim._data.worker_failure import WorkerFailure
 
 # How long the worker sleeps between polls while it waits for the host to
 # start an epoch (the miss sleep time only applies to a full buffer).

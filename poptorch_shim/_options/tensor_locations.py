@@ -8,7 +8,7 @@ group with its own public settings class; ``Options`` holds one
 """
 import copy
 
-from poptorch_shim._options_store import OptionsGroup, OptionSpec, count, require_arg, setter
+from poptorch_shim._options.store import OptionsGroup, OptionSpec, count, require_arg, setter
 
 __all__ = ["TensorLocationSettings"]
 

@@ -33,7 +33,7 @@ import tempfile
 
 import torch
 
-from poptorch_shim._item_structure import ItemLayout
+from poptorch_shim._data.item_structure import ItemLayout
 
 FREE, DATA, END = 0, 1, 2
 

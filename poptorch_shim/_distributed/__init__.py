@@ -1,0 +1,2 @@
+"""Several instances: poprun, its flags, and the torch.distributed process group
+that all-reduces gradients and aligns the simulated clocks between instances."""
