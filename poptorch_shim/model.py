@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+import ipusim
 from poptorch_shim import enums
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.batching import (
@@ -30,7 +31,7 @@ from poptorch_shim._execution.batching import (
 )
 from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.cost_probe import tensor_bytes
-from poptorch_shim._execution.device import SimulatedDevice, check_layout
+from poptorch_shim._execution.device import SimulatedDevice, check_layout, overlapped
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
 from poptorch_shim._run import profiling, simulated_clock
 from poptorch_shim.anchors import Anchors, activation_names
@@ -94,7 +95,6 @@ class PoplarExecutor:
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.sim_timing_only
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
-        self._overlap = (False, False)  # overlapped input, output stream copies asked for
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
         self._attached = False
@@ -188,29 +188,29 @@ class PoplarExecutor:
     def _compile(self, first_micro_batch: tuple) -> None:
         first_args, first_kwargs = first_micro_batch
         self._signature = input_signature(first_micro_batch)
-        stages, output, blocks, called = self._profile(first_args, first_kwargs)
+        run, stages, output, blocks, called = self._profile(first_args, first_kwargs)
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
-            stages, output, _, called = self._profile(first_args, first_kwargs)
+            run, stages, output, _, called = self._profile(first_args, first_kwargs)
         self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         self._device = SimulatedDevice(
-            self._options, self._training, stages, batch_size_of(first_micro_batch),
+            self._options, run, stages, batch_size_of(first_micro_batch),
             input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
-            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-            strategy=self._runner.strategy, overlap=self._overlap, shape=self._shape)
+            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
         profiling.register(self)
         # OnDemand attaches when first run; Never stays offline.
         self._attached = self._options.connection_type is enums.ConnectionType.Always
 
-    def _profile(self, args: tuple, kwargs: dict) -> tuple[list, Any, list, list[str]]:
+    def _profile(self, args: tuple,
+                 kwargs: dict) -> tuple[ipusim.RunConfig, list[ipusim.Stage], Any, list, list[str]]:
         """Check the stage layout and measure one micro-batch on a copy of the
-        runner: the stages' profiles, the output, the Blocks it started and
-        the names of the module outputs it made, in order.
+        runner: the run configuration, the measured stages, the output, the
+        Blocks it started and the names of the module outputs it made, in order.
         Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
         probe = copy.deepcopy(self._runner)
         recorder, asked, called = BlockRecorder(), set(), []
@@ -221,14 +221,14 @@ class PoplarExecutor:
             with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
-                check_layout(self._options, self._training, probe.stage_layout(args, kwargs),
-                             probe.strategy, self._shape)
+                run = check_layout(self._options, self._training,
+                                   probe.stage_layout(args, kwargs), probe.strategy, self._shape)
                 stages, output = probe.profile(args, kwargs, self._training)
         finally:
             for hook in hooks:
                 hook.remove()
-        self._overlap = (OVERLAP_INPUT in asked, OVERLAP_OUTPUT in asked)
-        return stages, output, list(recorder.ipus), called
+        run = overlapped(run, (OVERLAP_INPUT in asked, OVERLAP_OUTPUT in asked))
+        return run, stages, output, list(recorder.ipus), called
 
     def __call__(self, *args, **kwargs) -> Any:
         with simulated_clock.model_call() as call:

@@ -7,29 +7,23 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ipusim import Cost
-from poptorch_shim._execution.cost_probe import measure, tensor_bytes
+from ipusim import Cost, Stage
+from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim.losses import LossFinder
 
 
-@dataclass(frozen=True)
-class StageProfile:
-    """What one stage costs per micro-batch and holds, measured on real tensors."""
-
-    name: str
-    ipu: int
-    forward: Cost
-    backward: Cost
-    activation_bytes: int
-    stash_bytes: int
-    weight_bytes: int
-    checkpoint_bytes: int = 0
-    segment_stash_bytes: int | None = None
+def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,
+                   activation_bytes: int, weight_bytes: int) -> Stage:
+    """The :class:`ipusim.Stage` one micro-batch's measurement describes: its
+    forward's cost and the activations it saved for the backward."""
+    return Stage(name, ipu=ipu, forward=forward.cost, backward=backward,
+                 activation_bytes=activation_bytes, stash_bytes=forward.saved.saved_bytes,
+                 weight_bytes=weight_bytes, checkpoint_bytes=forward.saved.checkpoint_bytes,
+                 segment_stash_bytes=forward.saved.segment_bytes)
 
 
 def parameter_bytes(module: torch.nn.Module) -> int:
@@ -64,7 +58,7 @@ class WholeModel:
         return output
 
     def profile(self, args: tuple, kwargs: dict,
-                training: bool) -> tuple[list[StageProfile], Any]:
+                training: bool) -> tuple[list[Stage], Any]:
         """Measure one micro-batch (on whatever model this runner holds): the
         stages' costs, and the output."""
         with torch.set_grad_enabled(training), measure() as forward, \
@@ -75,10 +69,7 @@ class WholeModel:
             with measure() as backward:
                 self.loss_finder.find(output, losses).backward()
             backward_cost = backward.cost
-        stage = StageProfile("model", 0, forward.cost, backward_cost,
-                             activation_bytes=tensor_bytes(output),
-                             stash_bytes=forward.saved.saved_bytes,
-                             weight_bytes=parameter_bytes(self.model),
-                             checkpoint_bytes=forward.saved.checkpoint_bytes,
-                             segment_stash_bytes=forward.saved.segment_bytes)
+        stage = measured_stage("model", 0, forward, backward_cost,
+                               activation_bytes=tensor_bytes(output),
+                               weight_bytes=parameter_bytes(self.model))
         return [stage], output

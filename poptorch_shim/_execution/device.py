@@ -20,7 +20,6 @@ from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim import enums
 from poptorch_shim._execution.batching import StepShape
-from poptorch_shim._execution.compute import StageProfile
 from poptorch_shim._run import run_settings
 from poptorch_shim._run.profiling import model_name
 
@@ -51,9 +50,6 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
     execution strategy the model runs under (None: one stage), ``overlap``
     whether the model asked for its input and its output stream copies to
     overlap compute, ``shape`` the model's step shape (default: the options')."""
-    io_tiles = options.TensorLocations.num_io_tiles
-    if any(overlap) and not io_tiles:
-        raise RuntimeError(NO_IO_TILES_ERR)
     shape = shape or StepShape.of(options, training)
 
     def offloaded(kind: str) -> bool:
@@ -65,7 +61,7 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
         return settings is not None and settings.replicated_tensor_sharding is True
 
     execution = execution_of(strategy)
-    return RunConfig(
+    run = RunConfig(
         training=training,
         replicas=shape.replicas,
         instances=options.Distributed.num_processes,
@@ -82,12 +78,21 @@ def run_config(options, training: bool, num_stages: int, strategy=None,
         offload=Offload(weights=offloaded("weight"), optimizer=offloaded("optimizer"),
                         accumulators=offloaded("accumulator"), activations=offloaded("activation"),
                         sharded_optimizer=sharded("optimizer")),
-        io_tiles=io_tiles,
-        overlap_inputs=overlap[0],
-        overlap_outputs=overlap[1],
+        io_tiles=options.TensorLocations.num_io_tiles,
         output_period=shape.output_period,
         stash_off_chip=getattr(strategy, "tensors_liveness",
                                enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive)
+    return overlapped(run, overlap)
+
+
+def overlapped(run: RunConfig, overlap: tuple[bool, bool]) -> RunConfig:
+    """``run`` with its input and output stream copies overlapping compute as the
+    model asked (``poptorch.set_overlap_for_input`` / ``_output``), which takes I/O tiles."""
+    if any(overlap) and not run.io_tiles:
+        raise RuntimeError(NO_IO_TILES_ERR)
+    if (run.overlap_inputs, run.overlap_outputs) == overlap:
+        return run
+    return replace(run, overlap_inputs=overlap[0], overlap_outputs=overlap[1])
 
 
 # PopTorch's names for the settings ipusim checks, so its messages speak PopTorch.
@@ -100,13 +105,15 @@ _POPTORCH_NAMES = {
 
 
 def check_layout(options, training: bool, layout: list[tuple[str, int]], strategy=None,
-                 shape: StepShape | None = None) -> None:
-    """Check the stages' placement (name, IPU) under ``strategy`` against the
-    options and the simulated system before any compute, with PopTorch's wording."""
+                 shape: StepShape | None = None) -> RunConfig:
+    """The run configuration of the stages' placement (name, IPU) under
+    ``strategy``, checked against the options and the simulated system before
+    any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
     run = run_config(options, training, len(layout), strategy, shape=shape)
     run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
     _check_poprun_ipus(work.ipus_per_replica)
+    return run
 
 
 def _check_poprun_ipus(ipus_per_replica: int) -> None:
@@ -147,22 +154,18 @@ def cost_model(options) -> ipusim.CostModel:
 class SimulatedDevice:
     """One compiled model on the simulated system: a step per call."""
 
-    def __init__(self, options, training: bool, stages: list[StageProfile], micro_batch_size: int,
-                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
-                 strategy=None, overlap: tuple[bool, bool] = (False, False),
-                 shape: StepShape | None = None):
+    def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
+                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
+        """``run``: the run configuration :func:`check_layout` built and checked
+        before the stages were measured; ``stages``: the measured stages, whose
+        optimizer state is ``optimizer_state_ratio`` times their weights in training."""
         self.work = Work(
-            tuple(Stage(s.name, ipu=s.ipu, forward=s.forward, backward=s.backward,
-                        activation_bytes=s.activation_bytes, stash_bytes=s.stash_bytes,
-                        weight_bytes=s.weight_bytes, checkpoint_bytes=s.checkpoint_bytes,
-                        segment_stash_bytes=s.segment_stash_bytes,
-                        optimizer_bytes=(int(s.weight_bytes * optimizer_state_ratio)
-                                         if training else 0))
-                  for s in stages),
+            tuple(replace(s, optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio)
+                          if run.training else 0) for s in stages),
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = run_config(options, training, len(stages), strategy, overlap, shape)
+        self.run = run
         self.spec = system_spec(options).per_instance(self.run.instances,
                                                       self.run.ipus(self.work))
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
@@ -176,7 +179,7 @@ class SimulatedDevice:
                                      instance=options.Distributed.process_id)
         self.step_durations: list[int] = []
         # `ipusim run` asks for a progress bar of the simulated calls.
-        name = model_name(options, training)
+        name = model_name(options, run.training)
         self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
                           if run_settings.current().progress else None)
 

@@ -20,8 +20,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from ipusim import Cost
-from poptorch_shim._execution.compute import StageProfile, WholeModel
+from ipusim import Cost, Stage
+from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
@@ -130,7 +130,7 @@ class EagerStages(WholeModel):
                                                      for b in attribution.computing})
 
     def profile(self, args: tuple, kwargs: dict,
-                training: bool) -> tuple[list[StageProfile], Any]:
+                training: bool) -> tuple[list[Stage], Any]:
         """Measure one micro-batch, its work charged to its blocks' stages."""
         forward, backward, attribution = _Charges(), _Charges(), _Attribution()
         recorder = BlockRecorder(on_start=lambda mark: forward.switch(mark.user_id))
@@ -150,7 +150,7 @@ class EagerStages(WholeModel):
         return self._profiles(forward, backward, attribution, output), output
 
     def _profiles(self, forward: _Charges, backward: _Charges, attribution: _Attribution,
-                  output: Any) -> list[StageProfile]:
+                  output: Any) -> list[Stage]:
         index = {block: k for k, stage in enumerate(self.layout) for block in stage.blocks}
         stage = lambda block: index.get(self._first if block is None else block, 0)  # noqa: E731
         n = len(self.layout)
@@ -172,6 +172,7 @@ class EagerStages(WholeModel):
             for k in range(stage(producer), max(stage(b) for b in blocks)):
                 crossing[k] += tensor.numel() * tensor.element_size()
         crossing[-1] = tensor_bytes(output)
-        return [StageProfile(s.name, s.ipu, fwd[k], bwd[k], crossing[k], stash[k], weights[k],
-                             checkpoints[k], segments[k])
+        return [Stage(s.name, ipu=s.ipu, forward=fwd[k], backward=bwd[k],
+                      activation_bytes=crossing[k], stash_bytes=stash[k], weight_bytes=weights[k],
+                      checkpoint_bytes=checkpoints[k], segment_stash_bytes=segments[k])
                 for k, s in enumerate(self.layout)]

@@ -29,8 +29,8 @@ import torch.fx as fx
 from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
-from ipusim import Cost
-from poptorch_shim._execution.compute import StageProfile
+from ipusim import Cost, Stage
+from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
@@ -166,7 +166,7 @@ class _GraphPlan:
                     pending[key] = pending[key] + local.grad if key in pending else local.grad
 
     def profiles(self, results: list[tuple], forward: list[Measurement],
-                 backward: list[Measurement]) -> list[StageProfile]:
+                 backward: list[Measurement]) -> list[Stage]:
         """What each stage cost and holds; a parameter used by several stages
         (tied weights) counts where it is first used."""
         seen: set[int] = set()
@@ -180,12 +180,9 @@ class _GraphPlan:
                     weights += param.numel() * param.element_size()
             crossing = (tensor_bytes(results[last]) if k == last else
                         tensor_bytes([results[src][j] for src, j in self.crossing[k]]))
-            profiles.append(StageProfile(stage.placed.name, stage.placed.ipu, forward[k].cost,
-                                         backward[k].cost, activation_bytes=crossing,
-                                         stash_bytes=forward[k].saved.saved_bytes,
-                                         weight_bytes=weights,
-                                         checkpoint_bytes=forward[k].saved.checkpoint_bytes,
-                                         segment_stash_bytes=forward[k].saved.segment_bytes))
+            profiles.append(measured_stage(stage.placed.name, stage.placed.ipu, forward[k],
+                                           backward[k].cost, activation_bytes=crossing,
+                                           weight_bytes=weights))
         return profiles
 
 
@@ -327,7 +324,7 @@ class StagedModel:
         return output
 
     def profile(self, args: tuple, kwargs: dict,
-                training: bool) -> tuple[list[StageProfile], Any]:
+                training: bool) -> tuple[list[Stage], Any]:
         """Measure one micro-batch stage by stage: each stage's costs, and the output."""
         plan, flat = self._plan(args, kwargs)
         if isinstance(plan, EagerStages):

@@ -178,8 +178,9 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         executor._compile((tuple(inputs), dict(kwargs)))
+    run = executor.device.run
     return Measured(executor.device.work, case.training, executor._runner.strategy,
-                    executor._overlap)
+                    (run.overlap_inputs, run.overlap_outputs))
 
 
 class Measurements:
