@@ -18,14 +18,13 @@ from ipusim.report.autoreport import (
 from ipusim.report.chrome_trace import chrome_trace, write_chrome_trace
 from ipusim.report.figures import memory_figure, timeline_figure, utilisation_figure
 from ipusim.report.html import render_html, write_html
-from ipusim.report.phases import latency_path, pipeline_phases
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
 
 __all__ = [
-    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace", "latency_path",
+    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace",
     "load_autoreport", "load_profile", "memory_figure", "memory_per_stage",
-    "outputs_from_engine_options", "pipeline_phases", "render_html", "step_cycles",
+    "outputs_from_engine_options", "render_html", "step_cycles",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",
     "write_chrome_trace", "write_html",
 ]

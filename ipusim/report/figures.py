@@ -18,8 +18,8 @@ from ipusim.analysis import MEMORY_PARTS
 from ipusim.cost_model import PS_PER_US
 from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, KINDS, SYNC_WAIT
 from ipusim.memory import memory_per_ipu
+from ipusim.pipeline_phases import PHASES
 from ipusim.report import lanes
-from ipusim.report.phases import PHASES, latency_path, pipeline_phases
 from ipusim.report.summary import execution_text
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
@@ -92,7 +92,7 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
     ``BOXES_ACROSS`` of the view.
     """
     first, last = float(events["start_ps"].min()), float(events["end_ps"].max())
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     phases = phases[phases["step"].isin(set(events["step"]))]
     if len(phases):
         runs = phases.groupby(["step", "run"]).agg(start=("start_ps", "min"),
@@ -225,7 +225,7 @@ def _describe(timeline: Timeline) -> str:
 def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list,
             notes: list, view: tuple[float, float, str] | None) -> None:
     """Shade ramp-up / main / ramp-down and label those in the opening view above the plot."""
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     if phases.empty:
         return
     phases = phases[phases["step"].isin(set(events["step"]))
@@ -253,7 +253,7 @@ def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces:
              notes: list, view: tuple[float, float, str] | None) -> None:
     """Outline one micro-batch's boxes and draw its latency as an arrow above the rows,
     labelled from the arrow's end nearer the middle of the view, so the label stays in it."""
-    path = latency_path(timeline, int(events["step"].min()) if len(events) else None)
+    path = timeline.latency_path(int(events["step"].min()) if len(events) else None)
     if path is None or path.end_ps > events["end_ps"].max():
         return
     mine = ((events["micro_batch"] == path.micro_batch) & (events["step"] == path.step)
