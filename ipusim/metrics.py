@@ -25,7 +25,8 @@ from ipusim.plan import pipeline_depth
 HOST_IO_KINDS = kinds_of(HOST_IO_TIME)
 __all__ = ["COMPUTE_KINDS", "HOST_IO_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
            "category_times", "host_io_share", "latency_ps", "per_ipu", "pipeline_slots",
-           "span_ps", "sync_wait_share", "throughput", "time_by_category_ps", "utilisation"]
+           "span_ps", "step_spans", "sync_wait_share", "throughput", "time_by_category_ps",
+           "utilisation"]
 
 
 def span_ps(events: pd.DataFrame) -> int:
@@ -33,6 +34,13 @@ def span_ps(events: pd.DataFrame) -> int:
     if events.empty:
         return 0
     return int(events["end_ps"].max() - events["start_ps"].min())
+
+
+def step_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """When each program step (call to the model) starts and ends: columns start_ps and
+    end_ps, indexed by step."""
+    grouped = events.groupby("step")
+    return pd.DataFrame({"start_ps": grouped["start_ps"].min(), "end_ps": grouped["end_ps"].max()})
 
 
 def _time_by_ipu(events: pd.DataFrame, kinds: tuple[str, ...], ipus: range) -> pd.Series:

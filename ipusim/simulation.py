@@ -120,6 +120,11 @@ class Timeline:
         """Cycles of every program step (call), in all and per kind of event."""
         return analysis.step_cycles(self)
 
+    def memory_per_ipu(self) -> pd.DataFrame:
+        """Bytes each IPU of one replica needs, by category, against its capacity, and the
+        share of it used."""
+        return analysis.memory_per_ipu(self)
+
     def memory_per_stage(self) -> pd.DataFrame:
         """Bytes each (merged) stage needs, by category, without the runtime code."""
         return analysis.memory_per_stage(self)
