@@ -81,15 +81,16 @@ def simpy_events_processed(env: simpy.Environment) -> int:
 def timed_run(work: Work, run: RunConfig) -> dict[str, object]:
     """One call of ``work``: wall seconds of each phase, the rows it recorded
     and the SimPy events its run processed."""
-    spec = system_spec("mk2", run.replicas * work.ipus_per_replica)
+    spec = system_spec("mk2", run.ipus(work))
     gc.collect()
     start = time.perf_counter()
-    programs = build_step(EnginePlan.build(work, run, spec, DEFAULT), spec, 0)
+    plan = EnginePlan.build(work, run, spec, DEFAULT)
+    programs = build_step(plan, spec, 0)
     built = time.perf_counter()
     system = System(spec)
     system.run(programs)
     simulated = time.perf_counter()
-    frame = system.recorder.to_frame(work.ipus_per_replica)
+    frame = system.recorder.to_frame(plan)
     framed = time.perf_counter()
     return {"rows": len(frame), "events": simpy_events_processed(system.env),
             "build": built - start, "simpy": simulated - built, "frame": framed - simulated,

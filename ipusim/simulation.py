@@ -51,8 +51,7 @@ class Timeline:
     @property
     def items(self) -> int:
         """Samples processed over all calls and replicas."""
-        return (self.steps * self.run.replicas * self.plan.micro_batches_per_step
-                * self.work.micro_batch_size)
+        return self.steps * self.plan.items_per_call
 
     @property
     def duration_ps(self) -> int:
@@ -79,8 +78,14 @@ class Timeline:
         plan = self.plan
         if not plan.pipeline:
             return 0.0
-        return float(metrics.bubble_fraction(self.events, plan.forward_stages, self.run.training,
+        return float(metrics.bubble_fraction(self.events, plan.pipeline_depth,
                                              plan.micro_batches_per_run))
+
+    def pipeline_slots(self) -> pd.DataFrame:
+        """The occupied (pipeline stage, cycle) slots of every pipeline run (empty unless
+        pipelined; see :func:`ipusim.metrics.pipeline_slots`)."""
+        return metrics.pipeline_slots(self.events, self.plan.pipeline_depth,
+                                      self.plan.micro_batches_per_run)
 
     def latency_ps(self) -> float:
         return metrics.latency_ps(self.events)
@@ -220,7 +225,7 @@ class Simulation:
     def timeline(self) -> Timeline:
         """The events so far, as a :class:`Timeline`."""
         copies = self.run.replicas if self.folded else 1
-        events = self.recorder.to_frame(self.plan.ipus_per_replica, self.instance, copies)
+        events = self.recorder.to_frame(self.plan, self.instance, copies)
         return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance,
                         self.plan)
 

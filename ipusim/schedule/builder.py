@@ -1,8 +1,8 @@
 """The program builder: emits one replica's schedule into every replica's IPUs.
 
 The schedules (sharded, pipelined, phased) speak in logical IPUs of one
-replica; the builder maps them to physical IPUs (replica r, IPU i ->
-``r * ipus_per_replica + i``), prices every instruction with the cost model
+replica; the builder maps them to physical IPUs (replica r's IPU i is the
+plan's ``ipu_of(r, i)``), prices every instruction with the cost model
 and adds the sync groups the sync pattern asks for.
 """
 from __future__ import annotations
@@ -48,8 +48,11 @@ class ProgramBuilder:
         self._gs2 = gs2_group(self.simulated_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
         # The hot path emits millions of instructions: what repeats is worked out once.
-        self._programs_of = [[self.programs[ipu] for ipu in self._physical(logical)]
-                             for logical in range(self.ipus_per_replica)]
+        # Each logical IPU's physical IPUs, one per simulated replica, and their programs.
+        replicas = 1 if folded else run.replicas
+        self._physical = [[plan.ipu_of(replica, logical) for replica in range(replicas)]
+                          for logical in range(self.ipus_per_replica)]
+        self._programs_of = [[self.programs[ipu] for ipu in ipus] for ipus in self._physical]
         self._passes = {(kind, index): (work, duration, label(kind, index, work.bytes, work.flops),
                                         self._programs_of[self.stages[index].ipu])
                         for index, price in enumerate(self.prices)
@@ -58,9 +61,6 @@ class ProgramBuilder:
                             ("backward", price.backward, price.backward_ps),
                             ("recompute", price.recompute, price.recompute_ps))}
         self._copy_ps: dict[int, int] = {}
-
-    def _physical(self, logical_ipu: int) -> range:
-        return range(logical_ipu, self.simulated_ipus, self.ipus_per_replica)
 
     # Compute ---------------------------------------------------------------
     def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
@@ -152,7 +152,7 @@ class ProgramBuilder:
         if self.run.synthetic_data or (h2d_bytes == 0 and d2h_bytes == 0):
             return
         pattern, n = self.run.sync_pattern, self.num_ipus
-        active = set(self._physical(logical_ipu))
+        active = set(self._physical[logical_ipu])
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
@@ -204,5 +204,5 @@ class ProgramBuilder:
         for logical in range(self.ipus_per_replica):
             ins = Exchange(self._gs2, sync, phase, times[logical], nbytes[logical],
                            -1, -1, self.step, cycle, kind, label(kind, -1, nbytes[logical]))
-            for ipu in self._physical(logical):
-                self.programs[ipu].append(ins)
+            for program in self._programs_of[logical]:
+                program.append(ins)
