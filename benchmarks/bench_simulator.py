@@ -47,6 +47,7 @@ import simpy
 
 from ipusim import DEFAULT, Cost, Execution, RunConfig, Stage, Work, system_spec
 from ipusim._gc import cyclic_gc_paused
+from ipusim.event_kinds import BACKWARD, FORWARD, IPU_COPY, SYNC_WAIT
 from ipusim.plan import EnginePlan
 from ipusim.recorder import COLUMNS
 from ipusim.schedule import build_step
@@ -100,7 +101,7 @@ def timed_run(work: Work, run: RunConfig) -> dict[str, object]:
 def plain_rows(rows: int, ipus: int = 64) -> float:
     """Wall seconds for plain Python to append ``rows`` row tuples shaped like the
     simulator's (10 fields: ints, a kind string, floats) and build a DataFrame."""
-    kinds = ("forward", "backward", "ipu_copy", "sync_wait")
+    kinds = (FORWARD, BACKWARD, IPU_COPY, SYNC_WAIT)
     gc.collect()
     start = time.perf_counter()
     with cyclic_gc_paused():
