@@ -236,18 +236,18 @@ def job_timeline(timelines: list[Timeline]) -> Timeline:
     a system wide enough for all of them."""
     ordered = sorted(timelines, key=lambda timeline: timeline.instance)
     first, count = ordered[0], len(ordered)
+    run = replace(first.run, replicas=first.run.replicas * count, instances=1)
+    system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
+    plan = EnginePlan.build(first.work, run, system, first.plan.cost)
     frames = []
     for position, timeline in enumerate(ordered):
         events = timeline.events.copy()
         events["ipu"] += position * first.num_ipus
-        events["replica"] += position * first.run.replicas
+        events["replica"] = plan.replica_of(events["ipu"])
         frames.append(events)
     events = pd.concat(frames, ignore_index=True).sort_values(
         ["start_ps", "ipu"], kind="stable", ignore_index=True)
-    run = replace(first.run, replicas=first.run.replicas * count, instances=1)
-    system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
-    return Timeline(events, first.work, run, system, first.steps, instance=0,
-                    plan=EnginePlan.build(first.work, run, system, first.plan.cost))
+    return Timeline(events, first.work, run, system, first.steps, instance=0, plan=plan)
 
 
 def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),
