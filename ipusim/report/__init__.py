@@ -1,11 +1,11 @@
 """Profiling reports of a simulated run: HTML, autoReport directory, Chrome trace, text.
 
 All of them read a :class:`ipusim.Timeline` and the figures it computes
-(:mod:`ipusim.analysis`; ``memory_per_stage`` and ``step_cycles`` are re-exported
-here for code that imported them from this package); none of them simulates
-or computes a figure of its own. The
-plotting is kept here, away from the simulator, so ``ipusim`` itself never
-needs plotly.
+(:mod:`ipusim.analysis`, :mod:`ipusim.pipeline_phases`, :mod:`ipusim.bottleneck`;
+``memory_per_stage`` and ``step_cycles`` are re-exported here for code that
+imported them from this package); none of them simulates or computes a figure
+of its own. The plotting is kept here, away from the simulator, so ``ipusim``
+itself never needs plotly.
 """
 from ipusim.analysis import memory_per_stage, step_cycles
 from ipusim.report.autoreport import (
