@@ -47,6 +47,7 @@ import simpy
 
 from ipusim import DEFAULT, Cost, Execution, RunConfig, Stage, Work, system_spec
 from ipusim._gc import cyclic_gc_paused
+from ipusim.event_kinds import BACKWARD, FORWARD, IPU_COPY, SYNC_WAIT
 from ipusim.plan import EnginePlan
 from ipusim.recorder import COLUMNS
 from ipusim.schedule import build_step
@@ -81,15 +82,16 @@ def simpy_events_processed(env: simpy.Environment) -> int:
 def timed_run(work: Work, run: RunConfig) -> dict[str, object]:
     """One call of ``work``: wall seconds of each phase, the rows it recorded
     and the SimPy events its run processed."""
-    spec = system_spec("mk2", run.replicas * work.ipus_per_replica)
+    spec = system_spec("mk2", run.ipus(work))
     gc.collect()
     start = time.perf_counter()
-    programs = build_step(EnginePlan.build(work, run, spec, DEFAULT), spec, 0)
+    plan = EnginePlan.build(work, run, spec, DEFAULT)
+    programs = build_step(plan, spec, 0)
     built = time.perf_counter()
     system = System(spec)
     system.run(programs)
     simulated = time.perf_counter()
-    frame = system.recorder.to_frame(work.ipus_per_replica)
+    frame = system.recorder.to_frame(plan)
     framed = time.perf_counter()
     return {"rows": len(frame), "events": simpy_events_processed(system.env),
             "build": built - start, "simpy": simulated - built, "frame": framed - simulated,
@@ -99,7 +101,7 @@ def timed_run(work: Work, run: RunConfig) -> dict[str, object]:
 def plain_rows(rows: int, ipus: int = 64) -> float:
     """Wall seconds for plain Python to append ``rows`` row tuples shaped like the
     simulator's (10 fields: ints, a kind string, floats) and build a DataFrame."""
-    kinds = ("forward", "backward", "ipu_copy", "sync_wait")
+    kinds = (FORWARD, BACKWARD, IPU_COPY, SYNC_WAIT)
     gc.collect()
     start = time.perf_counter()
     with cyclic_gc_paused():

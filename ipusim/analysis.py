@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ipusim import memory
 from ipusim.cost_model import PS_PER_S
 from ipusim.event_kinds import COMPUTE_KINDS, HOST_CALL_TIME, HOST_TRANSFER_KINDS, KINDS
-from ipusim.memory import MemoryModel, memory_per_ipu
-from ipusim.metrics import span_ps, time_by_category_ps
+from ipusim.memory import MemoryModel
+from ipusim.metrics import span_ps, step_spans, time_by_category_ps
 from ipusim.work import Work
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def host_link_occupancy(timeline: Timeline) -> float:
     copies = events[events["kind"].isin(HOST_TRANSFER_KINDS)]
     if copies.empty or span == 0:
         return 0.0
-    link = copies["ipu"] // timeline.system.ipus_per_host_link
+    link = timeline.system.host_link_of(copies["ipu"])
     busy = (copies["end_ps"] - copies["start_ps"]).groupby([link, copies["kind"].astype(str)]).sum()
     return float(busy.max() / span)
 
@@ -100,8 +101,8 @@ def step_cycles(timeline: Timeline) -> pd.DataFrame:
     mean over the engine's IPUs.
     """
     events = timeline.events
-    grouped = events.groupby("step")
-    start, end = grouped["start_ps"].min(), grouped["end_ps"].max()
+    spans = step_spans(events)
+    start, end = spans["start_ps"], spans["end_ps"]
     table = pd.DataFrame({
         "start_cycle": [to_cycles(ps, timeline) for ps in start],
         "cycles": [to_cycles(ps, timeline) for ps in end - start],
@@ -114,6 +115,15 @@ def step_cycles(timeline: Timeline) -> pd.DataFrame:
         table[f"{kind}_cycles"] = [to_cycles(ps / timeline.num_ipus, timeline) for ps in busy[kind]]
     table.index.name = "step"
     return table.reset_index()
+
+
+def cycles_by_kind(steps: pd.DataFrame) -> pd.Series:
+    """The cycles of :func:`step_cycles` summed over its steps, per kind of event (a mean
+    over the engine's IPUs), indexed by kind."""
+    columns = [c for c in steps.columns if c.endswith("_cycles") and c != "start_cycle"]
+    totals = steps[columns].sum()
+    totals.index = [name.removesuffix("_cycles") for name in columns]
+    return totals
 
 
 def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -133,6 +143,15 @@ def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
                          "duration(us)": grouped["duration"].to_numpy()})
 
 
+def memory_per_ipu(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
+    """Bytes each IPU of one replica needs, by category, against its capacity
+    (:func:`ipusim.memory.memory_per_ipu`), and the share of the capacity it uses."""
+    table = memory.memory_per_ipu(timeline.work, timeline.run, timeline.system, model,
+                                  timeline.plan)
+    table["used"] = table["total"] / table["capacity"]
+    return table
+
+
 def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each (merged) stage needs, by category, without the per-IPU runtime code.
 
@@ -143,7 +162,7 @@ def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> 
     alone = Work(tuple(replace(stage, ipu=k) for k, stage in enumerate(merged.stages)),
                  merged.micro_batch_size, merged.input_bytes_per_sample,
                  merged.output_bytes_per_sample)
-    table = memory_per_ipu(alone, timeline.run, timeline.system, model)
+    table = memory.memory_per_ipu(alone, timeline.run, timeline.system, model)
     table["code"] -= model.code_bytes_per_tile * timeline.system.ipu.tiles
     table["total"] = table[list(MEMORY_PARTS)].sum(axis=1)
     table.insert(0, "ipu", [stage.ipu for stage in merged.stages])

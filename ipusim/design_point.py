@@ -12,9 +12,11 @@ import json
 import time
 from dataclasses import dataclass
 
+import pandas as pd
+
 from ipusim.cost_model import CostModel
 from ipusim.hardware import SystemSpec
-from ipusim.memory import MB, memory_per_ipu
+from ipusim.memory import MB, fits
 from ipusim.run_config import RunConfig
 from ipusim.simulation import Simulation, Timeline
 from ipusim.work import Work
@@ -49,7 +51,7 @@ def figures(point: DesignPoint, timeline: Timeline | None = None) -> dict:
     SRAM. Lists are JSON text so the row is flat whatever the IPU count."""
     timeline = timeline if timeline is not None else simulate_point(point)
     summary = timeline.summary()
-    memory = memory_per_ipu(point.work, point.run, point.system)
+    memory = timeline.memory_per_ipu()
     return {
         "ipus": timeline.num_ipus,
         "throughput(items/s)": summary["throughput(items/s)"],
@@ -63,7 +65,7 @@ def figures(point: DesignPoint, timeline: Timeline | None = None) -> dict:
         "memory_max(MB)": float(memory["total"].max()) / MB,
         "memory_per_ipu(MB)": json.dumps([round(float(m) / MB, 3) for m in memory["total"]]),
         "capacity(MB)": float(memory["capacity"].min()) / MB,
-        "fits": bool((memory["total"] <= memory["capacity"]).all()),
+        "fits": fits(memory),
     }
 
 
@@ -83,3 +85,18 @@ def evaluate_parts(work: Work, run: RunConfig, system: SystemSpec, cost_model: C
     """:func:`evaluate` with the work passed on its own, so a cluster can hold
     it once (Ray's object store) and hand it to every point that shares it."""
     return evaluate(DesignPoint(work, run, system, cost_model, steps))
+
+
+def pareto_front(table: pd.DataFrame) -> pd.Index:
+    """The rows of a sweep's results table (a row per point, as :func:`evaluate` gives
+    them) that no other valid row beats on both throughput (higher) and memory (lower):
+    the choices worth making. Rows with an error are out."""
+    throughput, memory = "throughput(items/s)", "memory_max(MB)"
+    valid = table[table["error"].isna() & table[throughput].notna()]
+    ordered = valid.sort_values([memory, throughput], ascending=[True, False], kind="stable")
+    front, best = [], float("-inf")
+    for index, row in ordered.iterrows():
+        if row[throughput] > best:
+            front.append(index)
+            best = row[throughput]
+    return pd.Index(front)

@@ -109,6 +109,11 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
     return table
 
 
+def fits(table: pd.DataFrame) -> bool:
+    """Whether every IPU of a :func:`memory_per_ipu` table holds what it needs."""
+    return bool((table["total"] <= table["capacity"]).all())
+
+
 def check_fits(table: pd.DataFrame) -> None:
     """Raise :class:`OutOfMemoryError` naming the first IPU that does not fit."""
     for ipu, row in table.iterrows():

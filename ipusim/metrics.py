@@ -20,12 +20,12 @@ from ipusim.event_kinds import (
     Category,
     kinds_of,
 )
-from ipusim.plan import pipeline_depth
 
 HOST_IO_KINDS = kinds_of(HOST_IO_TIME)
 __all__ = ["COMPUTE_KINDS", "HOST_IO_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
            "category_times", "host_io_share", "latency_ps", "per_ipu", "pipeline_slots",
-           "span_ps", "sync_wait_share", "throughput", "time_by_category_ps", "utilisation"]
+           "span_ps", "step_spans", "sync_wait_share", "throughput", "time_by_category_ps",
+           "utilisation"]
 
 
 def span_ps(events: pd.DataFrame) -> int:
@@ -33,6 +33,13 @@ def span_ps(events: pd.DataFrame) -> int:
     if events.empty:
         return 0
     return int(events["end_ps"].max() - events["start_ps"].min())
+
+
+def step_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """When each program step (call to the model) starts and ends: columns start_ps and
+    end_ps, indexed by step."""
+    grouped = events.groupby("step")
+    return pd.DataFrame({"start_ps": grouped["start_ps"].min(), "end_ps": grouped["end_ps"].max()})
 
 
 def _time_by_ipu(events: pd.DataFrame, kinds: tuple[str, ...], ipus: range) -> pd.Series:
@@ -109,39 +116,36 @@ def throughput(events: pd.DataFrame, items: int) -> float:
     return items * PS_PER_S / span if span else 0.0
 
 
-def pipeline_slots(events: pd.DataFrame, num_stages: int, training: bool,
-                   micro_batches_per_run: int) -> pd.DataFrame:
-    """Occupied (pipeline stage, cycle) slots of every pipeline run.
+def pipeline_slots(events: pd.DataFrame, depth: int, micro_batches_per_run: int) -> pd.DataFrame:
+    """Occupied (pipeline stage, cycle) slots of every pipeline run, for a pipeline of
+    ``depth`` (P) stages and ``micro_batches_per_run`` (N); both are the engine plan's.
 
     Columns: replica, step, run, cycle, pipeline_stage. A run is one fill and
     flush of the pipeline: a device iteration in training, a call in inference.
     """
     compute = events[(events["cycle"] >= 0) & events["kind"].isin((FORWARD, BACKWARD))]
     backward = compute["kind"] == BACKWARD  # stage k's backward is pipeline stage P - 1 - k
-    last = pipeline_depth(num_stages, training) - 1
-    pipeline_stage = compute["stage"].where(~backward, last - compute["stage"])
+    pipeline_stage = compute["stage"].where(~backward, depth - 1 - compute["stage"])
     slots = pd.DataFrame({
         "replica": compute["replica"],
         "step": compute["step"],
-        "run": compute["micro_batch"] // micro_batches_per_run if training else 0,
+        "run": compute["micro_batch"] // micro_batches_per_run,
         "cycle": compute["cycle"],
         "pipeline_stage": pipeline_stage,
     })
     return slots.drop_duplicates().reset_index(drop=True)
 
 
-def bubble_fraction(events: pd.DataFrame, num_stages: int, training: bool,
-                    micro_batches_per_run: int) -> float:
+def bubble_fraction(events: pd.DataFrame, depth: int, micro_batches_per_run: int) -> float:
     """PopART's pipeline bubble: the share of (stage, cycle) slots left idle.
 
     For N micro-batches through P pipeline stages it is (P - 1) / (N + P - 1).
     """
-    slots = pipeline_slots(events, num_stages, training, micro_batches_per_run)
+    slots = pipeline_slots(events, depth, micro_batches_per_run)
     if slots.empty:
         return 0.0
-    stages = pipeline_depth(num_stages, training)
     cycles = slots.groupby(["replica", "step", "run"])["cycle"].nunique().sum()
-    return 1.0 - len(slots) / (stages * cycles)
+    return 1.0 - len(slots) / (depth * cycles)
 
 
 def latency_ps(events: pd.DataFrame) -> float:

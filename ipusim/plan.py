@@ -15,6 +15,8 @@ from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.work import Cost, Execution, Stage, Work
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ipusim.hardware import IPUSpec, SystemSpec
     from ipusim.run_config import RunConfig
 
@@ -134,6 +136,17 @@ class EnginePlan:
         """P: pipeline stages of a pipelined run (0 when the run is not pipelined)."""
         return len(self.pipeline)
 
-    def replica_of(self, ipu: int) -> int:
-        """The replica whose IPUs include ``ipu`` (replica r has IPUs r x IPUs per replica on)."""
+    @property
+    def items_per_call(self) -> int:
+        """Samples one call to the model processes over the engine's replicas."""
+        return self.run.replicas * self.micro_batches_per_step * self.work.micro_batch_size
+
+    def replica_of(self, ipu: int | np.ndarray) -> int | np.ndarray:
+        """The replica whose IPUs include ``ipu`` (an index, or an array of them): replica r
+        has IPUs r x IPUs per replica on."""
         return ipu // self.ipus_per_replica
+
+    def ipu_of(self, replica: int | np.ndarray, index: int | np.ndarray) -> int | np.ndarray:
+        """IPU ``index`` of ``replica`` (indices, or arrays of them): the inverse of
+        :meth:`replica_of`."""
+        return replica * self.ipus_per_replica + index

@@ -7,10 +7,12 @@ from functools import cached_property
 import pandas as pd
 from tqdm import tqdm
 
-from ipusim import analysis, metrics
+from ipusim import analysis, bottleneck, metrics, pipeline_phases
+from ipusim.bottleneck import Bottleneck, StageBalance
 from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.folding import fold_blocker, folding_enabled
 from ipusim.hardware import SystemSpec
+from ipusim.pipeline_phases import LatencyPath
 from ipusim.plan import EnginePlan
 from ipusim.recorder import Recorder
 from ipusim.run_config import RunConfig
@@ -49,8 +51,7 @@ class Timeline:
     @property
     def items(self) -> int:
         """Samples processed over all calls and replicas."""
-        return (self.steps * self.run.replicas * self.plan.micro_batches_per_step
-                * self.work.micro_batch_size)
+        return self.steps * self.plan.items_per_call
 
     @property
     def duration_ps(self) -> int:
@@ -77,8 +78,14 @@ class Timeline:
         plan = self.plan
         if not plan.pipeline:
             return 0.0
-        return float(metrics.bubble_fraction(self.events, plan.forward_stages, self.run.training,
+        return float(metrics.bubble_fraction(self.events, plan.pipeline_depth,
                                              plan.micro_batches_per_run))
+
+    def pipeline_slots(self) -> pd.DataFrame:
+        """The occupied (pipeline stage, cycle) slots of every pipeline run (empty unless
+        pipelined; see :func:`ipusim.metrics.pipeline_slots`)."""
+        return metrics.pipeline_slots(self.events, self.plan.pipeline_depth,
+                                      self.plan.micro_batches_per_run)
 
     def latency_ps(self) -> float:
         return metrics.latency_ps(self.events)
@@ -118,9 +125,38 @@ class Timeline:
         """Cycles of every program step (call), in all and per kind of event."""
         return analysis.step_cycles(self)
 
+    def memory_per_ipu(self) -> pd.DataFrame:
+        """Bytes each IPU of one replica needs, by category, against its capacity, and the
+        share of it used."""
+        return analysis.memory_per_ipu(self)
+
     def memory_per_stage(self) -> pd.DataFrame:
         """Bytes each (merged) stage needs, by category, without the runtime code."""
         return analysis.memory_per_stage(self)
+
+    # What limits the run, of ipusim.bottleneck.
+    def bottleneck(self, loader_items_per_s: float | None = None) -> Bottleneck:
+        """What limits the run, and the figures that decided it (``loader_items_per_s``: the
+        data loader's own throughput, when known)."""
+        return bottleneck.find_bottleneck(self, loader_items_per_s)
+
+    def stage_balance(self) -> StageBalance | None:
+        """The slowest and fastest stage per micro-batch (None with one stage)."""
+        return bottleneck.stage_balance(self)
+
+    # The pipeline's phases, of ipusim.pipeline_phases.
+    def cycle_times(self) -> pd.DataFrame:
+        """Start and end of every pipeline cycle (columns step, run, cycle, start_ps, end_ps)."""
+        return pipeline_phases.cycle_times(self)
+
+    def pipeline_phases(self) -> pd.DataFrame:
+        """Ramp-up, main and ramp-down of every pipeline run: their cycles and times (empty
+        unless pipelined)."""
+        return pipeline_phases.pipeline_phases(self)
+
+    def latency_path(self, step: int | None = None) -> LatencyPath | None:
+        """The micro-batch whose latency Fig 4.1 marks, in ``step`` (default: the first)."""
+        return pipeline_phases.latency_path(self, step)
 
 
 class Simulation:
@@ -189,7 +225,7 @@ class Simulation:
     def timeline(self) -> Timeline:
         """The events so far, as a :class:`Timeline`."""
         copies = self.run.replicas if self.folded else 1
-        events = self.recorder.to_frame(self.plan.ipus_per_replica, self.instance, copies)
+        events = self.recorder.to_frame(self.plan, self.instance, copies)
         return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance,
                         self.plan)
 
@@ -200,18 +236,18 @@ def job_timeline(timelines: list[Timeline]) -> Timeline:
     a system wide enough for all of them."""
     ordered = sorted(timelines, key=lambda timeline: timeline.instance)
     first, count = ordered[0], len(ordered)
+    run = replace(first.run, replicas=first.run.replicas * count, instances=1)
+    system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
+    plan = EnginePlan.build(first.work, run, system, first.plan.cost)
     frames = []
     for position, timeline in enumerate(ordered):
         events = timeline.events.copy()
         events["ipu"] += position * first.num_ipus
-        events["replica"] += position * first.run.replicas
+        events["replica"] = plan.replica_of(events["ipu"])
         frames.append(events)
     events = pd.concat(frames, ignore_index=True).sort_values(
         ["start_ps", "ipu"], kind="stable", ignore_index=True)
-    run = replace(first.run, replicas=first.run.replicas * count, instances=1)
-    system = replace(first.system, num_ipus=max(first.system.num_ipus, first.num_ipus * count))
-    return Timeline(events, first.work, run, system, first.steps, instance=0,
-                    plan=EnginePlan.build(first.work, run, system, first.plan.cost))
+    return Timeline(events, first.work, run, system, first.steps, instance=0, plan=plan)
 
 
 def simulate(work: Work, run: RunConfig = RunConfig(), system: SystemSpec = SystemSpec(),

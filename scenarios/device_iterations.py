@@ -12,6 +12,7 @@ import argparse
 import sys
 
 import poptorch
+from ipusim.event_kinds import HOST_CALL
 
 from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 
@@ -29,7 +30,7 @@ def train(dataset, device_iterations, max_steps, verbose):
                                                                 verbose)
     summary = poptorch_model.timeline.summary()
     events = poptorch_model.timeline.events
-    host_calls = events[(events["kind"] == "host_call") & (events["ipu"] == 0)]
+    host_calls = events[(events["kind"] == HOST_CALL) & (events["ipu"] == 0)]
     host_call_us = float((host_calls["end_ps"] - host_calls["start_ps"]).sum()) / 1e6 / calls
     per_call_us = summary["duration(ms)"] * 1e3 / calls
     items_per_call = model_batch_size * device_iterations

@@ -11,6 +11,7 @@ in weight updates ("update/compute" in the table).
 import argparse
 
 import poptorch
+from ipusim.event_kinds import BACKWARD, FORWARD, WEIGHT_UPDATE
 
 from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 
@@ -32,8 +33,8 @@ def train(dataset, device_iterations, accumulation, max_steps, verbose):
 
     summary = poptorch_model.timeline.summary()
     events = poptorch_model.timeline.events
-    updates = events[events["kind"] == "weight_update"]
-    compute = events[events["kind"].isin(["forward", "backward", "weight_update"])]
+    updates = events[events["kind"] == WEIGHT_UPDATE]
+    compute = events[events["kind"].isin([FORWARD, BACKWARD, WEIGHT_UPDATE])]
     update_share = float((updates["end_ps"] - updates["start_ps"]).sum()
                          / (compute["end_ps"] - compute["start_ps"]).sum())
     print(f"gradientAccumulation({accumulation}): {calls} calls of "

@@ -1,11 +1,11 @@
 """Profiling reports of a simulated run: HTML, autoReport directory, Chrome trace, text.
 
 All of them read a :class:`ipusim.Timeline` and the figures it computes
-(:mod:`ipusim.analysis`; ``memory_per_stage`` and ``step_cycles`` are re-exported
-here for code that imported them from this package); none of them simulates
-or computes a figure of its own. The
-plotting is kept here, away from the simulator, so ``ipusim`` itself never
-needs plotly.
+(:mod:`ipusim.analysis`, :mod:`ipusim.pipeline_phases`, :mod:`ipusim.bottleneck`;
+``memory_per_stage`` and ``step_cycles`` are re-exported here for code that
+imported them from this package); none of them simulates or computes a figure
+of its own. The plotting is kept here, away from the simulator, so ``ipusim``
+itself never needs plotly.
 """
 from ipusim.analysis import memory_per_stage, step_cycles
 from ipusim.report.autoreport import (
@@ -18,14 +18,13 @@ from ipusim.report.autoreport import (
 from ipusim.report.chrome_trace import chrome_trace, write_chrome_trace
 from ipusim.report.figures import memory_figure, timeline_figure, utilisation_figure
 from ipusim.report.html import render_html, write_html
-from ipusim.report.phases import latency_path, pipeline_phases
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
 
 __all__ = [
-    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace", "latency_path",
+    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace",
     "load_autoreport", "load_profile", "memory_figure", "memory_per_stage",
-    "outputs_from_engine_options", "pipeline_phases", "render_html", "step_cycles",
+    "outputs_from_engine_options", "render_html", "step_cycles",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",
     "write_chrome_trace", "write_html",
 ]

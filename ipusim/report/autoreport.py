@@ -29,7 +29,7 @@ import pandas as pd
 from ipusim.analysis import reported_figures
 from ipusim.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
-from ipusim.memory import memory_per_ipu
+from ipusim.memory import fits
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.html import write_html
 from ipusim.report.summary import text_summary
@@ -149,7 +149,7 @@ def load_autoreport(directory: str | Path) -> Timeline:
 
 def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
              verdict) -> dict:
-    per_ipu = memory_per_ipu(timeline.work, timeline.run, timeline.system)
+    per_ipu = timeline.memory_per_ipu()
     steps = timeline.step_cycles()
     return {
         "format": FORMAT, "version": VERSION,
@@ -159,7 +159,7 @@ def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None
         "memory": {
             "per_ipu": per_ipu.reset_index().to_dict("records"),
             "per_stage": timeline.memory_per_stage().reset_index().to_dict("records"),
-            "fits": bool((per_ipu["total"] <= per_ipu["capacity"]).all()),
+            "fits": fits(per_ipu),
         },
         "execution": {
             "clock_hz": timeline.system.ipu.clock_hz,

@@ -29,6 +29,7 @@ from ipusim.event_kinds import (
     KIND,
     LANES,
 )
+from ipusim.metrics import step_spans
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.simulation import Timeline
@@ -97,10 +98,10 @@ def _metadata(timeline: Timeline) -> list[dict]:
             tid = _link_tid(link, direction)
             out += [_meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
                     _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
-    per_replica = timeline.work.ipus_per_replica
     for ipu in range(timeline.num_ipus):
         pid = ipu_pid(ipu)
-        out += [_meta("process_name", pid, 0, name=f"IPU {ipu} (replica {ipu // per_replica})"),
+        replica = timeline.plan.replica_of(ipu)
+        out += [_meta("process_name", pid, 0, name=f"IPU {ipu} (replica {replica})"),
                 _meta("process_sort_index", pid, 0, sort_index=pid)]
         for lane, tid in _LANE_TID.items():
             out += [_meta("thread_name", pid, tid, name=lane),
@@ -143,20 +144,18 @@ def _aggregate_slices(boxes: pd.DataFrame) -> list[dict]:
 def _host_slices(timeline: Timeline, detailed: pd.DataFrame) -> list[dict]:
     """The calls to the model (all of them) and each host link's transfers (those
     shown one by one), on the host process."""
-    events = timeline.events
     out = []
-    grouped = events.groupby("step")
-    for step, start, end in zip(grouped.groups, grouped["start_ps"].min(), grouped["end_ps"].max()):
+    spans = step_spans(timeline.events)
+    for step, start, end in zip(spans.index, spans["start_ps"], spans["end_ps"]):
         out.append({"ph": "X", "name": f"step {step}", "cat": "step", "pid": HOST_PID,
                     "tid": CALLS_TID, "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
                     "args": {"step": int(step)}})
     copies = detailed[detailed["kind"].isin(HOST_TRANSFER_KINDS)]
-    per_link = timeline.system.ipus_per_host_link
     for kind, start, end, ipu, nbytes, mb in zip(
             copies["kind"].astype(str), copies["start_ps"].tolist(), copies["end_ps"].tolist(),
             copies["ipu"].tolist(), copies["bytes"].tolist(), copies["micro_batch"].tolist()):
         out.append({"ph": "X", "name": f"{lanes.NAMES[kind]} IPU {ipu}", "cat": kind,
-                    "pid": HOST_PID, "tid": _link_tid(ipu // per_link, kind),
+                    "pid": HOST_PID, "tid": _link_tid(timeline.system.host_link_of(ipu), kind),
                     "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
                     "args": {"ipu": ipu, "bytes": nbytes, "micro_batch": mb}})
     return out

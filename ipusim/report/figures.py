@@ -17,9 +17,9 @@ import plotly.graph_objects as go
 from ipusim.analysis import MEMORY_PARTS
 from ipusim.cost_model import PS_PER_US
 from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, KINDS, SYNC_WAIT
-from ipusim.memory import memory_per_ipu
+from ipusim.metrics import step_spans
+from ipusim.pipeline_phases import PHASES
 from ipusim.report import lanes
-from ipusim.report.phases import PHASES, latency_path, pipeline_phases
 from ipusim.report.summary import execution_text
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
@@ -64,7 +64,7 @@ def plotted_window(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PER
         if len(starts) > max_events_per_lane:
             cutoff = min(cutoff, float(np.sort(starts.to_numpy())[max_events_per_lane]))
     if np.isfinite(cutoff):
-        step_ends = events.groupby("step")["end_ps"].max()
+        step_ends = step_spans(events)["end_ps"]
         whole = step_ends[step_ends <= cutoff]
         if len(whole):
             events = events[events["step"] <= whole.index.max()]
@@ -92,7 +92,7 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
     ``BOXES_ACROSS`` of the view.
     """
     first, last = float(events["start_ps"].min()), float(events["end_ps"].max())
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     phases = phases[phases["step"].isin(set(events["step"]))]
     if len(phases):
         runs = phases.groupby(["step", "run"]).agg(start=("start_ps", "min"),
@@ -113,7 +113,7 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
     per_row = compute.groupby("ipu")["start_ps"]
     crowded = (float(per_row.nth(max_boxes_per_row).min())
                if per_row.size().max() > max_boxes_per_row else np.inf)
-    step_ends = np.sort(events.groupby("step")["end_ps"].max().to_numpy())
+    step_ends = np.sort(step_spans(events)["end_ps"].to_numpy())
     whole = step_ends[step_ends <= min(first + BOXES_ACROSS * median, crowded)]
     if len(whole):  # whole steps fit
         if whole[-1] >= last:
@@ -134,7 +134,7 @@ def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, lis
     positions, ticks, names = {}, [], []
     row = 0
     for ipu in ipus:
-        replica = ipu // timeline.work.ipus_per_replica
+        replica = timeline.plan.replica_of(ipu)
         for lane in shown:
             positions[(ipu, lane)] = row
             ticks.append(row)
@@ -225,7 +225,7 @@ def _describe(timeline: Timeline) -> str:
 def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list,
             notes: list, view: tuple[float, float, str] | None) -> None:
     """Shade ramp-up / main / ramp-down and label those in the opening view above the plot."""
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     if phases.empty:
         return
     phases = phases[phases["step"].isin(set(events["step"]))
@@ -253,7 +253,7 @@ def _latency(timeline: Timeline, events: pd.DataFrame, rows: np.ndarray, traces:
              notes: list, view: tuple[float, float, str] | None) -> None:
     """Outline one micro-batch's boxes and draw its latency as an arrow above the rows,
     labelled from the arrow's end nearer the middle of the view, so the label stays in it."""
-    path = latency_path(timeline, int(events["step"].min()) if len(events) else None)
+    path = timeline.latency_path(int(events["step"].min()) if len(events) else None)
     if path is None or path.end_ps > events["end_ps"].max():
         return
     mine = ((events["micro_batch"] == path.micro_batch) & (events["step"] == path.step)
@@ -299,7 +299,7 @@ def utilisation_figure(timeline: Timeline, max_ipus: int = 64) -> go.Figure:
 
 def memory_figure(timeline: Timeline) -> go.Figure:
     """SRAM needed on each IPU of a replica, by category, against its capacity."""
-    table = memory_per_ipu(timeline.work, timeline.run, timeline.system)
+    table = timeline.memory_per_ipu()
     labels = [f"IPU {ipu}" for ipu in table.index]
     fig = go.Figure()
     for part, colour in zip(MEMORY_PARTS, _MEMORY_COLOURS):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ipusim.analysis import MEMORY_PARTS, grouped_steps
-from ipusim.memory import memory_per_ipu
+from ipusim.analysis import MEMORY_PARTS, cycles_by_kind, grouped_steps
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
@@ -83,9 +82,9 @@ def execution_text(timeline: Timeline) -> str:
 
 
 def _memory(timeline: Timeline) -> str:
-    per_ipu = memory_per_ipu(timeline.work, timeline.run, timeline.system)
+    per_ipu = timeline.memory_per_ipu()
     table = per_ipu[list(MEMORY_PARTS) + ["total", "capacity"]] / MB
-    table["used"] = (per_ipu["total"] / per_ipu["capacity"]).map("{:.1%}".format)
+    table["used"] = per_ipu["used"].map("{:.1%}".format)
     stages = timeline.memory_per_stage()
     stage_table = stages[list(MEMORY_PARTS) + ["total"]] / MB
     stage_table.insert(0, "ipu", stages["ipu"])
@@ -109,9 +108,7 @@ def _execution(timeline: Timeline) -> str:
         + _indent(shown.to_string(index=False, float_format="{:,.3f}".format), 4))
     if len(grouped) > MAX_STEP_ROWS:
         text += f"\n    ... {len(grouped) - MAX_STEP_ROWS} more row(s)"
-    kinds = [c for c in steps.columns if c.endswith("_cycles") and c != "start_cycle"]
-    per_kind = steps[kinds].sum()
-    per_kind.index = [name.removesuffix("_cycles") for name in kinds]
+    per_kind = cycles_by_kind(steps)
     text += ("\n\n  Cycles by kind of event (mean per IPU, all steps):\n"
              + "\n".join(f"    {kind:<16}{cycles:>16,}" for kind, cycles in per_kind.items()))
     return text

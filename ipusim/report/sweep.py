@@ -1,6 +1,6 @@
 """The sweep report: one offline HTML page to choose a configuration from.
 
-It reads a sweep's results table (a row per point, see
+It reads a sweep's results table (a row per point, and its Pareto front: see
 :mod:`ipusim.design_point`) and draws what people choose by: throughput
 against IPUs, the Pareto front of throughput against memory, and the
 pipeline bubble against gradient accumulation, above the table of every
@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from ipusim.design_point import pareto_front
 from ipusim.report.html import _PLOT_CONFIG, _STYLE
 
 THROUGHPUT, MEMORY, GA = "throughput(items/s)", "memory_max(MB)", "Training.gradientAccumulation"
@@ -39,19 +40,6 @@ table.points td, table.points th { padding: 0.15rem 0.6rem; border-bottom: 1px s
 table.points tr.pareto { background: #eef6ee; }
 table.points tr.invalid { color: #999; }
 """
-
-
-def pareto_front(table: pd.DataFrame) -> pd.Index:
-    """Rows no other valid row beats on both throughput (higher) and memory
-    (lower): the choices worth making. Invalid rows (with an error) are out."""
-    valid = table[table["error"].isna() & table[THROUGHPUT].notna()]
-    ordered = valid.sort_values([MEMORY, THROUGHPUT], ascending=[True, False], kind="stable")
-    front, best = [], float("-inf")
-    for index, row in ordered.iterrows():
-        if row[THROUGHPUT] > best:
-            front.append(index)
-            best = row[THROUGHPUT]
-    return pd.Index(front)
 
 
 def settings_columns(table: pd.DataFrame) -> list[str]:

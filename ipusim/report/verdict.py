@@ -1,31 +1,18 @@
-"""The bottleneck verdict: what limits a run, and the tutorial's advice for it.
+"""The bottleneck verdict: what limits a run, in words, and the tutorial's advice for it.
 
-Every overhead is a figure of the report, a share of the simulated span: the
-busiest host link's occupancy (or the IPUs' share of time in stream copies),
-the IPUs' wait for the host's round trip between calls, the pipeline bubble
-and the time IPUs wait in syncs beyond the bubble (IPUs idle through a
-pipeline's bubble at its exchange syncs). The largest one above its threshold
-is the bottleneck, and its headline quotes the figure that won; a data loader
-slower than the simulated device beats them all (seed 002: compare the
-loader's throughput with the model's), and with no overhead above its
-threshold the run is compute-bound.
+Which overhead limits the run, and the figures behind it, is an analysis of
+the timeline (:meth:`ipusim.Timeline.bottleneck`, :mod:`ipusim.bottleneck`);
+this module only words it: a headline quoting the figure that won, and the
+advice of the tutorials for that kind of bottleneck.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ipusim.report.phases import micro_batches_per_run, pipeline_depth
+from ipusim.bottleneck import Bottleneck
 from ipusim.simulation import Timeline
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Execution
-
-VERDICTS = ("data_loader", "host_link", "host_round_trip", "sync", "compute",
-            "pipeline_bubble")
-HOST_LINK_THRESHOLD = 0.25   # busiest host link occupied (or IPUs copying) a quarter of the time
-ROUND_TRIP_THRESHOLD = 0.25  # IPUs waiting for the host between calls a quarter of the time
-BUBBLE_THRESHOLD = 0.2       # a fifth of the pipeline's (stage, cycle) slots idle
-SYNC_THRESHOLD = 0.25        # IPUs waiting in syncs a quarter of the time
-BALANCED_RATIO = 1.1         # slowest / fastest stage time below which stages count as balanced
 
 
 @dataclass(frozen=True)
@@ -53,38 +40,14 @@ class Verdict:
 
 def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> Verdict:
     """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own throughput."""
-    if loader_items_per_s is not None and not loader_items_per_s > 0:
-        raise ValueError(f"loader_items_per_s must be a positive number of items per second, "
-                         f"got {loader_items_per_s!r}; leave it None when unknown")
-    figures = timeline.figures()
-    numbers = dict(
-        device_items_per_s=figures["throughput(items/s)"], loader_items_per_s=loader_items_per_s,
-        utilisation=figures["utilisation"], host_io_share=figures["host_io_share"],
-        host_link_occupancy=figures["host_link_occupancy"],
-        host_call_share=figures["host_round_trip_share"],
-        sync_wait_share=figures["sync_wait_share"], bubble_fraction=figures["bubble_fraction"])
-    if loader_items_per_s is not None and loader_items_per_s < numbers["device_items_per_s"]:
-        kind = "data_loader"
-    else:
-        # Each score is a figure of the report, so the verdict follows the numbers shown.
-        scores = {
-            "host_link": (max(numbers["host_link_occupancy"], numbers["host_io_share"]),
-                          HOST_LINK_THRESHOLD),
-            "host_round_trip": (numbers["host_call_share"], ROUND_TRIP_THRESHOLD),
-            "pipeline_bubble": (numbers["bubble_fraction"], BUBBLE_THRESHOLD),
-            # In a pipeline the IPUs idle through the bubble at the exchange syncs:
-            # only the waits the bubble does not explain point at the sync pattern.
-            "sync": (numbers["sync_wait_share"] - numbers["bubble_fraction"], SYNC_THRESHOLD),
-        }
-        over = {name: score for name, (score, limit) in scores.items() if score >= limit}
-        kind = max(over, key=over.get) if over else "compute"
-    headline, advice = _ADVICE[kind](timeline, numbers)
-    return Verdict(kind=kind, headline=headline, advice=tuple(advice), **numbers)
+    found = timeline.bottleneck(loader_items_per_s)
+    headline, advice = _ADVICE[found.kind](timeline, found)
+    return Verdict(kind=found.kind, headline=headline, advice=tuple(advice), **found.figures())
 
 
-def _data_loader(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
-    return (f"The data loader ({n['loader_items_per_s']:,.0f} items/s) is slower than the "
-            f"simulated IPUs ({n['device_items_per_s']:,.0f} items/s): the IPUs wait for data.", [
+def _data_loader(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+    return (f"The data loader ({n.loader_items_per_s:,.0f} items/s) is slower than the "
+            f"simulated IPUs ({n.device_items_per_s:,.0f} items/s): the IPUs wait for data.", [
         "Use the asynchronous mode: poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async) "
         "loads the next batches in a worker process while the IPUs run.",
         "Increase the global batch size or the number of device iterations "
@@ -97,8 +60,8 @@ def _data_loader(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
     ])
 
 
-def _round_trip_advice(n: dict) -> str:
-    return (f"Each call to the model costs a host round trip ({n['host_call_share']:.0%} of "
+def _round_trip_advice(n: Bottleneck) -> str:
+    return (f"Each call to the model costs a host round trip ({n.host_call_share:.0%} of "
             "the time here): more device iterations (opts.deviceIterations) run more of the "
             "loop on the IPU per call and pay it once.")
 
@@ -108,10 +71,10 @@ _SYNTHETIC_ADVICE = ("Compare with synthetic data (opts.enableSyntheticData(True
                      "syncs with the host.")
 
 
-def _host_round_trip(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
+def _host_round_trip(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
     return (f"The host round trip between calls is the bottleneck: the IPUs spend "
-            f"{n['host_call_share']:.0%} of the time waiting for the host between calls and "
-            f"{n['host_io_share']:.0%} in stream copies.", [
+            f"{n.host_call_share:.0%} of the time waiting for the host between calls and "
+            f"{n.host_io_share:.0%} in stream copies.", [
         _round_trip_advice(n),
         "A larger global batch (micro-batch size, gradient accumulation, replicas) also "
         "spreads each round trip over more samples.",
@@ -119,17 +82,17 @@ def _host_round_trip(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
     ])
 
 
-def _host_link(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
+def _host_link(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
     per_link = timeline.system.ipus_per_host_link
-    if n["host_link_occupancy"] >= n["host_io_share"]:
+    if n.host_link_occupancy >= n.host_io_share:
         headline = (f"The host link is the bottleneck: the busiest link is occupied "
-                    f"{n['host_link_occupancy']:.0%} of the time and the IPUs spend "
-                    f"{n['host_io_share']:.0%} of theirs in stream copies.")
+                    f"{n.host_link_occupancy:.0%} of the time and the IPUs spend "
+                    f"{n.host_io_share:.0%} of theirs in stream copies.")
     else:
-        headline = (f"Host I/O is the bottleneck: the IPUs spend {n['host_io_share']:.0%} of "
+        headline = (f"Host I/O is the bottleneck: the IPUs spend {n.host_io_share:.0%} of "
                     f"the time in stream copies (the busiest host link is occupied "
-                    f"{n['host_link_occupancy']:.0%} of the time).")
-    advice = [_round_trip_advice(n)] if n["host_call_share"] >= 0.05 else []
+                    f"{n.host_link_occupancy:.0%} of the time).")
+    advice = [_round_trip_advice(n)] if n.host_call_share >= 0.05 else []
     return (headline, [
         _SYNTHETIC_ADVICE,
         f"{per_link} IPUs share each host link here ({timeline.run.replicas} replica(s)): fewer "
@@ -142,38 +105,36 @@ def _host_link(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
     ] + advice)
 
 
-def _pipeline_bubble(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
-    p, m = pipeline_depth(timeline), micro_batches_per_run(timeline)
+def _pipeline_bubble(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+    p, m = timeline.plan.pipeline_depth, timeline.plan.micro_batches_per_run
     advice = [
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
-        f"{n['bubble_fraction']:.0%}: raise the gradient accumulation "
+        f"{n.bubble_fraction:.0%}: raise the gradient accumulation "
         "(opts.Training.gradientAccumulation) to widen the main phase."
         if timeline.run.training else
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
-        f"{n['bubble_fraction']:.0%}: raise the device iterations (opts.deviceIterations).",
+        f"{n.bubble_fraction:.0%}: raise the device iterations (opts.deviceIterations).",
         "Fewer pipeline stages (fewer IPUs per replica, more replicas) also shrink the bubble.",
     ]
     advice.append(_balance_advice(timeline))
-    return (f"The pipeline bubble leaves {n['bubble_fraction']:.0%} of the pipeline slots idle "
+    return (f"The pipeline bubble leaves {n.bubble_fraction:.0%} of the pipeline slots idle "
             "in ramp-up and ramp-down.", advice)
 
 
 def _balance_advice(timeline: Timeline) -> str:
-    times = timeline.stage_times_us()
-    if len(times) < 2:
+    balance = timeline.stage_balance()
+    if balance is None:
         return "Balance the stages so that each IPU takes about the same time per micro-batch."
-    slowest, fastest = max(times, key=times.get), min(times, key=times.get)
-    ratio = times[slowest] / max(times[fastest], 1e-9)
-    if ratio < BALANCED_RATIO:
-        return (f"The stages are balanced (the slowest takes {ratio:.2f}x the fastest per "
-                "micro-batch): moving layers between them will not help.")
+    if balance.balanced:
+        return (f"The stages are balanced (the slowest takes {balance.ratio:.2f}x the fastest "
+                "per micro-batch): moving layers between them will not help.")
     why = ("the slowest stage sets the pace of every cycle" if timeline.run.execution
            is Execution.PIPELINED else "the next stage cannot start until it ends")
-    return (f"Rebalance the stages: stage {slowest} takes {times[slowest]:,.1f} µs per "
-            f"micro-batch, {ratio:.1f}x stage {fastest}; {why}.")
+    return (f"Rebalance the stages: stage {balance.slowest} takes {balance.slowest_us:,.1f} µs "
+            f"per micro-batch, {balance.ratio:.1f}x stage {balance.fastest}; {why}.")
 
 
-def _sync(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
+def _sync(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
     run = timeline.run
     advice = []
     if run.execution is Execution.SHARDED and timeline.work.ipus_per_replica > 1:
@@ -194,17 +155,17 @@ def _sync(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
                       "between host I/O and compute, the ping-pong parallel phased execution "
                       "is made for.")
     advice.append(_balance_advice(timeline))
-    return (f"The IPUs spend {n['sync_wait_share']:.0%} of the time waiting in syncs "
+    return (f"The IPUs spend {n.sync_wait_share:.0%} of the time waiting in syncs "
             f"(sync pattern {run.sync_pattern.value}).", advice)
 
 
-def _compute(timeline: Timeline, n: dict) -> tuple[str, list[str]]:
-    if n["utilisation"] >= 0.5:
-        headline = f"Compute-bound: the IPUs compute {n['utilisation']:.0%} of the time."
+def _compute(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+    if n.utilisation >= 0.5:
+        headline = f"Compute-bound: the IPUs compute {n.utilisation:.0%} of the time."
     else:
-        headline = (f"No single overhead stands out: the IPUs compute {n['utilisation']:.0%} of "
-                    f"the time, with {n['host_io_share'] + n['host_call_share']:.0%} on the host, "
-                    f"{n['sync_wait_share']:.0%} in syncs and the rest in copies or idle.")
+        headline = (f"No single overhead stands out: the IPUs compute {n.utilisation:.0%} of "
+                    f"the time, with {n.host_io_share + n.host_call_share:.0%} on the host, "
+                    f"{n.sync_wait_share:.0%} in syncs and the rest in copies or idle.")
     return (headline, [
         "Throughput scales with more replicas (opts.replicationFactor) as long as the host "
         "link and the data loader keep up: check both after replicating.",

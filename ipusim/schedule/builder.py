@@ -1,14 +1,25 @@
 """The program builder: emits one replica's schedule into every replica's IPUs.
 
 The schedules (sharded, pipelined, phased) speak in logical IPUs of one
-replica; the builder maps them to physical IPUs (replica r, IPU i ->
-``r * ipus_per_replica + i``), prices every instruction with the cost model
+replica; the builder maps them to physical IPUs (replica r's IPU i is the
+plan's ``ipu_of(r, i)``), prices every instruction with the cost model
 and adds the sync groups the sync pattern asks for.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from ipusim.event_kinds import (
+    ALL_REDUCE,
+    BACKWARD,
+    FORWARD,
+    HOST_CALL,
+    IPU_COPY,
+    RECOMPUTE,
+    STREAM_IN,
+    STREAM_OUT,
+    WEIGHT_UPDATE,
+)
 from ipusim.hardware import SystemSpec
 from ipusim.plan import EnginePlan
 from ipusim.program import Busy, Exchange, HostIO, Instruction
@@ -48,19 +59,19 @@ class ProgramBuilder:
         self._gs2 = gs2_group(self.simulated_ipus)
         self._ipu_sync = cost.ipu_sync_ps(spec.ipu)
         # The hot path emits millions of instructions: what repeats is worked out once.
-        self._programs_of = [[self.programs[ipu] for ipu in self._physical(logical)]
-                             for logical in range(self.ipus_per_replica)]
+        # Each logical IPU's physical IPUs, one per simulated replica, and their programs.
+        replicas = 1 if folded else run.replicas
+        self._physical = [[plan.ipu_of(replica, logical) for replica in range(replicas)]
+                          for logical in range(self.ipus_per_replica)]
+        self._programs_of = [[self.programs[ipu] for ipu in ipus] for ipus in self._physical]
         self._passes = {(kind, index): (work, duration, label(kind, index, work.bytes, work.flops),
                                         self._programs_of[self.stages[index].ipu])
                         for index, price in enumerate(self.prices)
                         for kind, work, duration in (
-                            ("forward", price.forward, price.forward_ps),
-                            ("backward", price.backward, price.backward_ps),
-                            ("recompute", price.recompute, price.recompute_ps))}
+                            (FORWARD, price.forward, price.forward_ps),
+                            (BACKWARD, price.backward, price.backward_ps),
+                            (RECOMPUTE, price.recompute, price.recompute_ps))}
         self._copy_ps: dict[int, int] = {}
-
-    def _physical(self, logical_ipu: int) -> range:
-        return range(logical_ipu, self.simulated_ipus, self.ipus_per_replica)
 
     # Compute ---------------------------------------------------------------
     def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
@@ -96,19 +107,19 @@ class ProgramBuilder:
                 grads[self.stages[index].ipu] += self.stages[index].weight_bytes
             times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
                      for g in grads]
-            self._collective("all_reduce", max(times), times, grads, cycle)
+            self._collective(ALL_REDUCE, max(times), times, grads, cycle)
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
-            self.stream("stream_in", index, offloaded, cycle)
-            self.busy(self.stages[index].ipu, "weight_update", index, -1, cycle,
+            self.stream(STREAM_IN, index, offloaded, cycle)
+            self.busy(self.stages[index].ipu, WEIGHT_UPDATE, index, -1, cycle,
                       price.update_ps, price.update)
-            self.stream("stream_out", index, offloaded, cycle)
+            self.stream(STREAM_OUT, index, offloaded, cycle)
 
     def load_offloaded_weights(self) -> None:
         """Weights kept in streaming memory come on chip before an iteration's forward."""
         if self.run.offload.weights:
             for index, stage in enumerate(self.stages):
-                self.stream("stream_in", index, stage.weight_bytes, -1)
+                self.stream(STREAM_IN, index, stage.weight_bytes, -1)
 
     def _offloaded_state(self, index: int) -> int:
         """Bytes of a stage's update state that live in streaming memory.
@@ -133,7 +144,7 @@ class ProgramBuilder:
     def host_call(self) -> None:
         """The host's round trip that starts every call: all IPUs wait for it."""
         overhead = self.cost.call_overhead_ps
-        self._collective("host_call", overhead, [overhead] * self.ipus_per_replica,
+        self._collective(HOST_CALL, overhead, [overhead] * self.ipus_per_replica,
                          [0] * self.ipus_per_replica, -1, sync=0)
 
     def host_input(self, micro_batch: int, cycle: int = -1) -> None:
@@ -152,7 +163,7 @@ class ProgramBuilder:
         if self.run.synthetic_data or (h2d_bytes == 0 and d2h_bytes == 0):
             return
         pattern, n = self.run.sync_pattern, self.num_ipus
-        active = set(self._physical(logical_ipu))
+        active = set(self._physical[logical_ipu])
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
@@ -187,8 +198,8 @@ class ProgramBuilder:
             tag = first[logical]
             stage, mb = (tag.stage, tag.micro_batch) if tag else (-1, -1)
             ins = Exchange(self._gs2, self._ipu_sync, phase, times[logical], nbytes[logical],
-                           stage, mb, self.step, cycle, "ipu_copy",
-                           label("ipu_copy", stage, nbytes[logical]))
+                           stage, mb, self.step, cycle, IPU_COPY,
+                           label(IPU_COPY, stage, nbytes[logical]))
             for program in self._programs_of[logical]:
                 program.append(ins)
 
@@ -204,5 +215,5 @@ class ProgramBuilder:
         for logical in range(self.ipus_per_replica):
             ins = Exchange(self._gs2, sync, phase, times[logical], nbytes[logical],
                            -1, -1, self.step, cycle, kind, label(kind, -1, nbytes[logical]))
-            for ipu in self._physical(logical):
-                self.programs[ipu].append(ins)
+            for program in self._programs_of[logical]:
+                program.append(ins)

@@ -21,6 +21,7 @@ host exchange of the computing group waits for the streaming one.
 """
 from __future__ import annotations
 
+from ipusim.event_kinds import BACKWARD, FORWARD, STREAM_IN, STREAM_OUT
 from ipusim.schedule.builder import Copy, ProgramBuilder
 from ipusim.work import Execution
 
@@ -46,7 +47,7 @@ class _OnChip:
         nbytes = 0 if held else stage.weight_bytes
         if optimizer and not (held and self.with_optimizer[stage.ipu]):
             nbytes += stage.optimizer_bytes
-        self.b.stream("stream_in", k, nbytes)
+        self.b.stream(STREAM_IN, k, nbytes)
         self.with_optimizer[stage.ipu] = optimizer or (held and self.with_optimizer[stage.ipu])
         self.phase[stage.ipu] = k
 
@@ -72,11 +73,11 @@ def emit_phased(b: ProgramBuilder) -> None:
             for mb in mbs:
                 if k == 0:
                     b.host_input(mb)
-                b.compute("forward", k, mb)
+                b.compute(FORWARD, k, mb)
                 if k == last:
                     b.host_output(mb)
             if run.training and run.stash_off_chip:
-                b.stream("stream_out", k, stage.stash_bytes * len(mbs))
+                b.stream(STREAM_OUT, k, stage.stash_bytes * len(mbs))
             if k < last and stages[k + 1].ipu != stage.ipu:
                 b.exchange([Copy(stage.ipu, stage.activation_bytes * len(mbs), k, mbs[0])])
         if not run.training:
@@ -87,15 +88,15 @@ def emit_phased(b: ProgramBuilder) -> None:
             if elsewhere(k, k - 1):
                 on_chip.load(k - 1, optimizer=True)
             if run.stash_off_chip:
-                b.stream("stream_in", k, stage.stash_bytes * len(mbs))
+                b.stream(STREAM_IN, k, stage.stash_bytes * len(mbs))
             for mb in mbs:
-                b.compute("backward", k, mb)
+                b.compute(BACKWARD, k, mb)
             # The gradients of phase k - 1's outputs, when they cross to another IPU.
             gradients = ([Copy(stage.ipu, stages[k - 1].activation_bytes * len(mbs), k, mbs[0])]
                          if k > 0 and stages[k - 1].ipu != stage.ipu else [])
             if gradients and parallel:  # the next phase starts while this one updates
                 b.exchange(gradients)
             b.weight_update([k])
-            b.stream("stream_out", k, stage.weight_bytes + stage.optimizer_bytes)
+            b.stream(STREAM_OUT, k, stage.weight_bytes + stage.optimizer_bytes)
             if gradients and not parallel:
                 b.exchange(gradients)

@@ -11,6 +11,7 @@ GS2. Training flushes the pipeline before the weight update.
 """
 from __future__ import annotations
 
+from ipusim.event_kinds import BACKWARD, FORWARD, RECOMPUTE
 from ipusim.plan import PipelineStage, pipeline_stages
 from ipusim.schedule.builder import Copy, ProgramBuilder
 
@@ -35,13 +36,13 @@ def emit_pipelined(b: ProgramBuilder) -> None:
                     continue
                 k, ipu = ps.stage, stages[ps.stage].ipu
                 if ps.forward:
-                    b.compute("forward", k, base + m, cycle)
+                    b.compute(FORWARD, k, base + m, cycle)
                     if k < last and stages[k + 1].ipu != ipu:
                         copies.append(Copy(ipu, stages[k].activation_bytes, k, base + m))
                 if ps.backward:
                     if run.recompute and not ps.forward:
-                        b.compute("recompute", k, base + m, cycle)
-                    b.compute("backward", k, base + m, cycle)
+                        b.compute(RECOMPUTE, k, base + m, cycle)
+                    b.compute(BACKWARD, k, base + m, cycle)
                     if k > 0 and stages[k - 1].ipu != ipu:
                         copies.append(Copy(ipu, stages[k - 1].activation_bytes, k, base + m))
             out = cycle - last

@@ -8,6 +8,7 @@ count of micro-batches the weights are updated.
 """
 from __future__ import annotations
 
+from ipusim.event_kinds import BACKWARD, FORWARD, RECOMPUTE
 from ipusim.schedule.builder import Copy, ProgramBuilder
 
 
@@ -21,7 +22,7 @@ def emit_sharded(b: ProgramBuilder) -> None:
             mb = iteration * run.gradient_accumulation + g
             b.host_input(mb)
             for k, stage in enumerate(stages):
-                b.compute("forward", k, mb)
+                b.compute(FORWARD, k, mb)
                 if k < last and stages[k + 1].ipu != stage.ipu:
                     b.exchange([Copy(stage.ipu, stage.activation_bytes, k, mb)])
             b.host_output(mb)
@@ -29,8 +30,8 @@ def emit_sharded(b: ProgramBuilder) -> None:
                 continue
             for k in range(last, -1, -1):
                 if run.recompute:
-                    b.compute("recompute", k, mb)
-                b.compute("backward", k, mb)
+                    b.compute(RECOMPUTE, k, mb)
+                b.compute(BACKWARD, k, mb)
                 if k > 0 and stages[k - 1].ipu != stages[k].ipu:
                     b.exchange([Copy(stages[k].ipu, stages[k - 1].activation_bytes, k, mb)])
         if run.training:

@@ -1,10 +1,18 @@
 """SRAM per IPU: stash depth, recomputation, offloading, and the out-of-memory error."""
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from ipusim import Cost, CostModel, Execution, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.memory import MemoryModel, OutOfMemoryError, check_fits, memory_per_ipu, stash_depth
+from ipusim.memory import (
+    MemoryModel,
+    OutOfMemoryError,
+    check_fits,
+    fits,
+    memory_per_ipu,
+    stash_depth,
+)
 from ipusim.recorder import COMPUTE_KINDS
 from ipusim.run_config import Offload
 
@@ -167,3 +175,10 @@ def test_the_out_of_memory_threshold_is_the_sram_capacity_exactly():
         else:
             with pytest.raises(OutOfMemoryError):
                 check_fits(table)
+
+
+def test_a_table_fits_when_every_ipu_holds_what_it_needs():
+    table = pd.DataFrame({"total": [10.0, 20.0], "capacity": [20.0, 20.0]})
+    assert fits(table)
+    table.loc[1, "total"] = 20.5
+    assert not fits(table)

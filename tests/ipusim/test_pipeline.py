@@ -53,7 +53,9 @@ def test_a_pipeline_run_takes_g_plus_p_minus_one_cycles(forward_stages, training
         run = replace(run, device_iterations=iterations)
     work = equal_stages(forward_stages)
     timeline = simulate(work, run, system_spec("mk2", replicas * forward_stages), steps=steps)
-    slots = pipeline_slots(timeline.events, forward_stages, training, micro_batches)
+    assert timeline.plan.pipeline_depth == depth
+    slots = timeline.pipeline_slots()
+    assert slots.equals(pipeline_slots(timeline.events, depth, micro_batches))
     runs = slots.groupby(["replica", "step", "run"])
     assert len(runs) == replicas * steps * (iterations if training else 1)
     assert (runs["cycle"].nunique() == micro_batches + depth - 1).all()
@@ -64,7 +66,7 @@ def test_a_pipeline_run_takes_g_plus_p_minus_one_cycles(forward_stages, training
 
 def test_cycle_c_runs_micro_batch_c_minus_j_on_pipeline_stage_j():
     events = simulate(equal_stages(3), pipelined(True, 6), system_spec("mk2", 3)).events
-    slots = pipeline_slots(events, 3, True, 6)
+    slots = pipeline_slots(events, 5, 6)  # P = 2 x 3 - 1
     assert [ps.stage for ps in pipeline_stages(3, True)] == [0, 1, 2, 1, 0]
     compute = events[events["kind"].isin(["forward", "backward"])]
     pipeline_stage = compute["stage"].where(compute["kind"] == "forward", 4 - compute["stage"])

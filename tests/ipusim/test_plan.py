@@ -1,7 +1,8 @@
 """The engine plan: worked out once per simulation, and what the schedule runs."""
+import numpy as np
 import pytest
 
-from ipusim import Cost, Execution, RunConfig, Simulation, Stage, Work, system_spec
+from ipusim import Cost, Execution, RunConfig, Simulation, Stage, Work, simulate, system_spec
 from ipusim.plan import EnginePlan, pipeline_depth, pipeline_stages
 
 
@@ -30,6 +31,24 @@ def test_a_training_pipeline_plan_holds_its_merged_stages_depth_and_micro_batche
     assert plan.micro_batches_per_step == 12
     assert list(plan.returned_micro_batches) == [1, 3, 5, 7, 9, 11]
     assert [plan.replica_of(ipu) for ipu in range(4)] == [0, 0, 1, 1]
+
+
+def test_replicas_and_their_ipus_are_numbered_both_ways_on_arrays_too():
+    run = RunConfig(replicas=3, device_iterations=2)
+    plan = EnginePlan.build(three_stages_on_two_ipus(), run, system_spec("mk2", 6))
+    ipus = np.arange(plan.num_ipus)
+    replicas = plan.replica_of(ipus)
+    assert list(replicas) == [0, 0, 1, 1, 2, 2] and plan.replica_of(5) == 2
+    assert list(plan.ipu_of(replicas, ipus % plan.ipus_per_replica)) == list(ipus)
+    assert plan.ipu_of(2, 1) == 5
+
+
+def test_a_calls_items_are_every_replicas_micro_batches_of_samples():
+    work = Work(three_stages_on_two_ipus().stages, micro_batch_size=3)
+    run = RunConfig(replicas=2, device_iterations=2, gradient_accumulation=5)
+    timeline = simulate(work, run, system_spec("mk2", 4), steps=2)
+    assert timeline.plan.items_per_call == 2 * (2 * 5) * 3
+    assert timeline.items == 2 * timeline.plan.items_per_call
 
 
 def test_an_inference_pipeline_runs_a_call_as_one_pipeline_run():

@@ -8,9 +8,11 @@ from ipusim import (
     CostModel,
     Execution,
     RunConfig,
+    Simulation,
     Stage,
     SyncPattern,
     Work,
+    job_timeline,
     simulate,
     system_spec,
 )
@@ -140,3 +142,18 @@ def test_replicas_sharing_a_host_link_queue_for_it():
     assert separate.duration_ps == one.duration_ps
     assert shared.throughput() < 1.5 * one.throughput()
     assert separate.throughput() == pytest.approx(4 * one.throughput())
+
+
+def test_a_jobs_instances_are_numbered_after_one_another_replicas_as_the_plan_says():
+    work = Work(tuple(Stage(f"s{k}", k, Cost(time_ps=1000), Cost(time_ps=2000))
+                      for k in range(2)))
+    run = RunConfig(replicas=2, instances=2, device_iterations=2)
+    parts = [Simulation(work, run, system_spec("mk2", 8), instance=k).run_steps(1)
+             for k in (1, 0)]
+    job = job_timeline(parts)
+    events = job.events
+    assert job.num_ipus == 8 and job.run.replicas == 4
+    assert (events["replica"] == job.plan.replica_of(events["ipu"])).all()
+    second = events[events["instance"] == 1]
+    assert set(second["ipu"]) == {4, 5, 6, 7} and set(second["replica"]) == {2, 3}
+    assert len(events) == sum(len(part.events) for part in parts)

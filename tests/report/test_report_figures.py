@@ -5,7 +5,7 @@ import pytest
 from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
 from ipusim.memory import memory_per_ipu
 from ipusim.recorder import COMPUTE_KINDS, KINDS
-from ipusim.report import lanes, latency_path, pipeline_phases
+from ipusim.report import lanes
 from ipusim.report.figures import (
     initial_view,
     memory_axis_top,
@@ -61,7 +61,7 @@ def test_rows_are_ipus_with_their_lanes(pipeline_timeline):
 
 def test_ramp_bands_sit_on_the_cycle_boundaries_of_a_4_stage_pipeline_with_g8():
     timeline = pipeline_run(micro_batches=8, synthetic_data=True)
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     # P = 2 x 4 - 1 = 7 pipeline stages, 8 + 7 - 1 = 14 cycles
     assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
         ("ramp-up", 0, 5), ("main", 6, 7), ("ramp-down", 8, 13)]
@@ -86,7 +86,7 @@ def test_ramp_bands_sit_on_the_cycle_boundaries_of_a_4_stage_pipeline_with_g8():
 
 def test_every_pass_lies_in_the_band_of_its_cycle():
     timeline = pipeline_run(micro_batches=10, steps=2)
-    phases = pipeline_phases(timeline)
+    phases = timeline.pipeline_phases()
     assert len(phases) == 2 * 3
     events = timeline.events
     compute = events[events["kind"].isin(("forward", "backward"))]
@@ -99,19 +99,19 @@ def test_every_pass_lies_in_the_band_of_its_cycle():
 def test_inference_pipeline_has_p_equal_to_the_stage_count():
     work = Work(stages(3), micro_batch_size=2, input_bytes_per_sample=64)
     run = RunConfig(training=False, device_iterations=5, execution=Execution.PIPELINED)
-    phases = pipeline_phases(simulate(work, run, system_spec("mk2", 3)))
+    phases = simulate(work, run, system_spec("mk2", 3)).pipeline_phases()
     assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
         ("ramp-up", 0, 1), ("main", 2, 4), ("ramp-down", 5, 6)]
 
 
 def test_sharded_runs_have_no_bands(replicated_timeline):
-    assert pipeline_phases(replicated_timeline).empty
+    assert replicated_timeline.pipeline_phases().empty
     fig = timeline_figure(replicated_timeline)
     assert not [s for s in fig.layout.shapes if s.type == "rect"]
 
 
 def test_latency_of_one_micro_batch_is_marked(pipeline_timeline):
-    path = latency_path(pipeline_timeline)
+    path = pipeline_timeline.latency_path()
     assert (path.replica, path.step, path.micro_batch) == (0, 0, 6)  # P - 1
     events = pipeline_timeline.events
     mine = events[events["micro_batch"] == 6]

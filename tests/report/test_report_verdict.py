@@ -5,8 +5,8 @@ import json
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim.bottleneck import BOTTLENECKS, HOST_LINK_THRESHOLD, SYNC_THRESHOLD
 from ipusim.report import Verdict, bottleneck
-from ipusim.report.verdict import HOST_LINK_THRESHOLD, SYNC_THRESHOLD, VERDICTS
 
 from report_timelines import US, pipeline_run, stages
 
@@ -121,7 +121,7 @@ def test_a_busy_single_ipu_is_compute_bound():
 
 def test_verdict_is_frozen_and_serialisable():
     verdict = bottleneck(pipeline_run(micro_batches=7))
-    assert verdict.kind in VERDICTS and isinstance(verdict, Verdict)
+    assert verdict.kind in BOTTLENECKS and isinstance(verdict, Verdict)
     with pytest.raises(dataclasses.FrozenInstanceError):
         verdict.kind = "compute"
     data = json.loads(json.dumps(verdict.to_dict()))

@@ -2,35 +2,24 @@
 
 PopART runs N micro-batches through P pipeline stages in N + P - 1 cycles:
 P - 1 cycles of ramp-up while the pipeline fills, N - P + 1 cycles with every
-stage busy, and P - 1 cycles of ramp-down while it drains (P = 2F - 1 in
-training, F in inference, for F forward stages). The cycles come from the
-event table's ``cycle`` column; their simulated times from the events tied to
-a micro-batch within each cycle.
+stage busy, and P - 1 cycles of ramp-down while it drains (P and N are the
+engine plan's :attr:`~ipusim.plan.EnginePlan.pipeline_depth` and
+:attr:`~ipusim.plan.EnginePlan.micro_batches_per_run`). The cycles come from
+the event table's ``cycle`` column; their simulated times from the events tied
+to a micro-batch within each cycle. Each is read through a :class:`ipusim.Timeline`
+method; the reports only draw them.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 
-from ipusim.simulation import Timeline
+if TYPE_CHECKING:
+    from ipusim.simulation import Timeline
 
 PHASES = ("ramp-up", "main", "ramp-down")
 PHASE_COLUMNS = ["step", "run", "phase", "first_cycle", "last_cycle", "start_ps", "end_ps"]
-
-
-def pipeline_depth(timeline: Timeline) -> int:
-    """P: pipeline stages of a pipelined run (0 when the run is not pipelined)."""
-    return timeline.plan.pipeline_depth
-
-
-def micro_batches_per_run(timeline: Timeline) -> int:
-    """N: micro-batches in one fill and flush of the pipeline.
-
-    A run is a device iteration in training (the gradient accumulation count)
-    and a whole call in inference (the device iterations).
-    """
-    return timeline.plan.micro_batches_per_run
 
 
 def cycle_times(timeline: Timeline) -> pd.DataFrame:
@@ -40,7 +29,8 @@ def cycle_times(timeline: Timeline) -> pd.DataFrame:
     """
     events = timeline.events
     tied = events[(events["cycle"] >= 0) & (events["micro_batch"] >= 0)]
-    keys = [tied["step"], tied["micro_batch"] // micro_batches_per_run(timeline), tied["cycle"]]
+    keys = [tied["step"], tied["micro_batch"] // timeline.plan.micro_batches_per_run,
+            tied["cycle"]]
     grouped = tied.groupby(keys)
     table = pd.DataFrame({"start_ps": grouped["start_ps"].min(), "end_ps": grouped["end_ps"].max()})
     table.index.names = ["step", "run", "cycle"]
@@ -54,10 +44,10 @@ def pipeline_phases(timeline: Timeline) -> pd.DataFrame:
     and ramp-down ends with the last event of its last cycle. Empty when the
     run is not pipelined.
     """
-    depth = pipeline_depth(timeline)
+    depth = timeline.plan.pipeline_depth
     if depth == 0 or timeline.events.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
-    n = micro_batches_per_run(timeline)
+    n = timeline.plan.micro_batches_per_run
     bounds = [("ramp-up", 0, depth - 2), ("main", depth - 1, n - 1),
               ("ramp-down", n, n + depth - 2)]
     rows = []
@@ -101,7 +91,7 @@ def latency_path(timeline: Timeline, step: int | None = None) -> LatencyPath | N
     tied = tied[tied["step"] == step]
     if tied.empty:
         return None
-    wanted = max(pipeline_depth(timeline) - 1, 0)
+    wanted = max(timeline.plan.pipeline_depth - 1, 0)
     micro_batch = min(wanted, int(tied["micro_batch"].max()))
     mine = tied[tied["micro_batch"] == micro_batch]
     return LatencyPath(0, step, micro_batch, int(mine["start_ps"].min()), int(mine["end_ps"].max()))
