@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ipusim import memory
-from ipusim.cost_model import PS_PER_S
-from ipusim.event_kinds import COMPUTE_KINDS, HOST_CALL_TIME, HOST_TRANSFER_KINDS, KINDS
+from ipusim.cost_model import PS_PER_MS, PS_PER_S
+from ipusim.event_kinds import (
+    COMPUTE_KINDS,
+    DEVICE_TO_HOST,
+    FORWARD,
+    HOST_CALL_TIME,
+    HOST_TO_DEVICE,
+    HOST_TRANSFER_KINDS,
+    KINDS,
+)
 from ipusim.memory import MemoryModel
 from ipusim.metrics import span_ps, step_spans, time_by_category_ps
 from ipusim.work import Work
@@ -38,7 +46,7 @@ def headline_figures(timeline: Timeline) -> dict[str, float]:
     shares = timeline.per_ipu()[["utilisation", "host_io_share", "sync_wait_share"]].mean()
     return {
         "items": timeline.items,
-        "duration(ms)": timeline.duration_ps / 1e9,
+        "duration(ms)": timeline.duration_ps / PS_PER_MS,
         "throughput(items/s)": timeline.throughput(),
         "latency(us)": timeline.latency_ps() / 1e6,
         "utilisation": float(shares["utilisation"]),
@@ -91,6 +99,41 @@ def stage_times_us(timeline: Timeline) -> dict[int, float]:
 def to_cycles(ps: float, timeline: Timeline) -> int:
     """Simulated picoseconds as cycles of the IPU clock."""
     return int(round(ps * timeline.system.ipu.clock_hz / PS_PER_S))
+
+
+MICRO_BATCH_IO_COLUMNS = ["input_start_ps", "input_end_ps", "output_ready_ps", "output_end_ps",
+                          "returned"]
+
+
+def micro_batch_io(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
+    """When each micro-batch of ``step`` (default: the last) of replica 0 came in and went out.
+
+    One row per micro-batch (the index): its input copy's start and end (with
+    synthetic data, its first event), when its forward ended (its outputs ready),
+    when they reached the host (when ready, for a micro-batch that returns
+    nothing), and whether the output mode returns them. PopTorch's performance
+    counters and latency are read off this table.
+    """
+    events = timeline.events
+    step = int(events["step"].max()) if step is None else step
+    mine = events[(events["step"] == step) & (events["replica"] == 0)
+                  & (events["micro_batch"] >= 0)]
+    by_micro_batch = mine.groupby("micro_batch")
+    first = by_micro_batch["start_ps"].min()
+    ready = mine[mine["kind"] == FORWARD].groupby("micro_batch")["end_ps"].max()
+
+    def copies(kind: str, column: str, reduce: str, fallback: pd.Series) -> pd.Series:
+        chosen = mine[mine["kind"] == kind].groupby("micro_batch")[column].agg(reduce)
+        return chosen.reindex(first.index).fillna(fallback).astype("int64")
+
+    table = pd.DataFrame({
+        "input_start_ps": copies(HOST_TO_DEVICE, "start_ps", "min", first),
+        "input_end_ps": copies(HOST_TO_DEVICE, "end_ps", "max", first),
+        "output_ready_ps": ready.reindex(first.index).fillna(first).astype("int64"),
+    })
+    table["output_end_ps"] = copies(DEVICE_TO_HOST, "end_ps", "max", table["output_ready_ps"])
+    table["returned"] = [timeline.run.returns_outputs(int(mb)) for mb in table.index]
+    return table[MICRO_BATCH_IO_COLUMNS]
 
 
 def step_cycles(timeline: Timeline) -> pd.DataFrame:

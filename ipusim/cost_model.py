@@ -17,6 +17,7 @@ from ipusim.operator_model import kernel_cycles
 from ipusim.work import Cost, Kernel, KernelKind, Stage
 
 PS_PER_S = 10**12
+PS_PER_MS = 10**9
 PS_PER_US = 10**6
 
 

@@ -125,6 +125,11 @@ class Timeline:
         """Cycles of every program step (call), in all and per kind of event."""
         return analysis.step_cycles(self)
 
+    def micro_batch_io(self, step: int | None = None) -> pd.DataFrame:
+        """When each micro-batch of ``step`` (default: the last) of replica 0 came in, was
+        ready and reached the host, and whether its outputs return."""
+        return analysis.micro_batch_io(self, step)
+
     def memory_per_ipu(self) -> pd.DataFrame:
         """Bytes each IPU of one replica needs, by category, against its capacity, and the
         share of it used."""

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
+from ipusim.cost_model import PS_PER_MS, PS_PER_S
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim import enums
 from poptorch_shim._execution.batching import StepShape
@@ -188,7 +189,7 @@ class SimulatedDevice:
         duration = self.simulation.step()
         self.step_durations.append(duration)
         if self._progress is not None:
-            self._progress.set_postfix_str(f"{self.simulation.now_ps / 1e9:.3f} ms simulated",
+            self._progress.set_postfix_str(f"{self.simulation.now_ps / PS_PER_MS:.3f} ms simulated",
                                            refresh=False)
             self._progress.update()
         return duration
@@ -201,7 +202,7 @@ class SimulatedDevice:
         """Cycles of the last call at the IPU clock."""
         if not self.step_durations:
             raise RuntimeError("The model has not been run yet: there is no cycle count")
-        return int(self.step_durations[-1] * self.spec.ipu.clock_hz / 10**12)
+        return self.timeline.to_cycles(self.step_durations[-1])
 
     def perf_counters(self) -> dict[str, list[list[float]]]:
         """PopTorch's performance counters for the last call, in simulated seconds.
@@ -212,22 +213,16 @@ class SimulatedDevice:
         back to the host (per the output mode), when they were ready and when
         they arrived. One list per tensor (here one), one entry per micro-batch.
         """
-        events = self.timeline.events
-        last = events[(events["step"] == events["step"].max()) & (events["replica"] == 0)]
-        tied = last[last["micro_batch"] >= 0].groupby("micro_batch")
-        mbs = sorted(tied.groups)
-        first = tied["start_ps"].min()
-        ready = last[last["kind"] == "forward"].groupby("micro_batch")["end_ps"].max()
+        io = self.timeline.micro_batch_io()
+        returned = io[io["returned"]]
 
-        def copies(kind: str, column: str, reduce: str, fallback: pd.Series, keys) -> list[float]:
-            chosen = last[last["kind"] == kind].groupby("micro_batch")[column].agg(reduce)
-            return [float(v) / 1e12 for v in chosen.reindex(keys).fillna(fallback.reindex(keys))]
+        def seconds(times: pd.Series) -> list[list[float]]:
+            return [[float(t) / PS_PER_S for t in times]]
 
-        returned = [mb for mb in mbs if self.run.returns_outputs(mb)]
-        return {"input": [copies("host_to_device", "start_ps", "min", first, mbs)],
-                "input_complete": [copies("host_to_device", "end_ps", "max", first, mbs)],
-                "output": [[float(ready[mb]) / 1e12 for mb in returned]],
-                "output_complete": [copies("device_to_host", "end_ps", "max", ready, returned)]}
+        return {"input": seconds(io["input_start_ps"]),
+                "input_complete": seconds(io["input_end_ps"]),
+                "output": seconds(returned["output_ready_ps"]),
+                "output_complete": seconds(returned["output_end_ps"])}
 
     def latency(self) -> tuple[float, float, float]:
         """Round-trip latency (min, max, mean) in seconds of the last call, as

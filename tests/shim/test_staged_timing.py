@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ipusim import metrics
 from poptorch_shim import (
     Options,
     RecomputationType,
@@ -81,7 +80,7 @@ def compute_time(executor):
 def test_the_pipeline_ramps_up_runs_full_then_ramps_down(baseline):
     timeline = baseline.timeline
     stages = 2 * len(BLOCKS) - 1  # P = 2F - 1 pipeline stages in training
-    slots = metrics.pipeline_slots(timeline.events, len(BLOCKS), True, GA)
+    slots = timeline.pipeline_slots()
     occupied = slots.groupby("cycle")["pipeline_stage"].nunique()
     cycles = GA + stages - 1
     assert list(occupied.index) == list(range(cycles))
