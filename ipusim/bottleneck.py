@@ -13,7 +13,7 @@ verdict (:mod:`ipusim.report.verdict`) words it and adds the tutorial's advice.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -65,12 +65,6 @@ class Bottleneck:
             # only the waits the bubble does not explain point at the sync pattern.
             "sync": Score(self.sync_wait_share - self.bubble_fraction, SYNC_THRESHOLD),
         }
-
-    def figures(self) -> dict[str, float | None]:
-        """The figures behind the bottleneck, by name (its kind left out)."""
-        figures = asdict(self)
-        del figures["kind"]
-        return figures
 
 
 def find_bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> Bottleneck:

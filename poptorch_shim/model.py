@@ -31,7 +31,12 @@ from poptorch_shim._execution.batching import (
 )
 from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.cost_probe import tensor_bytes
-from poptorch_shim._execution.device import SimulatedDevice, check_layout, overlapped
+from poptorch_shim._execution.device import (
+    SimulatedDevice,
+    check_inference_options,
+    check_layout,
+    overlapped,
+)
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
 from poptorch_shim._run import profiling, simulated_clock
 from poptorch_shim.anchors import Anchors, activation_names
@@ -69,7 +74,7 @@ class PoplarExecutor:
             raise InvalidUseError(f"Invalid type: 'options' is of type {type(options)} "
                                   "(Expected poptorch.Options)")
         if not training:
-            _check_inference_options(options)
+            check_inference_options(options)
             if optimizer is not None:
                 raise InvalidUseError("An optimizer is only for training: inferenceModel "
                                       "takes none")
@@ -247,8 +252,7 @@ class PoplarExecutor:
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:
-            rows = len(micro_batches) // self._shape.input_groups
-            outputs = [self._placeholder] * (rows * self._shape.replicas)
+            outputs = [self._placeholder] * (self._shape.rows * self._shape.replicas)
         else:
             outputs = self._run_step(micro_batches)
         started = self._device.simulation.now_ps
@@ -423,21 +427,6 @@ def _reduce_as_optimizer_needs(options: Options, optimizer: torch.optim.Optimize
     options._set_frozen(False, set())   # the model's own copy, not the user's options
     options.Training.setMeanAccumulationAndReplicationReductionStrategy(running)
     options._freeze()
-
-
-def _check_inference_options(options: Options) -> None:
-    """An inference model accumulates no gradients: say so in PopTorch's words."""
-    if options.Training.gradient_accumulation == 1:
-        return
-    message = ("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it "
-               "as its default value (1) when running a poptorch.inferenceModel().")
-    strategy = options.execution_strategy   # None: PopTorch's default, pipelined
-    if strategy is None or (isinstance(strategy, PipelinedExecution)
-                            and strategy.execution_kind == "pipelined"):
-        message += (" Use poptorch.Options().deviceIterations to process a sufficient number "
-                    "of batches each run for pipelined execution instead.")
-    raise InvalidUseError(message + f" (got gradientAccumulation("
-                                    f"{options.Training.gradient_accumulation}))")
 
 
 class _mode:

@@ -16,20 +16,11 @@ from ipusim.work import Execution
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Bottleneck):
     """What limits the run, why, and what to try (the numbers behind it included)."""
 
-    kind: str
     headline: str
     advice: tuple[str, ...]
-    device_items_per_s: float
-    loader_items_per_s: float | None
-    utilisation: float
-    host_io_share: float
-    host_link_occupancy: float
-    host_call_share: float
-    sync_wait_share: float
-    bubble_fraction: float
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (advice as a list)."""
@@ -42,7 +33,7 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> V
     """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own throughput."""
     found = timeline.bottleneck(loader_items_per_s)
     headline, advice = _ADVICE[found.kind](timeline, found)
-    return Verdict(kind=found.kind, headline=headline, advice=tuple(advice), **found.figures())
+    return Verdict(**asdict(found), headline=headline, advice=tuple(advice))
 
 
 def _data_loader(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:

@@ -19,10 +19,11 @@ import ipusim
 from ipusim import Execution, Offload, RunConfig, Simulation, Stage, Work
 from ipusim.cost_model import PS_PER_MS, PS_PER_S
 from ipusim.memory import OutOfMemoryError, check_fits, memory_per_ipu
-from poptorch_shim import enums
+from poptorch_shim import enums, strategies
 from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._run import run_settings
 from poptorch_shim._run.profiling import model_name
+from poptorch_shim.errors import InvalidUseError
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
 
@@ -111,9 +112,18 @@ def check_layout(options, training: bool, layout: list[tuple[str, int]], strateg
     ``strategy``, checked against the options and the simulated system before
     any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
-    run = run_config(options, training, len(layout), strategy, shape=shape)
-    run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
+    run = checked_run_config(options, training, work, strategy, shape)
     _check_poprun_ipus(work.ipus_per_replica)
+    return run
+
+
+def checked_run_config(options, training: bool, work: Work, strategy=None,
+                       shape: StepShape | None = None,
+                       overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
+    """:func:`run_config` for ``work``, checked against the simulated system with
+    PopTorch's names for the settings."""
+    run = run_config(options, training, len(work.stages), strategy, overlap, shape)
+    run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
     return run
 
 
@@ -136,6 +146,12 @@ def system_spec(options) -> ipusim.SystemSpec:
     return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
 
 
+def instance_system(options, run: RunConfig, work: Work) -> ipusim.SystemSpec:
+    """The part of the simulated system this instance runs ``work`` on (the whole
+    system unless poprun shares it between instances)."""
+    return system_spec(options).per_instance(run.instances, run.ipus(work))
+
+
 def _warn_if_out_of_memory(memory: pd.DataFrame) -> None:
     try:
         check_fits(memory)
@@ -150,6 +166,22 @@ def cost_model(options) -> ipusim.CostModel:
     half_partials = options.Precision.partials_type == torch.float16
     return replace(ipusim.CALIBRATED_MK2, half_partials=half_partials,
                    **options.sim_cost_overrides)
+
+
+def check_inference_options(options) -> None:
+    """An inference model accumulates no gradients: say so in PopTorch's words (checked
+    when the model is wrapped, and for each point of a sweep)."""
+    if options.Training.gradient_accumulation == 1:
+        return
+    message = ("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it "
+               "as its default value (1) when running a poptorch.inferenceModel().")
+    strategy = options.execution_strategy   # None: PopTorch's default, pipelined
+    if strategy is None or (isinstance(strategy, strategies.PipelinedExecution)
+                            and strategy.execution_kind == "pipelined"):
+        message += (" Use poptorch.Options().deviceIterations to process a sufficient number "
+                    "of batches each run for pipelined execution instead.")
+    raise InvalidUseError(message + f" (got gradientAccumulation("
+                                    f"{options.Training.gradient_accumulation}))")
 
 
 class SimulatedDevice:
@@ -167,8 +199,7 @@ class SimulatedDevice:
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
         self.run = run
-        self.spec = system_spec(options).per_instance(self.run.instances,
-                                                      self.run.ipus(self.work))
+        self.spec = instance_system(options, run, self.work)
         self.memory = memory_per_ipu(self.work, self.run, self.spec)
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the

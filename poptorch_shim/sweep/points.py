@@ -11,7 +11,12 @@ from typing import Any
 
 from ipusim.design_point import DesignPoint
 from poptorch_shim._execution.batching import StepShape
-from poptorch_shim._execution.device import _POPTORCH_NAMES, cost_model, run_config, system_spec
+from poptorch_shim._execution.device import (
+    check_inference_options,
+    checked_run_config,
+    cost_model,
+    instance_system,
+)
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.measure import Measured
@@ -28,15 +33,9 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
     """The point's work, run configuration, system and cost model, after
     PopTorch's checks of the options against the measured stages."""
     training, work = measured.training, measured.work
-    if not training and options.Training.gradient_accumulation != 1:
-        raise ValueError(
-            "Gradient accumulation should be left to its default value (1) for inference, got "
-            f"Training.gradientAccumulation({options.Training.gradient_accumulation})")
+    if not training:
+        check_inference_options(options)
     shape = StepShape.of(options, training)
     shape.check_output_period()
-    run = run_config(options, training, len(work.stages), measured.strategy, measured.overlap,
-                     shape)
-    system = system_spec(options)
-    run.validate(work, system.num_ipus, names=_POPTORCH_NAMES)
-    system = system.per_instance(run.instances, run.ipus(work))
-    return DesignPoint(work, run, system, cost_model(options), steps)
+    run = checked_run_config(options, training, work, measured.strategy, shape, measured.overlap)
+    return DesignPoint(work, run, instance_system(options, run, work), cost_model(options), steps)
