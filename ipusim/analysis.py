@@ -1,5 +1,6 @@
-"""Figures of a whole timeline: the headline figures, cycles per program step, memory per
-stage, host-link occupancy, stage times.
+"""Figures of a whole timeline: the headline figures, cycles per program step and per
+kind, memory per IPU and per stage, host-link occupancy, stage times, and each
+micro-batch's input and output times.
 
 Each is computed here once and read through :class:`ipusim.Timeline`'s methods;
 the reports in :mod:`ipusim.report` only format and draw them. The figures of
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ipusim import memory
-from ipusim.cost_model import PS_PER_MS, PS_PER_S
+from ipusim import cost_model, memory
+from ipusim.cost_model import PS_PER_MS, PS_PER_US
 from ipusim.event_kinds import (
     COMPUTE_KINDS,
     DEVICE_TO_HOST,
@@ -24,14 +25,13 @@ from ipusim.event_kinds import (
     HOST_TRANSFER_KINDS,
     KINDS,
 )
-from ipusim.memory import MemoryModel
+from ipusim.memory import MEMORY_PARTS, MemoryModel
 from ipusim.metrics import span_ps, step_spans, time_by_category_ps
 from ipusim.work import Work
 
 if TYPE_CHECKING:
     from ipusim.simulation import Timeline
 
-MEMORY_PARTS = ("weights", "optimizer", "accumulators", "stash", "code", "exchange")
 # The headline figures Timeline.summary() shows, in the units a person reads them.
 SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)", "utilisation",
                    "bubble_fraction", "host_io_share", "sync_wait_share")
@@ -48,7 +48,7 @@ def headline_figures(timeline: Timeline) -> dict[str, float]:
         "items": timeline.items,
         "duration(ms)": timeline.duration_ps / PS_PER_MS,
         "throughput(items/s)": timeline.throughput(),
-        "latency(us)": timeline.latency_ps() / 1e6,
+        "latency(us)": timeline.latency_ps() / PS_PER_US,
         "utilisation": float(shares["utilisation"]),
         "bubble_fraction": float(timeline.bubble_fraction()),
         "host_io_share": float(shares["host_io_share"]),
@@ -93,12 +93,12 @@ def stage_times_us(timeline: Timeline) -> dict[int, float]:
     per_micro_batch = (compute["end_ps"] - compute["start_ps"]).groupby(
         [compute["stage"], compute["replica"], compute["step"], compute["micro_batch"]]).sum()
     means = per_micro_batch.groupby(level=0).mean()
-    return {int(stage): float(t) / 1e6 for stage, t in means.items()}
+    return {int(stage): float(t) / PS_PER_US for stage, t in means.items()}
 
 
 def to_cycles(ps: float, timeline: Timeline) -> int:
     """Simulated picoseconds as cycles of the IPU clock."""
-    return int(round(ps * timeline.system.ipu.clock_hz / PS_PER_S))
+    return cost_model.to_cycles(ps, timeline.system.ipu.clock_hz)
 
 
 MICRO_BATCH_IO_COLUMNS = ["input_start_ps", "input_end_ps", "output_ready_ps", "output_end_ps",
@@ -108,31 +108,33 @@ MICRO_BATCH_IO_COLUMNS = ["input_start_ps", "input_end_ps", "output_ready_ps", "
 def micro_batch_io(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
     """When each micro-batch of ``step`` (default: the last) of replica 0 came in and went out.
 
-    One row per micro-batch (the index): its input copy's start and end (with
-    synthetic data, its first event), when its forward ended (its outputs ready),
-    when they reached the host (when ready, for a micro-batch that returns
-    nothing), and whether the output mode returns them. PopTorch's performance
-    counters and latency are read off this table.
+    One row per micro-batch (the index), in picoseconds (as floats): its input
+    copy's start and end (with synthetic data there is none: its first event),
+    when its last forward ended (its outputs ready), when they reached the host
+    (when ready, if the output mode sends nothing), and whether the output mode
+    returns them. PopTorch's performance counters and latency are read off this
+    table.
     """
     events = timeline.events
+    if events.empty:
+        return pd.DataFrame(columns=MICRO_BATCH_IO_COLUMNS)
     step = int(events["step"].max()) if step is None else step
     mine = events[(events["step"] == step) & (events["replica"] == 0)
                   & (events["micro_batch"] >= 0)]
-    by_micro_batch = mine.groupby("micro_batch")
-    first = by_micro_batch["start_ps"].min()
-    ready = mine[mine["kind"] == FORWARD].groupby("micro_batch")["end_ps"].max()
+    first = mine.groupby("micro_batch")["start_ps"].min().astype("float64")
 
-    def copies(kind: str, column: str, reduce: str, fallback: pd.Series) -> pd.Series:
+    def of(kind: str, column: str, reduce: str) -> pd.Series:
         chosen = mine[mine["kind"] == kind].groupby("micro_batch")[column].agg(reduce)
-        return chosen.reindex(first.index).fillna(fallback).astype("int64")
+        return chosen.reindex(first.index).astype("float64")
 
+    ready = of(FORWARD, "end_ps", "max")
     table = pd.DataFrame({
-        "input_start_ps": copies(HOST_TO_DEVICE, "start_ps", "min", first),
-        "input_end_ps": copies(HOST_TO_DEVICE, "end_ps", "max", first),
-        "output_ready_ps": ready.reindex(first.index).fillna(first).astype("int64"),
+        "input_start_ps": of(HOST_TO_DEVICE, "start_ps", "min").fillna(first),
+        "input_end_ps": of(HOST_TO_DEVICE, "end_ps", "max").fillna(first),
+        "output_ready_ps": ready,
+        "output_end_ps": of(DEVICE_TO_HOST, "end_ps", "max").fillna(ready),
+        "returned": first.index.isin(timeline.plan.returned_micro_batches),
     })
-    table["output_end_ps"] = copies(DEVICE_TO_HOST, "end_ps", "max", table["output_ready_ps"])
-    table["returned"] = [timeline.run.returns_outputs(int(mb)) for mb in table.index]
     return table[MICRO_BATCH_IO_COLUMNS]
 
 
@@ -149,7 +151,7 @@ def step_cycles(timeline: Timeline) -> pd.DataFrame:
     table = pd.DataFrame({
         "start_cycle": [to_cycles(ps, timeline) for ps in start],
         "cycles": [to_cycles(ps, timeline) for ps in end - start],
-        "duration(us)": (end - start) / 1e6,
+        "duration(us)": (end - start) / PS_PER_US,
     }, index=start.index)
     busy = (events["end_ps"] - events["start_ps"]).groupby(
         [events["step"], events["kind"].astype(str)]).sum().unstack(fill_value=0)

@@ -26,6 +26,11 @@ def to_ps(seconds: float) -> int:
     return int(round(seconds * PS_PER_S))
 
 
+def to_cycles(ps: float, clock_hz: float) -> int:
+    """Simulated picoseconds as whole cycles of a clock of ``clock_hz``, rounded."""
+    return int(round(ps * clock_hz / PS_PER_S))
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Parameters of a roofline compute model and of the links' transfer costs."""

@@ -87,6 +87,15 @@ def evaluate_parts(work: Work, run: RunConfig, system: SystemSpec, cost_model: C
     return evaluate(DesignPoint(work, run, system, cost_model, steps))
 
 
+def outcomes(table: pd.DataFrame) -> dict[str, int]:
+    """How many points of a sweep's results table fit, do not fit, or were refused
+    (an error: PopTorch's checks, or a failed simulation)."""
+    valid = table["error"].isna()
+    fits = valid & table["fits"].fillna(False).astype(bool)
+    return {"fit": int(fits.sum()), "do not fit": int((valid & ~fits).sum()),
+            "invalid": int((~valid).sum())}
+
+
 def pareto_front(table: pd.DataFrame) -> pd.Index:
     """The rows of a sweep's results table (a row per point, as :func:`evaluate` gives
     them) that no other valid row beats on both throughput (higher) and memory (lower):

@@ -6,6 +6,11 @@ them with :func:`dataclasses.replace` or through :func:`system`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 GB = 1e9
 TFLOPS = 1e12
@@ -182,8 +187,8 @@ class SystemSpec:
         """Host links in the system: one per ``ipus_per_host_link`` IPUs."""
         return -(-self.num_ipus // self.ipus_per_host_link)
 
-    def host_link_of(self, ipu: int) -> int:
-        """Index of the host link that serves IPU ``ipu``."""
+    def host_link_of(self, ipu: int | np.ndarray | pd.Series) -> int | np.ndarray | pd.Series:
+        """Index of the host link that serves IPU ``ipu`` (an index, or an array of them)."""
         return ipu // self.ipus_per_host_link
 
     def per_instance(self, instances: int, instance_ipus: int) -> SystemSpec:

@@ -16,6 +16,9 @@ from ipusim.run_config import RunConfig
 from ipusim.work import Execution, Work
 
 MB = 1e6
+# What an IPU's memory holds, by category: the columns of :func:`memory_per_ipu`.
+MEMORY_PARTS = ("weights", "optimizer", "accumulators", "stash", "code", "exchange")
+DATA_PARTS = MEMORY_PARTS[:4]  # the tensors, whose exchange buffers grow with them
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
     work = plan.work
     offload = run.offload
     stages = work.stages
-    rows = {ipu: dict.fromkeys(("weights", "optimizer", "accumulators", "stash", "code"), 0.0)
+    rows = {ipu: dict.fromkeys(DATA_PARTS + ("code",), 0.0)
             for ipu in range(plan.ipus_per_replica)}
     for k, stage in enumerate(stages):
         row = rows[stage.ipu]
@@ -101,7 +104,7 @@ def memory_per_ipu(work: Work, run: RunConfig, spec: SystemSpec,
                                     if stage.ipu == ipu), default=0)
     table = pd.DataFrame.from_dict(rows, orient="index")
     table["code"] += model.code_bytes_per_tile * spec.ipu.tiles
-    data = table[["weights", "optimizer", "accumulators", "stash"]].sum(axis=1)
+    data = table[list(DATA_PARTS)].sum(axis=1)
     table["exchange"] = data * model.exchange_fraction
     table["total"] = table.sum(axis=1)
     table["capacity"] = float(run.compute_ipu(spec.ipu).sram_bytes)  # I/O tiles hold buffers
@@ -118,8 +121,7 @@ def check_fits(table: pd.DataFrame) -> None:
     """Raise :class:`OutOfMemoryError` naming the first IPU that does not fit."""
     for ipu, row in table.iterrows():
         if row["total"] > row["capacity"]:
-            parts = ", ".join(f"{name} {row[name] / MB:.1f} MB" for name in
-                              ("weights", "optimizer", "accumulators", "stash", "code", "exchange"))
+            parts = ", ".join(f"{name} {row[name] / MB:.1f} MB" for name in MEMORY_PARTS)
             raise OutOfMemoryError(
                 f"Out of memory on IPU {ipu}: the model needs {row['total'] / MB:.1f} MB "
                 f"({parts}) but the IPU has {row['capacity'] / MB:.1f} MB of SRAM. Try "

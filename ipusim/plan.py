@@ -30,14 +30,14 @@ class PipelineStage(NamedTuple):
 
 
 def pipeline_depth(forward_stages: int, training: bool) -> int:
-    """P, the pipeline stages of a model of F forward stages: 2F - 1 in training
-    (the backward stages follow, the last forward one fused with the first
-    backward one), F in inference."""
-    return 2 * forward_stages - 1 if training else forward_stages
+    """P, the pipeline stages of a model of F forward stages (see :func:`pipeline_stages`)."""
+    return len(pipeline_stages(forward_stages, training))
 
 
 def pipeline_stages(forward_stages: int, training: bool) -> list[PipelineStage]:
-    """The P pipeline stages of a model of ``forward_stages`` forward stages, in order."""
+    """The P pipeline stages of a model of ``forward_stages`` (F) forward stages, in order:
+    in training the F - 1 backward stages follow the forward ones, the last forward
+    stage fused with the first backward one (P = 2F - 1); in inference P = F."""
     last = forward_stages - 1
     if not training:
         return [PipelineStage(k, True, False) for k in range(forward_stages)]

@@ -7,7 +7,9 @@ from functools import cached_property
 import pandas as pd
 from tqdm import tqdm
 
-from ipusim import analysis, bottleneck, metrics, pipeline_phases
+from ipusim import analysis, metrics
+from ipusim import bottleneck as bottlenecks
+from ipusim import pipeline_phases as phases
 from ipusim.bottleneck import Bottleneck, StageBalance
 from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.folding import fold_blocker, folding_enabled
@@ -143,25 +145,25 @@ class Timeline:
     def bottleneck(self, loader_items_per_s: float | None = None) -> Bottleneck:
         """What limits the run, and the figures that decided it (``loader_items_per_s``: the
         data loader's own throughput, when known)."""
-        return bottleneck.find_bottleneck(self, loader_items_per_s)
+        return bottlenecks.find_bottleneck(self, loader_items_per_s)
 
     def stage_balance(self) -> StageBalance | None:
         """The slowest and fastest stage per micro-batch (None with one stage)."""
-        return bottleneck.stage_balance(self)
+        return bottlenecks.stage_balance(self)
 
     # The pipeline's phases, of ipusim.pipeline_phases.
     def cycle_times(self) -> pd.DataFrame:
         """Start and end of every pipeline cycle (columns step, run, cycle, start_ps, end_ps)."""
-        return pipeline_phases.cycle_times(self)
+        return phases.cycle_times(self)
 
     def pipeline_phases(self) -> pd.DataFrame:
         """Ramp-up, main and ramp-down of every pipeline run: their cycles and times (empty
         unless pipelined)."""
-        return pipeline_phases.pipeline_phases(self)
+        return phases.pipeline_phases(self)
 
     def latency_path(self, step: int | None = None) -> LatencyPath | None:
         """The micro-batch whose latency Fig 4.1 marks, in ``step`` (default: the first)."""
-        return pipeline_phases.latency_path(self, step)
+        return phases.latency_path(self, step)
 
 
 class Simulation:

@@ -2,8 +2,9 @@
 
 Run an unmodified PopTorch script with ``python -m poptorch_shim SCRIPT.py``:
 ``import poptorch`` then resolves to this package. The public API is
-re-exported here from thin modules; the machinery lives in underscore
-modules.
+re-exported here from thin modules; the machinery lives in one private
+package per subsystem (``_data``, ``_options``, ``_optim``, ``_execution``,
+``_distributed``, ``_run``; ARCHITECTURE.md has the map).
 """
 from poptorch_shim import optim, poptorch_core
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
@@ -52,16 +53,18 @@ _level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
 
 
 def _alias_modules(alias: str, package: str) -> None:
-    """Register ``alias.X`` for every loaded ``package.X`` so both names share modules."""
+    """Register ``alias.X`` for every loaded public ``package.X`` (no part of its name
+    private) so both names share modules."""
     import sys
     for name, module in list(sys.modules.items()):
-        if name.startswith(package + ".") and not name.split(".")[-1].startswith("_"):
+        parts = name.split(".")
+        if parts[0] == package and len(parts) > 1 and not any(p.startswith("_") for p in parts):
             sys.modules.setdefault(alias + name[len(package):], module)
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     """Whether the simulated machine has at least ``num_ipus`` IPUs."""
-    from poptorch_shim._execution.device import available_ipus
+    from poptorch_shim._run.run_settings import available_ipus
     return num_ipus <= available_ipus()
 
 

@@ -31,8 +31,8 @@ from poptorch_shim._execution.batching import (
 )
 from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.cost_probe import tensor_bytes
-from poptorch_shim._execution.device import (
-    SimulatedDevice,
+from poptorch_shim._execution.device import SimulatedDevice
+from poptorch_shim._execution.engine_config import (
     check_inference_options,
     check_layout,
     overlapped,
@@ -226,8 +226,8 @@ class PoplarExecutor:
             with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
-                run = check_layout(self._options, self._training,
-                                   probe.stage_layout(args, kwargs), probe.strategy, self._shape)
+                run = check_layout(self._options, self._shape, self._training,
+                                   probe.stage_layout(args, kwargs), probe.strategy)
                 stages, output = probe.profile(args, kwargs, self._training)
         finally:
             for hook in hooks:

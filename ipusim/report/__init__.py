@@ -1,19 +1,16 @@
 """Profiling reports of a simulated run: HTML, autoReport directory, Chrome trace, text.
 
 All of them read a :class:`ipusim.Timeline` and the figures it computes
-(:mod:`ipusim.analysis`, :mod:`ipusim.pipeline_phases`, :mod:`ipusim.bottleneck`;
-``memory_per_stage`` and ``step_cycles`` are re-exported here for code that
-imported them from this package); none of them simulates or computes a figure
-of its own. The plotting is kept here, away from the simulator, so ``ipusim``
-itself never needs plotly.
+(:mod:`ipusim.analysis`, :mod:`ipusim.pipeline_phases`, :mod:`ipusim.bottleneck`);
+none of them simulates or computes a figure of its own. The plotting is kept
+here, away from the simulator, so ``ipusim`` itself never needs plotly.
 """
-from ipusim.analysis import memory_per_stage, step_cycles
 from ipusim.report.autoreport import (
-                                      OUTPUT_FILES,
-                                      load_autoreport,
-                                      load_profile,
-                                      outputs_from_engine_options,
-                                      write_autoreport,
+    OUTPUT_FILES,
+    load_autoreport,
+    load_profile,
+    outputs_from_engine_options,
+    write_autoreport,
 )
 from ipusim.report.chrome_trace import chrome_trace, write_chrome_trace
 from ipusim.report.figures import memory_figure, timeline_figure, utilisation_figure
@@ -23,8 +20,8 @@ from ipusim.report.verdict import Verdict, bottleneck
 
 __all__ = [
     "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace",
-    "load_autoreport", "load_profile", "memory_figure", "memory_per_stage",
-    "outputs_from_engine_options", "render_html", "step_cycles",
+    "load_autoreport", "load_profile", "memory_figure",
+    "outputs_from_engine_options", "render_html",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",
     "write_chrome_trace", "write_html",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ipusim.cost_model import PS_PER_US
 from ipusim.event_kinds import KINDS
 from ipusim.report import lanes
 
@@ -59,8 +60,8 @@ class Detail:
     def describe(self) -> str:
         if self.full:
             return "every event"
-        window = ("" if self.window_ps is None else
-                  f", and {self.window_ps[0] / 1e6:,.3f}-{self.window_ps[1] / 1e6:,.3f} µs")
+        start, end = (t / PS_PER_US for t in self.window_ps or (0, 0))
+        window = "" if self.window_ps is None else f", and {start:,.3f}-{end:,.3f} µs"
         return (f"the first and last {self.edge} micro-batches of the first and last "
                 f"{self.edge_steps} steps of the first {self.replicas} replicas{window} "
                 f"event by event; the rest aggregated")

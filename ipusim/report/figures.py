@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ipusim.analysis import MEMORY_PARTS
 from ipusim.cost_model import PS_PER_US
-from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, KINDS, SYNC_WAIT
+from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, IDLE, KINDS, SYNC_WAIT
+from ipusim.memory import MB, MEMORY_PARTS
 from ipusim.metrics import step_spans
 from ipusim.pipeline_phases import PHASES
 from ipusim.report import lanes
@@ -24,7 +24,6 @@ from ipusim.report.summary import execution_text
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
-MB = 1e6
 MAX_EVENTS_PER_LANE = 20_000
 MAX_IPUS = 16
 _PHASE_FILL = {"ramp-up": "rgba(214, 39, 40, 0.09)", "main": "rgba(44, 160, 44, 0.08)",
@@ -285,7 +284,7 @@ def utilisation_figure(timeline: Timeline, max_ipus: int = 64) -> go.Figure:
     fig = go.Figure()
     for category in lanes.CATEGORIES:
         share = table[category].to_numpy()
-        if category != "idle" and not share.any():
+        if category != IDLE.name and not share.any():
             continue
         fig.add_trace(go.Bar(name=category, x=labels, y=share * 100,
                              marker={"color": lanes.CATEGORY_COLOURS[category],

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import textwrap
 
-from ipusim.analysis import MEMORY_PARTS, cycles_by_kind, grouped_steps
+from ipusim.analysis import cycles_by_kind, grouped_steps
+from ipusim.memory import MB, MEMORY_PARTS
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
-MB = 1e6
 MAX_STEP_ROWS = 20
 
 

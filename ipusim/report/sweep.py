@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ipusim.design_point import pareto_front
+from ipusim.design_point import outcomes, pareto_front
 from ipusim.report.html import _PLOT_CONFIG, _STYLE
 
 THROUGHPUT, MEMORY, GA = "throughput(items/s)", "memory_max(MB)", "Training.gradientAccumulation"
@@ -135,11 +135,8 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
                         config=_PLOT_CONFIG)
             for name, figure in figures(table, links).items()]
     front = pareto_front(table)
-    valid = table["error"].isna()
-    fits = valid & table["fits"].fillna(False).astype(bool)
-    summary = (f"{len(table)} points: {int(fits.sum())} fit, {int((valid & ~fits).sum())} do not "
-               f"fit, {int((~valid).sum())} invalid; {len(front)} on the Pareto front "
-               "(highlighted)")
+    counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes(table).items())
+    summary = f"{len(table)} points: {counts}; {len(front)} on the Pareto front (highlighted)"
     check = json.dumps({"points": len(table), "pareto": len(front), "links": len(links)})
     return f"""<!DOCTYPE html>
 <html lang="en">

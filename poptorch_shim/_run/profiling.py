@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipusim.cost_model import PS_PER_US
 from poptorch_shim._run import run_settings
 
 JOB_ID_FILE = "job-id.txt"
@@ -102,15 +103,14 @@ def keep_figures(executor) -> None:
 
 
 def _figures_line(entry: _Figures) -> str | None:
-    from ipusim.report import bottleneck
     device = entry.device
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
     where = f"; report {entry.directory}" if entry.directory is not None else ""
     return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
-            f"{timeline.latency_ps() / 1e6:,.1f} µs per micro-batch, bottleneck "
-            f"{bottleneck(timeline).kind}{where}")
+            f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
+            f"{timeline.bottleneck().kind}{where}")
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:

@@ -89,3 +89,8 @@ def given(settings: RunSettings) -> Iterator[RunSettings]:
         yield settings
     finally:
         _given = saved
+
+
+def available_ipus() -> int:
+    """IPUs of the simulated machine: ``IPUSIM_NUM_IPUS`` or an IPU-POD16."""
+    return current().num_ipus

@@ -11,7 +11,7 @@ from typing import Any
 
 from ipusim.design_point import DesignPoint
 from poptorch_shim._execution.batching import StepShape
-from poptorch_shim._execution.device import (
+from poptorch_shim._execution.engine_config import (
     check_inference_options,
     checked_run_config,
     cost_model,
@@ -37,5 +37,5 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
         check_inference_options(options)
     shape = StepShape.of(options, training)
     shape.check_output_period()
-    run = checked_run_config(options, training, work, measured.strategy, shape, measured.overlap)
+    run = checked_run_config(options, shape, training, work, measured.strategy, measured.overlap)
     return DesignPoint(work, run, instance_system(options, run, work), cost_model(options), steps)

@@ -4,7 +4,7 @@ import pytest
 
 import poptorch_shim as poptorch
 from poptorch_shim._execution.batching import StepShape
-from poptorch_shim._execution.device import run_config
+from poptorch_shim._execution.engine_config import run_config
 
 MODES = [(poptorch.OutputMode.All, None), (poptorch.OutputMode.Final, None),
          (poptorch.OutputMode.EveryN, 3), (poptorch.OutputMode.Sum, None)]
@@ -28,7 +28,7 @@ def test_the_shape_counts_a_call_as_the_options_ask():
 def test_the_rows_assembled_are_those_the_simulated_device_returns(mode, period):
     opts = options(mode, period)
     shape = StepShape.of(opts, training=True)
-    run = run_config(opts, training=True, num_stages=1, shape=shape)
+    run = run_config(opts, shape, training=True, num_stages=1)
     sent = [mb for mb in range(run.micro_batches_per_step) if run.returns_outputs(mb)]
     assert run.micro_batches_per_step == shape.rows
     if mode is poptorch.OutputMode.Sum:  # added up on the device: one result goes back

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from ipusim.report.sweep import pareto_front
+from ipusim.design_point import outcomes, pareto_front
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import (
     InProcess,
@@ -222,6 +222,12 @@ def test_the_pareto_front_keeps_points_no_other_beats_on_throughput_and_memory()
                           "memory_max(MB)": [1.0, 2.0, 3.0, 3.0, 0.5, 9.0],
                           "error": [None, None, None, None, "ValueError", None]})
     assert list(pareto_front(table)) == [0, 1, 3, 5]
+
+
+def test_a_sweeps_outcomes_count_points_that_fit_do_not_and_were_refused():
+    table = pd.DataFrame({"fits": [True, False, None, True, None],
+                          "error": [None, None, "ValueError", None, "RuntimeError"]})
+    assert outcomes(table) == {"fit": 2, "do not fit": 1, "invalid": 2}
 
 
 def test_ipusim_sweep_runs_a_spec_and_writes_its_report(tmp_path, capsys):
