@@ -40,8 +40,7 @@ import time
 
 import torch
 
-from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
-from poptorch_shim._data.data_loader import DataLoader
+from poptorch_shim import AsynchronousDataAccessor, DataLoader
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.options import Options
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from poptorch_shim._run.runner import install_aliases
+from poptorch_shim.commands import install_aliases
 
 install_aliases()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from poptorch_shim._execution.staged import StagedModel
-from poptorch_shim._run.runner import install_aliases
+from poptorch_shim.commands import install_aliases
 from poptorch_shim.strategies import PipelinedExecution
 
 # The guide's Network as the parallel-execution scenario writes it: a PopTorch

@@ -5,7 +5,9 @@ adds them to the parser of :mod:`ipusim.cli` (which reads saved profiles),
 and :func:`main` is the ``ipusim`` console script: both together. The
 command-line flags become the run's :class:`~poptorch_shim._run.run_settings.RunSettings`,
 handed to the runner as an argument. ``python -m poptorch_shim.commands`` is the
-same command without the console script.
+same command without the console script. From Python, :func:`run_script` with a
+:class:`RunSettings` does what ``ipusim run`` does, and :func:`install_aliases`
+makes ``import poptorch`` resolve to the shim.
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from poptorch_shim._run.run_settings import (
     TIMING_ONLY_ENV,
     RunSettings,
 )
+from poptorch_shim._run.runner import install_aliases, run_script
+
+__all__ = ["RunSettings", "add_commands", "install_aliases", "main", "run_script"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,9 +43,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     "PopTorch shim. Everything after SCRIPT is passed to the script.",
         epilog="example: ipusim run --report reports/ train.py --epochs 1",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("script", metavar="SCRIPT", help="the PopTorch script (.py) to run")
-    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
-                     help="everything after SCRIPT goes to the script")
+    _add_script(run, "the PopTorch script (.py) to run")
     run.add_argument("--report", metavar="DIR",
                      help="write an autoReport directory per model under DIR "
                           f"(or set {REPORT_DIR_ENV})")
@@ -78,9 +81,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     "as poptorch.Options code, with the runners-up.",
         epilog="example: ipusim advise --ipus 16 --system bow scenarios/resnet50.py --size reduced",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    advise.add_argument("script", metavar="SCRIPT", help="a PopTorch script or module:function")
-    advise.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
-                        help="everything after SCRIPT goes to the script")
+    _add_script(advise, "a PopTorch script or module:function")
     advise.add_argument("--ipus", type=int, default=16, help="IPUs of the machine (default: 16)")
     advise.add_argument("--system", choices=("bow", "mk2", "mk1"), default="bow",
                         help="the IPU (default: bow)")
@@ -101,6 +102,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         sub.set_defaults(handler=handler)
 
 
+def _add_script(parser: argparse.ArgumentParser, what: str) -> None:
+    """SCRIPT, and everything after it as the script's own arguments."""
+    parser.add_argument("script", metavar="SCRIPT", help=what)
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT_ARGS",
+                        help="everything after SCRIPT goes to the script")
+
+
 def run_settings_of(args: argparse.Namespace) -> RunSettings:
     """The settings ``ipusim run``'s flags give, over those of the environment."""
     settings = RunSettings.from_environment()
@@ -111,8 +119,6 @@ def run_settings_of(args: argparse.Namespace) -> RunSettings:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from poptorch_shim._run.runner import run_script
-
     if args.script_args[:1] == ["--"]:  # `SCRIPT -- ARGS`, as earlier versions wanted
         args.script_args = args.script_args[1:]
     if not Path(args.script).is_file():

@@ -11,8 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from poptorch_shim._run.run_settings import RunSettings
-from poptorch_shim._run.runner import run_script
+from poptorch_shim.commands import RunSettings, run_script
 
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE.parent / "reports"
