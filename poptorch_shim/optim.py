@@ -25,16 +25,16 @@ from collections.abc import Iterable
 import torch
 
 from poptorch_shim._optim.base import (
+    PopTorchOptimizer,
     VariableAttributes,
-    _adam_direction,
-    _check_accum_type,
-    _check_no_amsgrad,
-    _check_positive,
-    _explicit,
-    _max_grad_norm,
-    _PopTorchOptimizer,
-    _set_accum_types,
-    _torch_args,
+    adam_direction,
+    check_accum_type,
+    check_no_amsgrad,
+    check_positive,
+    checked_max_grad_norm,
+    explicit_arguments,
+    set_accum_types,
+    torch_args,
 )
 from poptorch_shim._optim.lamb import LAMB
 from poptorch_shim._optim.state import (
@@ -51,7 +51,7 @@ __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "VariableAttributes",
 LAMB.__module__ = VariableAttributes.__module__ = __name__
 
 
-class SGD(_PopTorchOptimizer, torch.optim.SGD):
+class SGD(PopTorchOptimizer, torch.optim.SGD):
     """Stochastic gradient descent with optional momentum, as
     ``torch.optim.SGD``, plus loss and velocity scaling.
 
@@ -76,19 +76,19 @@ class SGD(_PopTorchOptimizer, torch.optim.SGD):
                  accum_type: torch.dtype | None = None,
                  velocity_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
-        explicit = _explicit(locals())
-        torch.optim.SGD.__init__(self, params, **_torch_args(explicit, torch.optim.SGD))
+        explicit = explicit_arguments(locals())
+        torch.optim.SGD.__init__(self, params, **torch_args(explicit, torch.optim.SGD))
         self.use_combined_accum = bool(use_combined_accum)
-        self.accum_type = _check_accum_type("accum_type", accum_type)
-        self.velocity_accum_type = _check_accum_type("velocity_accum_type",
+        self.accum_type = check_accum_type("accum_type", accum_type)
+        self.velocity_accum_type = check_accum_type("velocity_accum_type",
                                                      velocity_accum_type)
-        self.max_grad_norm = _max_grad_norm(max_grad_norm)
+        self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         if self.use_combined_accum:
             self.defaults["velocity_scaling"] = 1.0 if velocity_scaling is None \
                 else velocity_scaling
             for i, group in enumerate(self.param_groups):
                 group.setdefault("velocity_scaling", self.defaults["velocity_scaling"])
-                _check_positive(f"velocity_scaling (group {i})", group["velocity_scaling"],
+                check_positive(f"velocity_scaling (group {i})", group["velocity_scaling"],
                                 "The velocity is stored multiplied by this factor; pass a "
                                 "positive factor, or 1.0 to disable it.")
         elif velocity_scaling is not None:
@@ -98,7 +98,7 @@ class SGD(_PopTorchOptimizer, torch.optim.SGD):
         self._finish_init(explicit, loss_scaling)
 
 
-class Adam(_PopTorchOptimizer, torch.optim.Adam):
+class Adam(PopTorchOptimizer, torch.optim.Adam):
     """Adam with L2 weight decay, as ``torch.optim.Adam``, plus loss scaling,
     FP16/FP32 accumulator types and global gradient clipping
     (``max_grad_norm``). AMSGrad is not supported."""
@@ -116,16 +116,16 @@ class Adam(_PopTorchOptimizer, torch.optim.Adam):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
-        explicit = _explicit(locals())
-        _check_no_amsgrad(amsgrad)
-        self._torch_base.__init__(self, params, **_torch_args(explicit, self._torch_base))
-        _set_accum_types(self, accum_type, first_order_momentum_accum_type,
+        explicit = explicit_arguments(locals())
+        check_no_amsgrad(amsgrad)
+        self._torch_base.__init__(self, params, **torch_args(explicit, self._torch_base))
+        set_accum_types(self, accum_type, first_order_momentum_accum_type,
                          second_order_momentum_accum_type)
-        self.max_grad_norm = _max_grad_norm(max_grad_norm)
+        self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         self._finish_init(explicit, loss_scaling)
 
 
-class AdamW(_PopTorchOptimizer, torch.optim.AdamW):
+class AdamW(PopTorchOptimizer, torch.optim.AdamW):
     """Adam with decoupled weight decay, as ``torch.optim.AdamW`` (default
     ``weight_decay`` 1e-2), plus loss scaling, accumulator types, gradient
     clipping and ``bias_correction=False`` (PopART's AdamNoBias: the moments
@@ -145,13 +145,13 @@ class AdamW(_PopTorchOptimizer, torch.optim.AdamW):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  max_grad_norm: float | None = None) -> None:
-        explicit = _explicit(locals())
-        _check_no_amsgrad(amsgrad)
-        self._torch_base.__init__(self, params, **_torch_args(explicit, self._torch_base))
+        explicit = explicit_arguments(locals())
+        check_no_amsgrad(amsgrad)
+        self._torch_base.__init__(self, params, **torch_args(explicit, self._torch_base))
         self.bias_correction = True if bias_correction is None else bool(bias_correction)
-        _set_accum_types(self, accum_type, first_order_momentum_accum_type,
+        set_accum_types(self, accum_type, first_order_momentum_accum_type,
                          second_order_momentum_accum_type)
-        self.max_grad_norm = _max_grad_norm(max_grad_norm)
+        self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         self._finish_init(explicit, loss_scaling)
 
     def _update(self) -> None:
@@ -163,13 +163,13 @@ class AdamW(_PopTorchOptimizer, torch.optim.AdamW):
                 if p.grad is None:
                     continue
                 grad = -p.grad if group["maximize"] else p.grad
-                direction = _adam_direction(self.state[p], grad, group["betas"],
+                direction = adam_direction(self.state[p], grad, group["betas"],
                                             group["eps"], bias_correction=False)
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.add_(direction, alpha=-group["lr"])
 
 
-class RMSprop(_PopTorchOptimizer, torch.optim.RMSprop):
+class RMSprop(PopTorchOptimizer, torch.optim.RMSprop):
     """RMSprop, as ``torch.optim.RMSprop``, plus loss scaling and accumulator
     types: ``first_order_momentum_accum_type`` is the squared-gradient average,
     ``second_order_momentum_accum_type`` the centred gradient average (PopART's
@@ -193,10 +193,10 @@ class RMSprop(_PopTorchOptimizer, torch.optim.RMSprop):
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None,
                  use_tf_variant: bool | None = None) -> None:
-        explicit = _explicit(locals())
+        explicit = explicit_arguments(locals())
         torch.optim.RMSprop.__init__(self, params,
-                                     **_torch_args(explicit, torch.optim.RMSprop))
-        _set_accum_types(self, accum_type, first_order_momentum_accum_type,
+                                     **torch_args(explicit, torch.optim.RMSprop))
+        set_accum_types(self, accum_type, first_order_momentum_accum_type,
                          second_order_momentum_accum_type)
         self.use_tf_variant = bool(use_tf_variant)
         self._finish_init(explicit, loss_scaling)

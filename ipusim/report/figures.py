@@ -125,7 +125,7 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
             f"{(end - start) / PS_PER_US:,.0f} µs from the first box")
 
 
-def _lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
+def lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list, list]:
     """Row of each (IPU, lane): the compute lane always, other lanes when used."""
     used = set(events["kind"].astype(str).map(lanes.LANE_OF))
     shown = [lane for lane in lanes.LANES if lane == COMPUTE_LANE or lane in used]
@@ -170,7 +170,7 @@ def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PE
     """The pipeline timeline: rows = IPUs (with their I/O, exchange and sync lanes)."""
     window = plotted_window(timeline, max_events_per_lane, max_ipus)
     events = window.events
-    positions, ticks, names = _lane_positions(timeline, events)
+    positions, ticks, names = lane_positions(timeline, events)
     lane = events["kind"].astype(str).map(lanes.LANE_OF)
     rows = np.array([positions[key] for key in zip(events["ipu"], lane)], dtype=np.int32)
     traces, shapes, notes = [], [], []

@@ -23,7 +23,7 @@ from ipusim.cost_model import PS_PER_US
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
-    _lane_positions,
+    lane_positions,
     memory_figure,
     plotted_window,
     timeline_figure,
@@ -34,9 +34,9 @@ from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
 from ipusim.simulation import Timeline
 
-_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
-_STYLE = """
+STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 2rem 2rem;
        color: #222; background: #fafafa; }
 h1 { font-size: 1.5rem; margin: 1.2rem 0 0.2rem; }
@@ -107,7 +107,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
         ("memory", memory_figure(timeline)),
     ]
     divs = {name: pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=name,
-                              config=_PLOT_CONFIG) for name, fig in plots}
+                              config=PLOT_CONFIG) for name, fig in plots}
     system = timeline.system
     subtitle = (f"{system.ipu.name} × {system.num_ipus}, {timeline.num_ipus} IPU(s) used, "
                 f"{timeline.steps} step(s), {len(timeline.events):,} simulated events")
@@ -116,7 +116,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
 <head>
 <meta charset="utf-8">
 <title>ipusim report — {html.escape(title)}</title>
-<style>{_STYLE}</style>
+<style>{STYLE}</style>
 <script>{_ERROR_HOOK}</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head>
@@ -155,7 +155,7 @@ def _detailed_timeline_figure(timeline: Timeline, max_events_per_lane: int,
     plotted = replace(timeline, events=timeline.events[keep])
     figure = timeline_figure(plotted, max_events_per_lane)
     window = plotted_window(plotted, max_events_per_lane).events
-    positions = _lane_positions(plotted, window)[0]
+    positions = lane_positions(plotted, window)[0]
     boxes = aggregates(timeline.events, detail, keep)
     last = window["end_ps"].max() if len(window) else 0
     on_rows = [(positions[ipu, lane], box) for ipu, lane, box in zip(

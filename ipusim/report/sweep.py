@@ -20,7 +20,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from ipusim.design_point import outcomes, pareto_front
-from ipusim.report.html import _PLOT_CONFIG, _STYLE
+from ipusim.report.html import PLOT_CONFIG, STYLE
 
 THROUGHPUT, MEMORY, GA = "throughput(items/s)", "memory_max(MB)", "Training.gradientAccumulation"
 
@@ -132,7 +132,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
     address of its timeline report."""
     links = links or {}
     divs = [pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=name,
-                        config=_PLOT_CONFIG)
+                        config=PLOT_CONFIG)
             for name, figure in figures(table, links).items()]
     front = pareto_front(table)
     counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes(table).items())
@@ -143,7 +143,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
 <head>
 <meta charset="utf-8">
 <title>ipusim sweep — {html.escape(title)}</title>
-<style>{_STYLE}{_TABLE_STYLE}</style>
+<style>{STYLE}{_TABLE_STYLE}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head>
 <body>

@@ -171,7 +171,7 @@ def _does_work(func, args: tuple, out) -> bool:
     return bool(outputs) and any(t.numel() > 1 for t in _tensors(args) + outputs)
 
 
-class _TrafficCounter(TorchDispatchMode):
+class TrafficCounter(TorchDispatchMode):
     """Counts operators, the bytes they read and write, and their kernels."""
 
     def __init__(self) -> None:
@@ -251,7 +251,7 @@ def measure() -> Iterator[Measurement]:
     """Measure the torch compute run inside the block."""
     result = Measurement()
     flops = FlopCounterMode(display=False)
-    traffic = _TrafficCounter()
+    traffic = TrafficCounter()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         result.saved.pack(tensor)

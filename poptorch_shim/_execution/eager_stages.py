@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.compute import WholeModel
-from poptorch_shim._execution.cost_probe import SavedActivations, _TrafficCounter, tensor_bytes
+from poptorch_shim._execution.cost_probe import SavedActivations, TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording
 from poptorch_shim.strategies import ExecutionStrategy
@@ -43,7 +43,7 @@ class _Charges:
         self._block: str | None = None
         self._mark = (0.0, 0.0, 0)
         self._flops = FlopCounterMode(display=False)
-        self._traffic = _TrafficCounter()
+        self._traffic = TrafficCounter()
 
     @contextmanager
     def active(self, block: str | None) -> Iterator[_Charges]:

@@ -1,6 +1,6 @@
 """Machinery shared by every ``poptorch.optim`` optimizer: the checks and
 defaults for PopTorch's extra constructor arguments, ``VariableAttributes``, the
-``_PopTorchOptimizer`` mixin and the Adam update direction, so that
+``PopTorchOptimizer`` mixin and the Adam update direction, so that
 :mod:`poptorch_shim.optim` and :mod:`poptorch_shim._optim.lamb` hold only their update rules.
 """
 import inspect
@@ -12,19 +12,19 @@ from typing import Any
 
 import torch
 
-from poptorch_shim._optim.state import _state_slots
+from poptorch_shim._optim.state import state_slots
 
 _ACCUM_TYPES = (torch.float16, torch.float32)
 _GLOBAL_VARS = ["loss_scaling"]  # PopTorch variables kept on the optimizer, not per group.
 
 
-def _explicit(arguments: dict[str, Any]) -> dict[str, Any]:
+def explicit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments the user gave (not None), from ``locals()``."""
     return {name: value for name, value in arguments.items()
             if value is not None and name not in ("self", "params", "__class__")}
 
 
-def _check_positive(name: str, value: Any, rule: str) -> float:
+def check_positive(name: str, value: Any, rule: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
             math.isnan(value) or value <= 0:
         raise ValueError(f"{name} must be a number greater than 0, got {value!r}. {rule}")
@@ -32,7 +32,7 @@ def _check_positive(name: str, value: Any, rule: str) -> float:
 
 
 def _check_loss_scaling(value: Any) -> float:
-    value = _check_positive(
+    value = check_positive(
         "loss_scaling", value, "The loss is multiplied by this factor and the gradients "
         "divided by it; pass a positive factor such as 128.0, or 1.0 to disable it.")
     if math.isinf(value):
@@ -41,7 +41,7 @@ def _check_loss_scaling(value: Any) -> float:
     return value
 
 
-def _check_accum_type(name: str, value: torch.dtype | None) -> torch.dtype:
+def check_accum_type(name: str, value: torch.dtype | None) -> torch.dtype:
     if value is None:
         return torch.float32
     if value not in _ACCUM_TYPES:
@@ -52,32 +52,32 @@ def _check_accum_type(name: str, value: torch.dtype | None) -> torch.dtype:
     return value
 
 
-def _torch_args(explicit: dict[str, Any], base: type) -> dict[str, Any]:
+def torch_args(explicit: dict[str, Any], base: type) -> dict[str, Any]:
     """The user's arguments that ``base``'s constructor knows."""
     known = inspect.signature(base.__init__).parameters
     return {name: value for name, value in explicit.items() if name in known}
 
 
-def _max_grad_norm(value: float | None) -> float:
+def checked_max_grad_norm(value: float | None) -> float:
     if value is None:
         return math.inf
-    return _check_positive("max_grad_norm", value, "Gradients are scaled down so their "
+    return check_positive("max_grad_norm", value, "Gradients are scaled down so their "
                            "global norm is at most this; pass a positive value, or leave "
                            "it unset (inf) to disable clipping.")
 
 
-def _check_no_amsgrad(amsgrad: bool | None) -> None:
+def check_no_amsgrad(amsgrad: bool | None) -> None:
     if amsgrad:
         raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: got "
                          "amsgrad=True. Leave amsgrad unset (False).")
 
 
-def _set_accum_types(optimizer: Any, accum: torch.dtype | None,
+def set_accum_types(optimizer: Any, accum: torch.dtype | None,
                      first: torch.dtype | None, second: torch.dtype | None) -> None:
-    optimizer.accum_type = _check_accum_type("accum_type", accum)
-    optimizer.first_order_momentum_accum_type = _check_accum_type(
+    optimizer.accum_type = check_accum_type("accum_type", accum)
+    optimizer.first_order_momentum_accum_type = check_accum_type(
         "first_order_momentum_accum_type", first)
-    optimizer.second_order_momentum_accum_type = _check_accum_type(
+    optimizer.second_order_momentum_accum_type = check_accum_type(
         "second_order_momentum_accum_type", second)
 
 
@@ -128,7 +128,7 @@ def _unhooked(step: Callable) -> Callable:
     return step.__wrapped__ if getattr(step, "hooked", False) else step
 
 
-class _PopTorchOptimizer:
+class PopTorchOptimizer:
     """What every PopTorch optimizer adds to its torch base: loss scaling,
     ``variable_attrs``, global gradient clipping, FP16 state rounding, and
     pickling of the attributes torch's ``__getstate__`` would drop."""
@@ -181,7 +181,7 @@ class _PopTorchOptimizer:
 
     def _round_state(self) -> None:
         for group in self.param_groups:
-            half = [key for key, dtype in _state_slots(self, group).items()
+            half = [key for key, dtype in state_slots(self, group).items()
                     if dtype == torch.float16]
             for p in group["params"]:
                 state = self.state.get(p, {})
@@ -213,7 +213,7 @@ def _in_float32(param_groups: list[dict[str, Any]]) -> Iterator[None]:
             p.data, p.grad = p.data.half(), p.grad.half()
 
 
-def _adam_direction(state: dict[str, Any], grad: torch.Tensor, betas: tuple[float, float],
+def adam_direction(state: dict[str, Any], grad: torch.Tensor, betas: tuple[float, float],
                     eps: float, bias_correction: bool) -> torch.Tensor:
     """Advance the Adam moments in ``state`` by ``grad``; return
     ``m_hat / (sqrt(v_hat) + eps)`` (a new tensor)."""

@@ -6,18 +6,18 @@ from collections.abc import Iterable
 import torch
 
 from poptorch_shim._optim.base import (
-    _adam_direction,
-    _check_positive,
-    _explicit,
-    _PopTorchOptimizer,
-    _set_accum_types,
+    PopTorchOptimizer,
+    adam_direction,
+    check_positive,
+    explicit_arguments,
+    set_accum_types,
 )
 from poptorch_shim._optim.state import AdamMoments
 
 _FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
 
 
-class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
+class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
     """Layer-wise Adaptive Moments (You et al. 2019, "Large Batch Optimization
     for Deep Learning: Training BERT in 76 minutes").
 
@@ -40,7 +40,7 @@ class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
                  accum_type: torch.dtype | None = None,
                  first_order_momentum_accum_type: torch.dtype | None = None,
                  second_order_momentum_accum_type: torch.dtype | None = None) -> None:
-        explicit = _explicit(locals())
+        explicit = explicit_arguments(locals())
         defaults = dict(lr=1e-3 if lr is None else lr,
                         betas=(0.9, 0.999) if betas is None else tuple(betas),
                         eps=1e-8 if eps is None else eps,
@@ -49,11 +49,11 @@ class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
                         else max_weight_norm)
         torch.optim.Optimizer.__init__(self, params, defaults)
         for i, group in enumerate(self.param_groups):
-            _check_positive(f"max_weight_norm (group {i})", group["max_weight_norm"],
+            check_positive(f"max_weight_norm (group {i})", group["max_weight_norm"],
                             "It caps the weight norm in LAMB's trust ratio; pass a positive "
                             "value, or math.inf for no cap.")
         self.bias_correction = True if bias_correction is None else bool(bias_correction)
-        _set_accum_types(self, accum_type, first_order_momentum_accum_type,
+        set_accum_types(self, accum_type, first_order_momentum_accum_type,
                          second_order_momentum_accum_type)
         self._finish_init(explicit, loss_scaling)
 
@@ -62,7 +62,7 @@ class LAMB(_PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                update = _adam_direction(self.state[p], p.grad, group["betas"],
+                update = adam_direction(self.state[p], p.grad, group["betas"],
                                          group["eps"], self.bias_correction)
                 update.add_(p, alpha=group["weight_decay"])
                 weight_norm = torch.linalg.vector_norm(p).clamp(max=group["max_weight_norm"])

@@ -5,7 +5,7 @@ an optimizer.
 
 Kept apart from :mod:`poptorch_shim.optim` so the optimizer classes stay about
 the update rules; the model's memory estimate and compile step use this. It
-sits below the optimizer classes (which need ``_state_slots`` to round FP16
+sits below the optimizer classes (which need ``state_slots`` to round FP16
 state after each step): an optimizer of PopTorch's own that keeps Adam's
 moments (``LAMB``) says so by deriving from :class:`AdamMoments`.
 """
@@ -28,7 +28,7 @@ def _require_supported(optimizer: torch.optim.Optimizer) -> None:
                          "poptorch.optim.SGD, Adam, AdamW, RMSprop, LAMB. Use one of those.")
 
 
-def _state_slots(optimizer: torch.optim.Optimizer,
+def state_slots(optimizer: torch.optim.Optimizer,
                  group: dict[str, Any]) -> dict[str, torch.dtype | None]:
     """The state tensors the IPU keeps per weight of ``group``, by torch state
     key, with their data type (None: the weight's own type). Torch optimizers
@@ -69,7 +69,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer,
     each in its declared accumulator type. Works for torch's own optimizers."""
     total = 0
     for group, p in _selected(optimizer, params):
-        for dtype in _state_slots(optimizer, group).values():
+        for dtype in state_slots(optimizer, group).values():
             total += p.numel() * (dtype or p.dtype).itemsize
     return total
 

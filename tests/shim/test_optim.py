@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from poptorch_shim._optim.state import _state_slots
+from poptorch_shim._optim.state import state_slots
 from poptorch_shim.optim import (
     LAMB,
     SGD,
@@ -423,7 +423,7 @@ def test_state_bytes_match_what_torch_allocates():
         params = params_of((3, 4), (5,))
         opt = make(params)
         if any(dtype == torch.float16 for group in opt.param_groups
-               for dtype in _state_slots(opt, group).values()):
+               for dtype in state_slots(opt, group).values()):
             continue
         for p in params:
             p.grad = torch.ones_like(p)
