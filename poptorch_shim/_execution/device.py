@@ -36,7 +36,7 @@ class SimulatedDevice:
 
     def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
-        """``run``: the run configuration :func:`check_layout` built and checked
+        """``run``: the run configuration :func:`.engine_config.check_layout` built and checked
         before the stages were measured; ``stages``: the measured stages, whose
         optimizer state is ``optimizer_state_ratio`` times their weights in training."""
         self.work = Work(
