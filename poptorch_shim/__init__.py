@@ -6,7 +6,7 @@ re-exported here from thin modules; the machinery lives in one private
 package per subsystem (``_data``, ``_options``, ``_optim``, ``_execution``,
 ``_distributed``, ``_run``; ARCHITECTURE.md has the map).
 """
-from poptorch_shim import optim, poptorch_core
+from poptorch_shim import optim, poptorch_core, profiling
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.annotations import (
@@ -77,6 +77,7 @@ __all__ = [
     "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
     "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
     "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "optim", "OverlapMode",
-    "poptorch_core", "recomputationCheckpoint", "registerCustomArgParser", "removeBlocks",
+    "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",
+    "removeBlocks",
     "setLogLevel", "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
 ]

@@ -46,9 +46,10 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
+    from poptorch_shim import profiling as tracepoints
     from poptorch_shim._run import profiling
     from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
-    finished, profiling.collecting = False, True
+    finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     if settings is None:
         settings = RunSettings.from_environment()
     simulated_clock = settings.simulated_clock
@@ -60,6 +61,8 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         try:
+            if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
+                tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
             write_pending_reports()
         except ReportsNotWritten as error:
             if finished:

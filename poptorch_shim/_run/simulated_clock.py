@@ -119,22 +119,36 @@ class ModelCall:
 
 
 _clock: ScriptClock | None = None
+_calls_ps = 0   # simulated time of every outermost model call this process made
+_in_call = False
+
+
+def simulated_calls_ps() -> int:
+    """The simulated time of every model call this process has made (a call made
+    inside another call counts once, in the outer one), runner or not."""
+    return _calls_ps
 
 
 @contextmanager
 def model_call() -> Iterator[ModelCall]:
     """Time one call to a model: the script's clock replaces the host's time
-    inside it by the simulated time the model reports (no-op outside the runner)."""
-    clock = _clock
+    inside it by the simulated time the model reports (outside the runner only
+    :func:`simulated_calls_ps` counts it)."""
+    global _calls_ps, _in_call
     call = ModelCall()
-    if clock is None or clock.in_call:  # no runner, or a call made inside a call
+    if _in_call:  # a call made inside a call
         yield call
         return
-    clock.call_started()
+    clock, _in_call = _clock, True
+    if clock is not None:
+        clock.call_started()
     try:
         yield call
     finally:
-        clock.call_ended(call.simulated_ps)
+        _in_call = False
+        _calls_ps += call.simulated_ps
+        if clock is not None:
+            clock.call_ended(call.simulated_ps)
 
 
 def _readers(name: str, clock: ScriptClock) -> tuple[Callable[[], float], Callable[[], int]]:

@@ -1,0 +1,138 @@
+"""``poptorch.profiling``: channels of host tracepoints, as PopTorch has them.
+
+On an IPU system PopTorch hands a :class:`Channel`'s tracepoints to libpvti,
+and the PopVision System Analyser shows them beside the host's other work.
+Here each tracepoint is recorded with the host time it spanned and the
+simulated time of the model calls made inside it, and a run with reports
+(``ipusim run --report DIR`` or ``IPUSIM_REPORT_DIR``) writes them as a Chrome
+trace, ``tracepoints.json`` in DIR, one row per channel (see
+:func:`write_tracepoints`).
+
+>>> channel = poptorch.profiling.Channel("MyApp")
+>>> with channel.tracepoint("TimeThis"):
+...     functionToTime()
+>>> channel.instrument(myobj, "methodName", "otherMethod")
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ipusim.cost_model import PS_PER_US
+from poptorch_shim._run import simulated_clock
+
+TRACE_FILE = "tracepoints.json"
+_NS_PER_US = 1000
+
+
+@dataclass(frozen=True)
+class Tracepoint:
+    """One tracepoint as it ran: its channel, its name (``Channel.name``), when it
+    began and ended on the host's ``perf_counter``, and the simulated time of the
+    model calls made inside it."""
+
+    channel: str
+    name: str
+    start_ns: int
+    end_ns: int
+    simulated_ps: int
+
+
+_recorded: list[Tracepoint] = []
+
+
+class Channel:
+    """A named channel of tracepoints (PopTorch's ``poptorch.profiling.Channel``)."""
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"poptorch.profiling.Channel: name must be a non-empty string, "
+                            f"got {name!r}")
+        self.name = name
+
+    def tracepoint(self, name: str) -> Any:
+        """A context whose span is recorded as ``<channel>.<name>``."""
+        if not isinstance(name, str):
+            raise TypeError(f"Channel({self.name!r}).tracepoint: name must be a string, "
+                            f"got {name!r}")
+        return _tracing(self.name, f"{self.name}.{name}")
+
+    def instrument(self, obj: Any, *methods: str) -> Any:
+        """Record every call of each of ``obj``'s ``methods`` as a tracepoint named
+        after it; returns ``obj``."""
+        for method in methods:
+            bound = getattr(obj, method, None)
+            if not callable(bound):
+                raise AttributeError(f"Channel({self.name!r}).instrument: "
+                                     f"{type(obj).__name__} has no method {method!r}")
+            setattr(obj, method, self._traced(bound, method))
+        return obj
+
+    def _traced(self, function, method: str):
+        @functools.wraps(function)
+        def traced(*args, **kwargs):
+            with self.tracepoint(method):
+                return function(*args, **kwargs)
+        return traced
+
+
+@contextmanager
+def _tracing(channel: str, name: str) -> Iterator[None]:
+    start_ns, simulated_ps = time.perf_counter_ns(), simulated_clock.simulated_calls_ps()
+    try:
+        yield
+    finally:
+        _recorded.append(Tracepoint(channel, name, start_ns, time.perf_counter_ns(),
+                                    simulated_clock.simulated_calls_ps() - simulated_ps))
+
+
+def recorded(since: int = 0) -> list[Tracepoint]:
+    """The tracepoints this process has finished, in the order they ended, from the
+    ``since``-th on (:func:`count` taken earlier: those finished after it)."""
+    return _recorded[since:]
+
+
+def count() -> int:
+    """How many tracepoints this process has finished so far."""
+    return len(_recorded)
+
+
+def chrome_trace(tracepoints: list[Tracepoint]) -> dict:
+    """The tracepoints as a Chrome trace: a thread per channel, times in µs from the
+    first tracepoint's start, each with its simulated time in ``args``."""
+    origin = min(tp.start_ns for tp in tracepoints)
+    channels = list(dict.fromkeys(tp.channel for tp in tracepoints))
+    pid = os.getpid()
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid,
+                           "args": {"name": "host: poptorch.profiling tracepoints"}}]
+    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                "args": {"name": channel}} for tid, channel in enumerate(channels)]
+    events += [{"ph": "X", "name": tp.name, "cat": tp.channel, "pid": pid,
+                "tid": channels.index(tp.channel),
+                "ts": (tp.start_ns - origin) / _NS_PER_US,
+                "dur": (tp.end_ns - tp.start_ns) / _NS_PER_US,
+                "args": {"simulated model calls (us)": tp.simulated_ps / PS_PER_US}}
+               for tp in sorted(tracepoints, key=lambda tp: tp.start_ns)]
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_tracepoints(directory: str | Path, since: int = 0) -> Path | None:
+    """Write the tracepoints finished from the ``since``-th on to
+    ``directory``/``tracepoints.json`` (None, and nothing written, when there are none)."""
+    tracepoints = recorded(since)
+    if not tracepoints:
+        return None
+    path = Path(directory) / TRACE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(chrome_trace(tracepoints)))
+    return path
+
+
+__all__ = ["Channel"]

@@ -1,0 +1,82 @@
+"""``poptorch.profiling.Channel``: tracepoints recorded with their host and simulated time,
+and written as a Chrome trace beside a run's reports."""
+import json
+
+import pytest
+import torch
+
+import poptorch_shim as poptorch
+from poptorch_shim import profiling
+from poptorch_shim.commands import RunSettings, run_script
+
+
+def test_tracepoints_nest_and_are_named_after_their_channel():
+    channel = poptorch.profiling.Channel("MyApp")
+    first = profiling.count()
+    with channel.tracepoint("outer"):
+        with channel.tracepoint("inner"):
+            pass
+    inner, outer = profiling.recorded(first)
+    assert (inner.name, outer.name) == ("MyApp.inner", "MyApp.outer")
+    assert inner.channel == outer.channel == "MyApp"
+    assert outer.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+    assert inner.simulated_ps == outer.simulated_ps == 0  # no model call inside
+
+
+def test_a_tracepoint_holds_the_simulated_time_of_the_model_calls_inside_it():
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), poptorch.Options().deviceIterations(2))
+    channel = poptorch.profiling.Channel("Loop")
+    first = profiling.count()
+    with channel.tracepoint("two calls"):
+        model(torch.ones(2, 4))
+        model(torch.ones(2, 4))
+    (loop,) = profiling.recorded(first)
+    assert loop.simulated_ps == sum(model.device.step_durations[-2:]) > 0
+
+
+def test_instrument_wraps_the_named_methods_and_keeps_what_they_return():
+    class Loader:
+        def batch(self, n):
+            return list(range(n))
+
+    loader = profiling.Channel("Data").instrument(Loader(), "batch")
+    first = profiling.count()
+    assert loader.batch(3) == [0, 1, 2]
+    assert [tp.name for tp in profiling.recorded(first)] == ["Data.batch"]
+    with pytest.raises(AttributeError, match="has no method 'fetch'"):
+        profiling.Channel("Data").instrument(Loader(), "fetch")
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        profiling.Channel(3)
+
+
+def test_the_chrome_trace_has_a_row_per_channel_and_times_from_the_first_tracepoint():
+    points = [profiling.Tracepoint("A", "A.x", 5_000, 9_000, 2_000_000),
+              profiling.Tracepoint("B", "B.y", 6_000, 7_000, 0)]
+    trace = profiling.chrome_trace(points)["traceEvents"]
+    rows = {e["args"]["name"]: e["tid"] for e in trace if e["name"] == "thread_name"}
+    spans = {e["name"]: e for e in trace if e["ph"] == "X"}
+    assert rows == {"A": 0, "B": 1}
+    assert (spans["A.x"]["ts"], spans["A.x"]["dur"], spans["A.x"]["tid"]) == (0.0, 4.0, 0)
+    assert (spans["B.y"]["ts"], spans["B.y"]["dur"], spans["B.y"]["tid"]) == (1.0, 1.0, 1)
+    assert spans["A.x"]["args"] == {"simulated model calls (us)": 2.0}
+
+
+def test_a_run_with_reports_writes_the_scripts_tracepoints_beside_them(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import torch, poptorch\n"
+        "channel = poptorch.profiling.Channel('Train')\n"
+        "model = poptorch.inferenceModel(torch.nn.Linear(4, 2))\n"
+        "for step in range(3):\n"
+        "    with channel.tracepoint('step'):\n"
+        "        model(torch.ones(1, 4))\n")
+    reports = tmp_path / "reports"
+    run_script(str(script), [], RunSettings(report_dir=str(reports)))
+    trace = json.loads((reports / profiling.TRACE_FILE).read_text())["traceEvents"]
+    steps = [e for e in trace if e["ph"] == "X"]
+    assert [e["name"] for e in steps] == ["Train.step"] * 3
+    assert all(e["args"]["simulated model calls (us)"] > 0 for e in steps)
+    assert steps[0]["ts"] == 0 and steps[0]["ts"] + steps[0]["dur"] <= steps[1]["ts"]
+    # Without reports, nothing is written.
+    run_script(str(script), [], RunSettings(report_dir=None))
+    assert not (tmp_path / profiling.TRACE_FILE).exists()
