@@ -43,7 +43,7 @@ from poptorch_shim._data.item_structure import (
     describe_tree,
     flatten,
 )
-from poptorch_shim._data.ring_buffer import DATA, END, FREE, SharedRing
+from poptorch_shim._data.ring_buffer import DATA, END, FREE, SharedRing, copy_into
 from poptorch_shim._data.worker_failure import WorkerFailure
 
 # How long the worker sleeps between polls while it waits for the host to
@@ -226,9 +226,9 @@ class _Producer:
                 if not isinstance(leaf, torch.Tensor):
                     view.fill_(leaf)
                 elif spec.batched and length != spec.shape[0]:
-                    view[:length].copy_(leaf)
+                    copy_into(view[:length], leaf)
                 else:
-                    view.copy_(leaf)
+                    copy_into(view, leaf)
         self._publish(DATA, epoch, lengths)
 
     def _rebatch(self, epoch: int, leaves: list[Any]) -> None:
@@ -248,8 +248,8 @@ class _Producer:
             take = min(count - start, size - self._fill)
             with torch.no_grad():
                 for view, leaf in zip(self._ring.views(self._write), leaves):
-                    view[self._fill:self._fill + take].copy_(
-                        leaf[start:start + take])
+                    copy_into(view[self._fill:self._fill + take],
+                              leaf[start:start + take])
             self._fill += take
             start += take
             if self._fill == size:
