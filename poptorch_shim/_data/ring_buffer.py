@@ -5,17 +5,20 @@ shared-memory file that both processes map.
 Memory layout (all offsets 64-byte aligned)::
 
     header (int64 words): min_epoch | shutdown | waiting | state[B] | epoch[B]
-                          | length[B][L]
+                          | passed[B] | length[B][L]
     slot 0: leaf 0 | leaf 1 | ... | leaf L-1
     slot 1: ...
 
 ``state[i]`` is FREE (the worker may write slot i), DATA (an item is ready)
 or END (the epoch ended; the slot holds no data). ``epoch[i]`` says which
 epoch the slot belongs to, ``length[i][j]`` the first-dimension length of leaf
-j (a last batch may be shorter than the slot). The worker writes data, epoch
-and lengths before it sets ``state``; the host reads ``state`` first. Both are
-plain stores and loads of aligned words, which x86-64's memory model keeps in
-program order; the host sets the slot back to FREE when it has done with it.
+j (a last batch may be shorter than the slot). ``passed[i]`` is 1 when some
+leaves of the item are not in the slot: they were already in shared memory
+and the worker passed them through its pipe instead (see ``worker.py``).
+The worker writes data, epoch, passed and lengths before it sets ``state``;
+the host reads ``state`` first. Both are plain stores and loads of aligned
+words, which x86-64's memory model keeps in program order; the host sets the
+slot back to FREE when it has done with it.
 
 ``min_epoch`` and ``shutdown`` are the host's commands to the worker: the
 lowest epoch the host will accept (a restart or the start of an epoch) and a
@@ -96,7 +99,8 @@ class SharedRing:
         leaves = len(layout.leaves)
         self._state_at = _CONTROL_WORDS
         self._epoch_at = self._state_at + buffer_size
-        self._length_at = self._epoch_at + buffer_size
+        self._passed_at = self._epoch_at + buffer_size
+        self._length_at = self._passed_at + buffer_size
         self._leaves = leaves
         words = self._length_at + buffer_size * leaves
         # numpy views of the header: reading one word costs ~100 ns, which
@@ -115,7 +119,7 @@ class SharedRing:
     @staticmethod
     def size_in_bytes(layout: ItemLayout, buffer_size: int) -> int:
         """Bytes of the shared-memory file for ``layout`` and ``buffer_size``."""
-        words = _CONTROL_WORDS + buffer_size * (2 + len(layout.leaves))
+        words = _CONTROL_WORDS + buffer_size * (3 + len(layout.leaves))
         slot = sum(_aligned(spec.nbytes) for spec in layout.leaves)
         return _aligned(words * 8) + buffer_size * slot
 
@@ -165,6 +169,10 @@ class SharedRing:
     def epoch(self, index: int) -> int:
         return int(self._header[self._epoch_at + index])
 
+    def passed(self, index: int) -> bool:
+        """Whether leaves of slot ``index`` came through the worker's pipe."""
+        return bool(self._header[self._passed_at + index])
+
     def lengths(self, index: int) -> list[int]:
         start = self._length_at + index * self._leaves
         return self._header[start:start + self._leaves].tolist()
@@ -174,11 +182,13 @@ class SharedRing:
         return self._slots[index]
 
     def publish(self, index: int, kind: int, epoch: int,
-                lengths: list[int]) -> None:
-        """Hand slot ``index`` to the host: lengths and epoch, then state."""
+                lengths: list[int], passed: bool = False) -> None:
+        """Hand slot ``index`` to the host: lengths, epoch and whether leaves
+        were passed through the pipe, then state."""
         start = self._length_at + index * self._leaves
         self._header[start:start + self._leaves] = lengths
         self._header[self._epoch_at + index] = epoch
+        self._header[self._passed_at + index] = int(passed)
         self._header[self._state_at + index] = kind
 
     def free(self, index: int) -> None:
