@@ -168,10 +168,11 @@ class AsynchronousDataAccessor:
                 self._consumed = False
                 self._ended = True
                 raise StopIteration
+            item = self._item(slot)  # first: Ctrl-C in it leaves the slot unread
             self._read = (slot + 1) % ring.buffer_size
             self._held = slot
             self._consumed = True
-            return self._item(slot)
+            return item
 
     def _item(self, slot: int) -> Any:
         passed = self._passed_leaves(slot)

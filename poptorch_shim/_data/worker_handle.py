@@ -43,6 +43,7 @@ class WorkerHandle:
         # ("leaves", slot, epoch, leaves) messages read ahead of their slot.
         self._passed: collections.deque[tuple] = collections.deque()
         self._socket = None  # the pipe as a socket, to receive descriptors
+        self._unreceived: tuple | None = None  # a "leaves" message, its descriptors unread
         self._failure: Exception | None = None  # how the worker failed, once known
         self.exitcode: int | None = None  # how the worker ended, once closed
 
@@ -146,23 +147,35 @@ class WorkerHandle:
     def _drain(self) -> Exception | None:
         """Read every pending message; the failure if one is among them.
         Passed leaves are kept until their slot is read."""
-        while self.conn.poll():
+        while True:
+            if self._unreceived is not None and not self._receive_passed():
+                return self._died_error("while loading")
+            if not self.conn.poll():
+                return None
             message = self._read_message()
             if message is None:
                 return self._died_error("while loading")
             if message[0] == "failed":
                 return message[1].to_exception()
             if message[0] == "leaves":
-                _, slot, epoch, shapes = message
-                if self._socket is None:
-                    self._socket = shared_leaves.socket_of(self.conn)
-                try:
-                    leaves = shared_leaves.receive(self._socket, shapes)
-                except (EOFError, OSError):
-                    return self._died_error("while loading")
-                self._passed.append((slot, epoch, leaves))
+                # Remembered first: if Ctrl-C stops the receiving, the next
+                # call receives the descriptors before reading a message.
+                self._unreceived = message[1:]
             # Anything else is a wake-up: the caller looks at the ring.
-        return None
+
+    def _receive_passed(self) -> bool:
+        """Receive the descriptors that follow a "leaves" message; False if
+        the worker is gone."""
+        slot, epoch, shapes = self._unreceived
+        if self._socket is None:
+            self._socket = shared_leaves.socket_of(self.conn)
+        try:
+            leaves = shared_leaves.receive(self._socket, shapes)
+        except (EOFError, OSError):
+            return False
+        self._unreceived = None
+        self._passed.append((slot, epoch, leaves))
+        return True
 
     def _died_error(self, when: str) -> RuntimeError:
         self.process.join(_JOIN_TIMEOUT_S)  # it closed the pipe: let it exit

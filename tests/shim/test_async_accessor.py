@@ -24,6 +24,7 @@ import time
 import pytest
 import torch
 
+from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
 
@@ -328,6 +329,26 @@ def test_batches_passed_before_a_failure_arrive_after_the_worker_exits(no_leaks)
     with pytest.raises(ValueError, match="cannot decode image 40"):
         next(iterator)
     assert first_pixels(kept) == [list(range(16)), list(range(16, 32))]
+
+
+def test_ctrl_c_while_passed_leaves_arrive_leaves_the_accessor_usable(
+        no_leaks, monkeypatch):
+    loader = torch.utils.data.DataLoader(Images(48), batch_size=16, num_workers=1)
+    accessor = AsynchronousDataAccessor(loader, **FORK)
+    receive, interrupted = shared_leaves.receive, []
+
+    def interrupted_once(sock, shapes):
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return receive(sock, shapes)
+
+    monkeypatch.setattr(shared_leaves, "receive", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(accessor))
+    assert [labels.tolist() for _, labels in accessor] == [
+        list(range(start, start + 16)) for start in (0, 16, 32)]
+    accessor.terminate()
 
 
 def test_a_dataset_own_shared_tensors_are_copied_never_aliased(no_leaks):
