@@ -40,7 +40,7 @@ class WorkerHandle:
         self.ring: SharedRing | None = None
         self.layout: ItemLayout | None = None
         self._closed = False
-        # ("leaves", slot, epoch, leaves) messages read ahead of their slot.
+        # (slot, epoch, leaves) passed by the worker, read ahead of their slot.
         self._passed: collections.deque[tuple] = collections.deque()
         self._socket = None  # the pipe as a socket, to receive descriptors
         self._unreceived: tuple | None = None  # a "leaves" message, its descriptors unread
