@@ -303,12 +303,13 @@ def first_pixels(batches):
     return [images[:, 0, 0, 0].int().tolist() for images in batches]
 
 
-def test_batches_that_torch_workers_collate_are_passed_not_copied(no_leaks):
+@pytest.mark.parametrize("strategy", [SharingStrategy.Fork, SharingStrategy.FileSystem])
+def test_batches_that_torch_workers_collate_are_passed_not_copied(no_leaks, strategy):
     """A torch DataLoader's workers collate into shared memory: the host maps
     those batches instead of a slot, so that each stays valid after next(),
     in order, across epochs and an abandoned epoch."""
     loader = torch.utils.data.DataLoader(Images(48), batch_size=16, num_workers=1)
-    accessor = AsynchronousDataAccessor(loader, buffer_size=1, **FORK)
+    accessor = AsynchronousDataAccessor(loader, buffer_size=1, sharing_strategy=strategy)
     expected = [list(range(start, start + 16)) for start in (0, 16, 32)]
     for _ in range(2):
         kept = [images for images, _ in accessor]
