@@ -30,7 +30,10 @@ class AsynchronousDataAccessor:
     tensors returned by ``next()`` are views of a slot, not copies: they stay
     valid until the next item is requested (``next()`` or ``iter()``), after
     which the worker may overwrite them. This avoids copying every batch a
-    second time; call ``.clone()`` on what must outlive the step.
+    second time; call ``.clone()`` on what must outlive the step. A large
+    tensor that reaches the worker in shared memory already (a batch the
+    workers of a ``DataLoader`` collated) is not copied into the slot at
+    all: the host maps the same memory, and that tensor stays valid.
 
     Items may be tensors, Python ``int``/``float``/``bool`` values, or
     tuples, lists and dicts of them, with the same structure, dtypes and
@@ -165,22 +168,40 @@ class AsynchronousDataAccessor:
                 self._consumed = False
                 self._ended = True
                 raise StopIteration
+            item = self._item(slot)  # first: Ctrl-C in it leaves the slot unread
             self._read = (slot + 1) % ring.buffer_size
             self._held = slot
             self._consumed = True
-            return self._item(slot)
+            return item
 
     def _item(self, slot: int) -> Any:
+        passed = self._passed_leaves(slot)
         leaves = []
-        for view, spec, length in zip(self._ring.views(slot),
-                                      self._layout.leaves,
-                                      self._ring.lengths(slot)):
-            if spec.batched and length != spec.shape[0]:
+        for index, (view, spec, length) in enumerate(zip(
+                self._ring.views(slot), self._layout.leaves,
+                self._ring.lengths(slot))):
+            if index in passed:
+                view = passed[index]
+            elif spec.batched and length != spec.shape[0]:
                 view = view[:length]
             leaves.append(view)
         return unflatten(self._layout.tree, leaves)
 
+    def _passed_leaves(self, slot: int) -> dict[int, Any]:
+        """The leaves of ``slot``'s item that the worker passed through its
+        pipe instead of copying them into the slot."""
+        ring = self._ring
+        if not ring.passed(slot):
+            return {}
+        try:
+            return self._handle.passed_leaves(slot, ring.epoch(slot))
+        except Exception as error:
+            self._failure = error
+            self.terminate()
+            raise
+
     def _discard(self, slot: int) -> None:
+        self._passed_leaves(slot)
         self._ring.free(slot)
         self._read = (slot + 1) % self._ring.buffer_size
 

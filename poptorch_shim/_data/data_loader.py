@@ -41,7 +41,9 @@ class DataLoader(torch.utils.data.DataLoader):
 
     In the ``Async`` and ``AsyncRebatched`` modes the batches are views of the
     ``AsynchronousDataAccessor``'s shared ring buffer: they stay valid until
-    the next batch is requested (clone what must outlive the step).
+    the next batch is requested (clone what must outlive the step). In
+    ``Async`` mode with ``num_workers > 0``, the large tensors of a batch are
+    the shared memory the workers collated them into, passed on uncopied.
     """
 
     def __init__(self,

@@ -10,6 +10,11 @@ failure::
     worker -> host  ("attached",)             the host may now unlink it
     worker -> host  ("ready",)                a slot was published while the
                                               host was waiting for one
+    worker -> host  ("leaves", slot, epoch, {index: TensorShape}), then
+                    their storages' file descriptors
+                                              leaves of the item about to be
+                                              published in ``slot``, passed by
+                                              reference (see below)
     worker -> host  ("failed", WorkerFailure) at any time, then the worker exits
 
 Epochs are numbered from 1. The worker may load epoch e when the host asked
@@ -17,6 +22,14 @@ for it (``min_epoch >= e``), or ahead of time: epoch 1 with ``early_preload``,
 later epochs with ``load_indefinitely``. When the host raises ``min_epoch``
 above the epoch being loaded, the worker drops it and starts that epoch
 afresh; the host discards slots stamped with an older epoch.
+
+Most leaves are copied into the slot. When the dataset is a torch DataLoader
+with worker processes, its batches reach this worker in shared memory, made
+afresh by those workers and held by nothing else here: a large tensor that
+fills its storage is then passed through the pipe instead, as its storage's
+file descriptor (``shared_leaves.py``), so that the batch reaches the host
+without being copied a second time. The worker sends it before it publishes
+the slot, and the host reads it when it reads the slot.
 
 The worker ignores SIGINT (Ctrl-C in a terminal reaches the whole process
 group): the host decides when it stops. It also stops when its parent
@@ -36,6 +49,7 @@ from typing import Any
 
 import torch
 
+from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.item_structure import (
     ItemLayout,
     check_leaf,
@@ -43,12 +57,15 @@ from poptorch_shim._data.item_structure import (
     describe_tree,
     flatten,
 )
-from poptorch_shim._data.ring_buffer import DATA, END, FREE, SharedRing
+from poptorch_shim._data.ring_buffer import DATA, END, FREE, SharedRing, copy_into
 from poptorch_shim._data.worker_failure import WorkerFailure
 
 # How long the worker sleeps between polls while it waits for the host to
 # start an epoch (the miss sleep time only applies to a full buffer).
 _IDLE_SLEEP_S = 0.001
+# From this size a leaf already in shared memory is passed by reference: below
+# it, copying costs less than handing over its shared-memory file.
+_PASS_MIN_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +112,8 @@ class _Producer:
         self._layout: ItemLayout | None = None
         self._write = 0  # the slot the next item goes to
         self._fill = 0   # rows already copied into that slot when rebatching
+        self._socket = None  # the pipe as a socket, to pass descriptors
+        self._passes = _receives_batches(dataset)  # may pass leaves by reference
         self._first_ppid = os.getppid()  # the host, or the fork server
         self.where = "while starting epoch 1"
 
@@ -115,6 +134,11 @@ class _Producer:
                                        self._config.buffer_size)
         self._conn.send(("attached",))
         self._produce(itertools.chain([first], iterator))
+
+    def close(self) -> None:
+        """Close the socket this producer opened over its pipe."""
+        if self._socket is not None:
+            self._socket.close()
 
     def _receive_ring_path(self) -> str:
         while not self._conn.poll(0.05):
@@ -220,16 +244,21 @@ class _Producer:
         lengths = [check_leaf(spec, leaf, self.where)
                    for spec, leaf in zip(specs, leaves)]
         slot = self._acquire(epoch)
+        passed = {}
         with torch.no_grad():
-            for view, leaf, spec, length in zip(self._ring.views(slot), leaves,
-                                                specs, lengths):
+            for index, (view, leaf, spec, length) in enumerate(
+                    zip(self._ring.views(slot), leaves, specs, lengths)):
                 if not isinstance(leaf, torch.Tensor):
                     view.fill_(leaf)
+                elif self._passes and _passes_by_reference(leaf):
+                    passed[index] = leaf
                 elif spec.batched and length != spec.shape[0]:
-                    view[:length].copy_(leaf)
+                    copy_into(view[:length], leaf)
                 else:
-                    view.copy_(leaf)
-        self._publish(DATA, epoch, lengths)
+                    copy_into(view, leaf)
+        if passed:
+            self._pass(slot, epoch, passed)
+        self._publish(DATA, epoch, lengths, passed=bool(passed))
 
     def _rebatch(self, epoch: int, leaves: list[Any]) -> None:
         specs = self._layout.leaves
@@ -248,8 +277,8 @@ class _Producer:
             take = min(count - start, size - self._fill)
             with torch.no_grad():
                 for view, leaf in zip(self._ring.views(self._write), leaves):
-                    view[self._fill:self._fill + take].copy_(
-                        leaf[start:start + take])
+                    copy_into(view[self._fill:self._fill + take],
+                              leaf[start:start + take])
             self._fill += take
             start += take
             if self._fill == size:
@@ -266,14 +295,46 @@ class _Producer:
             if sleep_s > 0:
                 time.sleep(sleep_s)
 
-    def _publish(self, kind: int, epoch: int, lengths: list[int]) -> None:
-        self._ring.publish(self._write, kind, epoch, lengths)
+    def _publish(self, kind: int, epoch: int, lengths: list[int],
+                 passed: bool = False) -> None:
+        self._ring.publish(self._write, kind, epoch, lengths, passed)
         self._write = (self._write + 1) % self._config.buffer_size
         if self._ring.host_waiting:
-            try:
-                self._conn.send(("ready",))
-            except OSError:
-                raise _Shutdown() from None  # the host closed the pipe
+            self._send(("ready",))
+
+    def _pass(self, slot: int, epoch: int,
+              leaves: dict[int, torch.Tensor]) -> None:
+        if self._socket is None:
+            self._socket = shared_leaves.socket_of(self._conn)
+        try:
+            shared_leaves.send(self._conn, self._socket, ("leaves", slot, epoch),
+                               leaves)
+        except OSError:
+            raise _Shutdown() from None  # the host closed the pipe
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:
+            raise _Shutdown() from None  # the host closed the pipe
+
+
+def _receives_batches(dataset: Any) -> bool:
+    """Whether ``dataset`` hands this process batches that other processes
+    made (a torch DataLoader with workers): only those may be passed by
+    reference. A dataset's own tensors are copied, even in shared memory, so
+    that the host's batches never alias the dataset."""
+    return isinstance(dataset, torch.utils.data.DataLoader) \
+        and dataset.num_workers > 0
+
+
+def _passes_by_reference(leaf: torch.Tensor) -> bool:
+    """Whether ``leaf`` of a received batch goes to the host through the pipe
+    rather than being copied: a large plain CPU tensor that fills a storage
+    in shared memory."""
+    return (type(leaf) is torch.Tensor and leaf.device.type == "cpu"
+            and not leaf.requires_grad and leaf.nbytes >= _PASS_MIN_BYTES
+            and leaf.is_shared() and leaf.untyped_storage().nbytes() == leaf.nbytes)
 
 
 def _iterate(dataset: Any) -> Iterator:
@@ -318,6 +379,8 @@ def worker_main(conn, boxed_source: list, config: WorkerConfig) -> None:
         # DataLoader iterator would wait seconds for them.
         _stop_children()
     finally:
+        if producer is not None:
+            producer.close()
         conn.close()
     producer = source = None  # frees the dataset and what it holds
     _exit_now(exit_code)

@@ -6,6 +6,7 @@ It is kept apart from the accessor so that ``weakref.finalize`` can close it
 when the accessor is garbage collected or the interpreter exits, without the
 finalizer keeping the accessor alive.
 """
+import collections
 import contextlib
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import pickle
 import tempfile
 from typing import Any
 
+from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.item_structure import ItemLayout
 from poptorch_shim._data.ring_buffer import SharedRing
 from poptorch_shim._data.worker import DatasetFile, WorkerConfig, worker_main
@@ -38,6 +40,11 @@ class WorkerHandle:
         self.ring: SharedRing | None = None
         self.layout: ItemLayout | None = None
         self._closed = False
+        # (slot, epoch, leaves) passed by the worker, read ahead of their slot.
+        self._passed: collections.deque[tuple] = collections.deque()
+        self._socket = None  # the pipe as a socket, to receive descriptors
+        self._unreceived: tuple | None = None  # a "leaves" message, its descriptors unread
+        self._failure: Exception | None = None  # how the worker failed, once known
         self.exitcode: int | None = None  # how the worker ended, once closed
 
     @classmethod
@@ -104,7 +111,13 @@ class WorkerHandle:
     def wait(self, timeout_s: float) -> Exception | None:
         """Block until the worker sends a message or ``timeout_s`` passes.
         Return the worker's reported exception, or an error if it died
-        without reporting one; None while it is healthy."""
+        without reporting one; None while it is healthy. Once found, the
+        failure is returned at once on every later call."""
+        if self._failure is None:
+            self._failure = self._poll(timeout_s)
+        return self._failure
+
+    def _poll(self, timeout_s: float) -> Exception | None:
         if self.conn.poll(timeout_s):
             failure = self._drain()
             if failure is not None:
@@ -114,16 +127,55 @@ class WorkerHandle:
         # It may have reported its failure just before exiting.
         return self._drain() or self._died_error("while loading")
 
+    def passed_leaves(self, slot: int, epoch: int) -> dict[int, Any]:
+        """The leaves the worker passed through the pipe for the item it
+        published in ``slot``: it sends them before publishing, so they are
+        in the pipe or already read. Raises the worker's failure if it
+        failed before they could be read."""
+        while not self._passed:
+            failure = self.wait(_POLL_INTERVAL_S)
+            if failure is not None and not self._passed:
+                raise failure
+        got_slot, got_epoch, leaves = self._passed.popleft()
+        if (got_slot, got_epoch) != (slot, epoch):
+            raise RuntimeError(
+                f"AsynchronousDataAccessor: the worker passed the leaves of "
+                f"slot {got_slot} (epoch {got_epoch}) when those of slot "
+                f"{slot} (epoch {epoch}) were due; the ring is out of step.")
+        return leaves
+
     def _drain(self) -> Exception | None:
-        """Read every pending message; the failure if one is among them."""
-        while self.conn.poll():
+        """Read every pending message; the failure if one is among them.
+        Passed leaves are kept until their slot is read."""
+        while True:
+            if self._unreceived is not None and not self._receive_passed():
+                return self._died_error("while loading")
+            if not self.conn.poll():
+                return None
             message = self._read_message()
             if message is None:
                 return self._died_error("while loading")
             if message[0] == "failed":
                 return message[1].to_exception()
+            if message[0] == "leaves":
+                # Remembered first: if Ctrl-C stops the receiving, the next
+                # call receives the descriptors before reading a message.
+                self._unreceived = message[1:]
             # Anything else is a wake-up: the caller looks at the ring.
-        return None
+
+    def _receive_passed(self) -> bool:
+        """Receive the descriptors that follow a "leaves" message; False if
+        the worker is gone."""
+        slot, epoch, shapes = self._unreceived
+        if self._socket is None:
+            self._socket = shared_leaves.socket_of(self.conn)
+        try:
+            leaves = shared_leaves.receive(self._socket, shapes)
+        except (EOFError, OSError):
+            return False
+        self._unreceived = None
+        self._passed.append((slot, epoch, leaves))
+        return True
 
     def _died_error(self, when: str) -> RuntimeError:
         self.process.join(_JOIN_TIMEOUT_S)  # it closed the pipe: let it exit
@@ -148,6 +200,8 @@ class WorkerHandle:
         if self.ring is not None:
             self.ring.request_shutdown()
         self.conn.close()  # a worker still in the handshake sees EOF and exits
+        if self._socket is not None:
+            self._socket.close()
         self.process.join(_JOIN_TIMEOUT_S)
         if self.process.exitcode is None:
             self.process.terminate()
@@ -156,6 +210,7 @@ class WorkerHandle:
             self.process.kill()
             self.process.join()
         self.exitcode = self.process.exitcode  # negative: it had to be stopped by a signal
+        self._passed.clear()
         self.process.close()
         if self.ring is not None:
             self.ring.unlink()

@@ -24,6 +24,7 @@ import time
 import pytest
 import torch
 
+from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
 
@@ -79,6 +80,33 @@ class FailsAt(Counting):
         if index == self.bad:
             raise ValueError(f"cannot decode item {index}")
         return super().__getitem__(index)
+
+
+class Images(Counting):
+    """Item i: a 64 KiB image filled with i, and i (16 make a 1 MiB batch);
+    loading item ``bad`` raises ValueError."""
+
+    def __init__(self, length, bad=None):
+        super().__init__(length)
+        self.bad = bad
+
+    def __getitem__(self, index):
+        if index == self.bad:
+            raise ValueError(f"cannot decode image {index}")
+        return torch.full((1, 128, 128), float(index)), index
+
+
+class SharedImages(Counting):
+    """Tensors of 1 MiB that the dataset keeps in shared memory and returns
+    as they are."""
+
+    def __init__(self, length):
+        super().__init__(length)
+        self.images = [torch.full((512, 512), float(index)).share_memory_()
+                       for index in range(length)]
+
+    def __getitem__(self, index):
+        return self.images[index]
 
 
 class ShapeChangesAt(Counting):
@@ -269,6 +297,69 @@ def test_returned_tensors_are_views_valid_until_the_next_item(no_leaks):
     assert not torch.equal(first, kept), "after next() the slot is reused"
     accessor.terminate()
     assert first.shape == (2,)  # still valid memory after terminate()
+
+
+def first_pixels(batches):
+    return [images[:, 0, 0, 0].int().tolist() for images in batches]
+
+
+@pytest.mark.parametrize("strategy", [SharingStrategy.Fork, SharingStrategy.FileSystem])
+def test_batches_that_torch_workers_collate_are_passed_not_copied(no_leaks, strategy):
+    """A torch DataLoader's workers collate into shared memory: the host maps
+    those batches instead of a slot, so that each stays valid after next(),
+    in order, across epochs and an abandoned epoch."""
+    loader = torch.utils.data.DataLoader(Images(48), batch_size=16, num_workers=1)
+    accessor = AsynchronousDataAccessor(loader, buffer_size=1, sharing_strategy=strategy)
+    expected = [list(range(start, start + 16)) for start in (0, 16, 32)]
+    for _ in range(2):
+        kept = [images for images, _ in accessor]
+        assert first_pixels(kept) == expected
+    iterator = iter(accessor)
+    next(iterator)
+    assert [labels.tolist() for _, labels in accessor] == expected
+    accessor.terminate()
+    assert first_pixels(kept) == expected
+
+
+def test_batches_passed_before_a_failure_arrive_after_the_worker_exits(no_leaks):
+    loader = torch.utils.data.DataLoader(Images(64, bad=40), batch_size=16, num_workers=1)
+    accessor = AsynchronousDataAccessor(loader, **FORK)
+    iterator = iter(accessor)
+    assert process_gone(accessor.worker_pid)  # it failed on the third batch
+    kept = [next(iterator)[0], next(iterator)[0]]
+    with pytest.raises(ValueError, match="cannot decode image 40"):
+        next(iterator)
+    assert first_pixels(kept) == [list(range(16)), list(range(16, 32))]
+
+
+def test_ctrl_c_while_passed_leaves_arrive_leaves_the_accessor_usable(
+        no_leaks, monkeypatch):
+    loader = torch.utils.data.DataLoader(Images(48), batch_size=16, num_workers=1)
+    accessor = AsynchronousDataAccessor(loader, **FORK)
+    receive, interrupted = shared_leaves.receive, []
+
+    def interrupted_once(sock, shapes):
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return receive(sock, shapes)
+
+    monkeypatch.setattr(shared_leaves, "receive", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(accessor))
+    assert [labels.tolist() for _, labels in accessor] == [
+        list(range(start, start + 16)) for start in (0, 16, 32)]
+    accessor.terminate()
+
+
+def test_a_dataset_own_shared_tensors_are_copied_never_aliased(no_leaks):
+    dataset = SharedImages(3)
+    accessor = AsynchronousDataAccessor(dataset, buffer_size=1, **FORK)
+    for image in accessor:
+        image.add_(100)  # the consumer may change what it received
+    assert [image[0, 0].item() for image in accessor] == [0, 1, 2]
+    assert [image[0, 0].item() for image in dataset.images] == [0, 1, 2]
+    accessor.terminate()
 
 
 def test_worker_exception_reaches_the_consumer_with_its_traceback(no_leaks):
