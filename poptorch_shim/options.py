@@ -269,9 +269,8 @@ class Options(OptionsGroup):
     @setter
     def logCycleCount(self, log_cycle_count: bool) -> "Options":
         """Count the cycles of each run, read with ``model.cycleCount()``."""
-        require_arg(self._path, "logCycleCount", "log_cycle_count", log_cycle_count, bool)
-        self._popart.set("instrumentWithHardwareCycleCounter", log_cycle_count)
-        return self
+        return self._set_popart_flag("logCycleCount", "instrumentWithHardwareCycleCounter",
+                                     log_cycle_count, name="log_cycle_count")
 
     @setter
     def enableProfiling(self, profile_dir: str | None = None) -> "Options":
@@ -370,9 +369,7 @@ class Options(OptionsGroup):
     @setter
     def enableStableNorm(self, enabled: bool) -> "Options":
         """Use the slower, more accurate form of the norm operators."""
-        require_arg(self._path, "enableStableNorm", "enabled", enabled, bool)
-        self._popart.set("enableStableNorm", enabled)
-        return self
+        return self._set_popart_flag("enableStableNorm", "enableStableNorm", enabled)
 
     @setter
     def showCompilationProgressBar(self, show: bool = True) -> "Options":

@@ -148,16 +148,14 @@ class _PrecisionOptions(OptionsGroup):
     @setter
     def enableFloatingPointExceptions(self, enabled: bool) -> "_PrecisionOptions":
         """Raise on IPU floating-point exceptions (PopART ``enableFloatingPointChecks``)."""
-        require_arg(self._path, "enableFloatingPointExceptions", "enabled", enabled, bool)
-        self._popart.set("enableFloatingPointChecks", enabled)
-        return self
+        return self._set_popart_flag("enableFloatingPointExceptions",
+                                     "enableFloatingPointChecks", enabled)
 
     @setter
     def enableStochasticRounding(self, enabled: bool) -> "_PrecisionOptions":
         """Round float16 results stochastically (PopART ``enableStochasticRounding``)."""
-        require_arg(self._path, "enableStochasticRounding", "enabled", enabled, bool)
-        self._popart.set("enableStochasticRounding", enabled)
-        return self
+        return self._set_popart_flag("enableStochasticRounding", "enableStochasticRounding",
+                                     enabled)
 
     @setter
     def setPartialsType(self, dtype: torch.dtype) -> "_PrecisionOptions":
@@ -225,9 +223,8 @@ class _TrainingOptions(OptionsGroup):
     @setter
     def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":
         """Let the IPU adjust the loss scale during float16 training."""
-        require_arg(self._path, "setAutomaticLossScaling", "enabled", enabled, bool)
-        self._popart.set("automaticLossScalingSettings.enabled", enabled)
-        return self
+        return self._set_popart_flag("setAutomaticLossScaling",
+                                     "automaticLossScalingSettings.enabled", enabled)
 
     @setter
     def setConvolutionDithering(self, enabled: bool) -> "_TrainingOptions":

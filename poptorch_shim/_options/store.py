@@ -208,6 +208,14 @@ class OptionsGroup:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"{self._path} has no option or method {name!r}.{hint}"
 
+    def _set_popart_flag(self, method: str, key: str, value: bool, name: str = "enabled"):
+        """Check ``value``, the boolean argument ``name`` of setter ``method``, and set
+        PopART's option ``key`` to it (for groups that hold the PopART options, as
+        ``self._popart``); returns the group, as the setter does."""
+        require_arg(self._path, method, name, value, bool)
+        self._popart.set(key, value)
+        return self
+
     def _set(self, key: str, value: Any) -> None:
         """Store a declared setting without going through its public setter
         (for subclasses whose public setter refuses); still type-checked and
