@@ -81,7 +81,7 @@ class SGD(PopTorchOptimizer, torch.optim.SGD):
         self.use_combined_accum = bool(use_combined_accum)
         self.accum_type = check_accum_type("accum_type", accum_type)
         self.velocity_accum_type = check_accum_type("velocity_accum_type",
-                                                     velocity_accum_type)
+                                                    velocity_accum_type)
         self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         if self.use_combined_accum:
             self.defaults["velocity_scaling"] = 1.0 if velocity_scaling is None \
@@ -89,8 +89,8 @@ class SGD(PopTorchOptimizer, torch.optim.SGD):
             for i, group in enumerate(self.param_groups):
                 group.setdefault("velocity_scaling", self.defaults["velocity_scaling"])
                 check_positive(f"velocity_scaling (group {i})", group["velocity_scaling"],
-                                "The velocity is stored multiplied by this factor; pass a "
-                                "positive factor, or 1.0 to disable it.")
+                               "The velocity is stored multiplied by this factor; pass a "
+                               "positive factor, or 1.0 to disable it.")
         elif velocity_scaling is not None:
             warnings.warn("velocity_scaling value ignored when using the separate variant "
                           "(use_combined_accum=False). Pass use_combined_accum=True to use "
@@ -120,7 +120,7 @@ class Adam(PopTorchOptimizer, torch.optim.Adam):
         check_no_amsgrad(amsgrad)
         self._torch_base.__init__(self, params, **torch_args(explicit, self._torch_base))
         set_accum_types(self, accum_type, first_order_momentum_accum_type,
-                         second_order_momentum_accum_type)
+                        second_order_momentum_accum_type)
         self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         self._finish_init(explicit, loss_scaling)
 
@@ -150,7 +150,7 @@ class AdamW(PopTorchOptimizer, torch.optim.AdamW):
         self._torch_base.__init__(self, params, **torch_args(explicit, self._torch_base))
         self.bias_correction = True if bias_correction is None else bool(bias_correction)
         set_accum_types(self, accum_type, first_order_momentum_accum_type,
-                         second_order_momentum_accum_type)
+                        second_order_momentum_accum_type)
         self.max_grad_norm = checked_max_grad_norm(max_grad_norm)
         self._finish_init(explicit, loss_scaling)
 
@@ -164,7 +164,7 @@ class AdamW(PopTorchOptimizer, torch.optim.AdamW):
                     continue
                 grad = -p.grad if group["maximize"] else p.grad
                 direction = adam_direction(self.state[p], grad, group["betas"],
-                                            group["eps"], bias_correction=False)
+                                           group["eps"], bias_correction=False)
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.add_(direction, alpha=-group["lr"])
 
@@ -197,7 +197,7 @@ class RMSprop(PopTorchOptimizer, torch.optim.RMSprop):
         torch.optim.RMSprop.__init__(self, params,
                                      **torch_args(explicit, torch.optim.RMSprop))
         set_accum_types(self, accum_type, first_order_momentum_accum_type,
-                         second_order_momentum_accum_type)
+                        second_order_momentum_accum_type)
         self.use_tf_variant = bool(use_tf_variant)
         self._finish_init(explicit, loss_scaling)
 

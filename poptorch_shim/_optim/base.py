@@ -62,8 +62,8 @@ def checked_max_grad_norm(value: float | None) -> float:
     if value is None:
         return math.inf
     return check_positive("max_grad_norm", value, "Gradients are scaled down so their "
-                           "global norm is at most this; pass a positive value, or leave "
-                           "it unset (inf) to disable clipping.")
+                          "global norm is at most this; pass a positive value, or leave "
+                          "it unset (inf) to disable clipping.")
 
 
 def check_no_amsgrad(amsgrad: bool | None) -> None:
@@ -73,7 +73,7 @@ def check_no_amsgrad(amsgrad: bool | None) -> None:
 
 
 def set_accum_types(optimizer: Any, accum: torch.dtype | None,
-                     first: torch.dtype | None, second: torch.dtype | None) -> None:
+                    first: torch.dtype | None, second: torch.dtype | None) -> None:
     optimizer.accum_type = check_accum_type("accum_type", accum)
     optimizer.first_order_momentum_accum_type = check_accum_type(
         "first_order_momentum_accum_type", first)
@@ -214,7 +214,7 @@ def _in_float32(param_groups: list[dict[str, Any]]) -> Iterator[None]:
 
 
 def adam_direction(state: dict[str, Any], grad: torch.Tensor, betas: tuple[float, float],
-                    eps: float, bias_correction: bool) -> torch.Tensor:
+                   eps: float, bias_correction: bool) -> torch.Tensor:
     """Advance the Adam moments in ``state`` by ``grad``; return
     ``m_hat / (sqrt(v_hat) + eps)`` (a new tensor)."""
     beta1, beta2 = betas

@@ -50,11 +50,11 @@ class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
         torch.optim.Optimizer.__init__(self, params, defaults)
         for i, group in enumerate(self.param_groups):
             check_positive(f"max_weight_norm (group {i})", group["max_weight_norm"],
-                            "It caps the weight norm in LAMB's trust ratio; pass a positive "
-                            "value, or math.inf for no cap.")
+                           "It caps the weight norm in LAMB's trust ratio; pass a positive "
+                           "value, or math.inf for no cap.")
         self.bias_correction = True if bias_correction is None else bool(bias_correction)
         set_accum_types(self, accum_type, first_order_momentum_accum_type,
-                         second_order_momentum_accum_type)
+                        second_order_momentum_accum_type)
         self._finish_init(explicit, loss_scaling)
 
     def _update(self) -> None:
@@ -63,7 +63,7 @@ class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 update = adam_direction(self.state[p], p.grad, group["betas"],
-                                         group["eps"], self.bias_correction)
+                                        group["eps"], self.bias_correction)
                 update.add_(p, alpha=group["weight_decay"])
                 weight_norm = torch.linalg.vector_norm(p).clamp(max=group["max_weight_norm"])
                 update_norm = torch.linalg.vector_norm(update)

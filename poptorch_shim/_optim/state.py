@@ -29,7 +29,7 @@ def _require_supported(optimizer: torch.optim.Optimizer) -> None:
 
 
 def state_slots(optimizer: torch.optim.Optimizer,
-                 group: dict[str, Any]) -> dict[str, torch.dtype | None]:
+                group: dict[str, Any]) -> dict[str, torch.dtype | None]:
     """The state tensors the IPU keeps per weight of ``group``, by torch state
     key, with their data type (None: the weight's own type). Torch optimizers
     get PopTorch's defaults (FP32 state, separate SGD variant)."""
