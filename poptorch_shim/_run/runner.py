@@ -61,10 +61,10 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         try:
+            write_pending_reports()
             if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
                 tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
-            write_pending_reports()
-        except ReportsNotWritten as error:
+        except (ReportsNotWritten, OSError) as error:
             if finished:
                 raise
             print(f"ipusim: {error}", file=sys.stderr)  # the script's own error comes first

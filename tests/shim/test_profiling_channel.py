@@ -80,3 +80,16 @@ def test_a_run_with_reports_writes_the_scripts_tracepoints_beside_them(tmp_path)
     # Without reports, nothing is written.
     run_script(str(script), [], RunSettings(report_dir=None))
     assert not (tmp_path / profiling.TRACE_FILE).exists()
+
+
+def test_tracepoints_that_cannot_be_written_do_not_hide_the_scripts_own_error(tmp_path, capsys):
+    script = tmp_path / "fails.py"
+    script.write_text("import poptorch\n"
+                      "with poptorch.profiling.Channel('App').tracepoint('start'):\n"
+                      "    pass\n"
+                      "raise ValueError('the script failed')\n")
+    not_a_directory = tmp_path / "reports"
+    not_a_directory.write_text("a file where the report directory should be")
+    with pytest.raises(ValueError, match="the script failed"):
+        run_script(str(script), [], RunSettings(report_dir=str(not_a_directory)))
+    assert "ipusim:" in capsys.readouterr().err
