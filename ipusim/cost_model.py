@@ -49,16 +49,28 @@ class CostModel:
                                          "AMP's conv units (PopTorch's default is fp32 partials: "
                                          "half of them on Mk2)"})
     amp_worker_overhead_cycles: float = field(
-        default=29, metadata={"help": "worker cycles each AMP pass costs beyond its outputs "
-                                      "(PopLibs' 1x1 conv worker estimate: 41 cycles for 3 "
-                                      "outputs at 4 a piece)"})
+        default=26, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
+                                      "rows: 38 for 3 rows at 4 a row after that "
+                                      "(ConvPartial1x1Out, PerformanceEstimation.hpp:428-477)"})
     amp_pass_overhead_cycles: float = field(
         default=26, metadata={"help": "supervisor cycles per AMP pass besides loading the "
-                                      "weights (PopLibs: 19 per output group, 7 per pass)"})
-    compute_set_cycles: float = field(
-        default=7000, metadata={"help": "fixed cycles of one compute set beyond its work: its "
-                                        "sync, exchange set-up and vertex launches (from the "
-                                        "tutorial's measured table)"})
+                                      "weights: 19 per output group and 7 per pass "
+                                      "(PerformanceEstimation.hpp:574-615)"})
+    amp_vertex_overhead_cycles: float = field(
+        default=116, metadata={"help": "supervisor cycles of one AMP vertex per conv group: "
+                                       "50 + 6 x 7 to start the workers, 13 + 11 around the "
+                                       "passes (PerformanceEstimation.hpp:574-615)"})
+    amp_weight_load_bytes_per_cycle: float = field(
+        default=8, metadata={"help": "bytes a cycle the weights load into the conv units: "
+                                     "the target's 16 halved unless use128BitConvUnitLoad, "
+                                     "off by default (ConvModel.cpp:290-294, "
+                                     "ConvOptions.hpp:42)"})
+    sync_cycles: float = field(
+        default=90, metadata={"help": "the on-chip sync that ends each compute set (poplibs' "
+                                      "planners: syncCycles, lib/popnn/CTCLossPlan.cpp:312)"})
+    exchange_overhead_cycles: float = field(
+        default=100, metadata={"help": "fixed cycles of the exchange phase each compute set "
+                                       "opens, beyond its bytes (lib/popnn/CTCLossPlan.cpp:351)"})
     op_overhead_cycles: int = field(
         default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
                                         "hand-written cost"})
@@ -73,8 +85,11 @@ class CostModel:
     host_transfer_latency_ps: int = field(
         default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy"})
     call_overhead_ps: int = field(
-        default=to_ps(300e-6), metadata={"help": "host round trip of one call to the model: "
-                                                 "launch, wait, fetch results"})
+        default=to_ps(18e-3), metadata={"help": "calibrated: the host round trip of one call "
+                                                "to the model (PopTorch's call path, the "
+                                                "engine's launch through the gateway, the wait "
+                                                "and the results' fetch), amortised by device "
+                                                "iterations"})
     ipu_link_efficiency: float = field(
         default=0.9, metadata={"help": "fraction of IPU-Link bandwidth that copies reach"})
     ipu_link_hop_ps: int = field(
@@ -84,6 +99,10 @@ class CostModel:
                                        "about 4 FLOPs per FP32 weight)"})
     update_bytes_per_weight_byte: float = field(
         default=4.0, metadata={"help": "weight-update memory traffic per byte of weights"})
+    update_ops_per_tensor: int = field(
+        default=2, metadata={"help": "vector operators the optimizer runs on each parameter "
+                                     "tensor: PopART's SGD with momentum updates the velocity, "
+                                     "then the weight (SGD1AcclUpdateOp, SGD1VarUpdateOp)"})
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16"):
@@ -94,8 +113,15 @@ class CostModel:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"CostModel.{name} must be in (0, 1], got {value!r}")
-        for name in ("op_overhead_cycles", "compute_set_cycles", "amp_worker_overhead_cycles",
-                     "amp_pass_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
+        if not isinstance(self.update_ops_per_tensor, int) or self.update_ops_per_tensor < 1:
+            raise ValueError("CostModel.update_ops_per_tensor must be a positive integer, "
+                             f"got {self.update_ops_per_tensor!r}")
+        if not self.amp_weight_load_bytes_per_cycle > 0:
+            raise ValueError("CostModel.amp_weight_load_bytes_per_cycle must be positive, "
+                             f"got {self.amp_weight_load_bytes_per_cycle!r}")
+        for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
+                     "amp_worker_overhead_cycles", "amp_pass_overhead_cycles",
+                     "amp_vertex_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
                      "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:
@@ -118,9 +144,10 @@ class CostModel:
     def update_cost(self, stage: Stage) -> Cost:
         """The weight update of ``stage``: given, or derived from its weight bytes.
 
-        A measured stage's update is a vector operator over the weights and
-        the optimizer state it reads and writes, priced like its other
-        operators.
+        A measured stage's update is the element-wise program the optimizer
+        runs: ``update_ops_per_tensor`` vector operators on each parameter
+        tensor (a tensor of the stage's mean size), together reading and
+        writing ``update_bytes_per_weight_byte`` bytes per weight byte.
         """
         if stage.update is not None:
             return stage.update
@@ -130,9 +157,11 @@ class CostModel:
         nbytes = self.update_bytes_per_weight_byte * stage.weight_bytes
         if not stage.forward.kernels:
             return Cost(flops=flops, bytes=nbytes, ops=1)
-        update = Kernel(KernelKind.ELEMENTWISE, width=4, elements=int(nbytes) // 4,
-                        bytes=int(nbytes))
-        return Cost(flops=flops, bytes=nbytes, ops=1, kernels=((update, 1),))
+        tensors = max(1, stage.weight_tensors)
+        ops = tensors * self.update_ops_per_tensor
+        per_op = int(nbytes) // ops
+        update = Kernel(KernelKind.ELEMENTWISE, width=4, elements=per_op // 4, bytes=per_op)
+        return Cost(flops=flops, bytes=nbytes, ops=ops, kernels=((update, ops),))
 
     # Links -----------------------------------------------------------------
     def ipu_sync_ps(self, ipu: IPUSpec) -> int:

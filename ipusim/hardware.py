@@ -30,26 +30,36 @@ class IPUSpec:
     ipu_links: int = field(metadata={"help": "number of IPU-Links to other IPUs"})
     ipu_link_bandwidth: float = field(
         metadata={"help": "bandwidth of one IPU-Link in each direction, bytes/s"})
-    # The tile, as graphcore/poplibs describes it (see ipusim.operator_model). Conv
-    # units: Mk1's are PopLibs' NetOptions defaults (include/popnn/Net.hpp); Mk2's
-    # 16 for fp16 partials and 8 for fp32 partials are read from the conv-unit
-    # configurations its estimators handle ("hh16 || hf8" in
-    # lib/poplin/PerformanceEstimation.hpp) and give the datasheet's 250 and
-    # 62.5 TFLOP/s. Input load: four 64-bit loads (CONV_UNIT_INPUT_LOAD_ELEMS_*,
-    # include/poplibs_support/TileConstants.hpp); 4 cycles an output (coreCycles);
-    # six workers (NUM_WORKERS); 64-bit vector unit (popopsCycleEstimators.hpp);
-    # 4 exchange bytes a cycle per tile (exchangeBytesPerCycle in PopLibs' planners).
+    # The tile, as graphcore/poplibs (commit 7eac0f2) describes it; see
+    # ipusim.operator_model. Conv units per tile: Mk2 runs half inputs on 16 units
+    # with half partials and 8 with float partials ("hh16", "hf8": the
+    # conv_partial_1x1_half_float_8_and_half_half_h16.S codelet,
+    # lib/poplin/CMakeLists.txt:115-120) and float inputs on 16 units
+    # (conv_partial_*_float_float_16.S, IPU2 only, lib/poplin/CMakeLists.txt:121-124);
+    # Mk1's are PopLibs' NetOptions defaults (include/popnn/Net.hpp). An AMP pass
+    # takes 16 halves or 8 floats of input channels (a chain of four 64-bit loads,
+    # lib/poplin/ConvVertexType.cpp:305) and one output row every 4 cycles for half
+    # inputs, 8 for float (coreCycles, lib/poplin/PerformanceEstimation.hpp:402).
+    # The geometry gives the datasheets' peaks: Mk2 1,472 x 16 x 16 / 4 x 2 x 1.33
+    # GHz = 250 TFLOP/s, fp32 1,472 x 8 x 16 / 8 x 2 x 1.33 GHz = 62.5 TFLOP/s.
     amp_units_half: int = field(
         default=16, metadata={"help": "AMP conv units per tile, fp16 inputs and fp16 partials"})
     amp_units_half_float_partials: int = field(
         default=8, metadata={"help": "AMP conv units per tile, fp16 inputs and fp32 partials"})
     amp_units_float: int = field(
-        default=8, metadata={"help": "AMP conv units per tile, fp32 inputs"})
+        default=16, metadata={"help": "AMP conv units per tile, fp32 inputs"})
     amp_input_bytes: int = field(
         default=32, metadata={"help": "input-channel bytes one AMP pass consumes per output "
                                       "(4 loads of 64 bits: 16 halves or 8 floats)"})
-    amp_cycles_per_output: int = field(
-        default=4, metadata={"help": "tile cycles per output vector of an AMP pass, steady state"})
+    amp_cycles_per_output_half: int = field(
+        default=4, metadata={"help": "tile cycles per output row of an AMP pass, fp16 inputs"})
+    amp_cycles_per_output_float: int = field(
+        default=8, metadata={"help": "tile cycles per output row of an AMP pass, fp32 inputs"})
+    # Six hardware workers (the estimators' numWorkerContexts; "divide work between
+    # 6 workers", lib/popops/codelets/asm/workDivision.h.S:6); a 64-bit load/store
+    # path per worker; 4 exchange bytes a cycle per tile: Graphcore's aggregate
+    # IPU-Exchange bandwidth over the tiles at the clock (GC200 datasheet: 8 TB/s /
+    # 1,472 / 1.33 GHz = 4.1 B; Bow IPU brief: 11 TB/s / 1,472 / 1.85 GHz = 4.0 B).
     workers: int = field(default=6, metadata={"help": "hardware worker threads per tile"})
     vector_bytes_per_cycle: int = field(
         default=8, metadata={"help": "bytes the vector unit processes per tile cycle (64 bits)"})
@@ -73,14 +83,18 @@ class IPUSpec:
         channels, output channels), 16 halves or 8 floats by the conv units."""
         return self.amp_input_bytes // min(width, 4), self.amp_units(width, half_partials)
 
+    def amp_cycles_per_output(self, width: int) -> int:
+        """Tile cycles per output row of an AMP pass for inputs of ``width`` bytes."""
+        return self.amp_cycles_per_output_half if width <= 2 else self.amp_cycles_per_output_float
+
     def amp_macs_per_cycle(self, width: int, half_partials: bool) -> float:
         """Multiply-accumulates per tile cycle the AMP reaches at full occupancy.
 
         Mk2: 16 halves x 16 units / 4 cycles = 64, i.e. 1,472 tiles x 64 x 2
-        FLOPs x 1.33 GHz = 250 TFLOP/s; fp32 8 x 8 / 4 = 16 (62.5 TFLOP/s).
+        FLOPs x 1.33 GHz = 250 TFLOP/s; fp32 8 x 16 / 8 = 16 (62.5 TFLOP/s).
         """
         inputs, outputs = self.amp_block(width, half_partials)
-        return inputs * outputs / self.amp_cycles_per_output
+        return inputs * outputs / self.amp_cycles_per_output(width)
 
     @property
     def sram_bytes(self) -> int:
@@ -124,10 +138,11 @@ MK1_GC2 = IPUSpec(
     ipu_links=10,
     ipu_link_bandwidth=10 * GB,
     # PopLibs' Mk1 defaults (include/popnn/Net.hpp): 8 conv units for half
-    # inputs with either partials, 4 for float (32 and 8 MACs a cycle).
+    # inputs with either partials, 8 for float at 8 cycles a row (32 and 8 MACs
+    # a cycle: the datasheet's 124.5 and 31.1 TFLOP/s).
     amp_units_half=8,
     amp_units_half_float_partials=8,
-    amp_units_float=4,
+    amp_units_float=8,
 )
 
 BOW = IPUSpec(

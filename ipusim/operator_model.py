@@ -1,37 +1,42 @@
 """The operator-level compute model: the tile cycles one operator takes on an IPU.
 
-A model's operators are priced one by one from their shapes, so the same
-parameters serve a CNN with five channels and BERT-Large. Everything here is
-read off the tile as Graphcore's own planners describe it (graphcore/poplibs):
+A model's operators are priced one by one from their shapes, the way
+Graphcore's own libraries plan and estimate them (graphcore/poplibs at commit
+7eac0f2; ``PE`` below is lib/poplin/PerformanceEstimation.hpp, ``CM``
+lib/poplin/ConvModel.cpp, ``PCE`` lib/popops/popopsCycleEstimators.cpp), so the
+same parameters serve a CNN with five channels and BERT-Large:
 
-- Matmuls and convolutions run on the AMP. One *pass* multiplies a block of
-  ``amp_input_bytes`` of input channels (16 halves or 8 floats: four 64-bit
-  loads, ``CONV_UNIT_INPUT_LOAD_ELEMS_*`` in
-  include/poplibs_support/TileConstants.hpp) by as many output channels as
-  the tile has conv units, and streams the rows of the field through it at
-  one output vector every 4 cycles (``coreCycles`` in
-  lib/poplin/PerformanceEstimation.hpp). Dimensions are padded to those
-  blocks, so five channels cost as much as sixteen.
-- The planner spreads the blocks and rows over the tiles; each of the six
-  workers of a tile pays a fixed overhead per pass (the 1x1 worker estimate:
-  41 cycles for three outputs, 4 per output after that), so few rows per tile
-  (small batch, small images) waste the AMP.
-- Operands reach the tiles over the exchange at 4 bytes a cycle per tile
-  (``exchangeBytesPerCycle`` in PopLibs' planners; 1,472 tiles x 4 B x 1.33
-  GHz = the 7.8 TB/s Graphcore quotes for IPU-Exchange).
-- Element-wise, normalisation and softmax run on the vector unit, 64 bits a
-  cycle (4 halves or 2 floats), at the cycles per vector of
-  lib/popops/popopsCycleEstimators.hpp.
+- **Matmuls and convolutions** are planned as poplin plans them (:func:`plan_matmul`).
+  A matmul is a 1x1 convolution (lib/poplin/MatMul.cpp:235-273): its rows are the
+  field, its reduction dimension the input channels, its columns the output
+  channels; the planner may swap the operands (ConvPlan.cpp:716-753). The
+  planner splits conv groups, rows, input-channel groups and output-channel
+  groups over the tiles and keeps the split whose busiest tile is quickest:
+  its AMP passes (the ConvPartial1x1Out vertex estimate), the operand bytes it
+  *receives* (each operand broadcast to the tiles that share it, CM:1058-1068),
+  and, where the reduction dimension is split, the partial sums' exchange and
+  their multi-stage reduction (CM:1077-1136, ConvReducePlan.cpp:22-26).
+- **Vector operators** run popops' vertices: six workers each take a share of
+  the tile's elements and pay the vertex's fixed cycles, then the cycles of the
+  inner loop per 64-bit vector (PCE:63-84, 1493-1632).
+- **Normalisations and softmax** are popnn's two-stage reductions of their
+  statistics, then the element-wise whitening; **gathers and copies** move their
+  bytes through the exchange and a copy vertex.
+- **Every compute set** ends in an on-chip sync and opens an exchange phase:
+  :attr:`CostModel.sync_cycles` and :attr:`CostModel.exchange_overhead_cycles`.
 
-Each operator also runs as a few compute sets (:data:`COMPUTE_SETS`), and
-each compute set costs :attr:`CostModel.compute_set_cycles` beyond its work:
-the sync that ends it, setting up its exchange, launching its vertices.
+Worker cycles become tile cycles six to one: the six workers share the tile's
+pipeline, each issuing one instruction in six (the estimators multiply a
+worker's cycles by ``numWorkerContexts``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from math import ceil
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ipusim.hardware import IPUSpec
 from ipusim.work import Kernel, KernelKind
@@ -39,83 +44,216 @@ from ipusim.work import Kernel, KernelKind
 if TYPE_CHECKING:
     from ipusim.cost_model import CostModel
 
-#: Compute sets one operator runs as, from how PopLibs builds it: a matmul or
-#: convolution regroups its operands into the AMP's layout, computes partials
-#: and reduces them across the tiles that split its reduction dimension; a
-#: normalisation or softmax reduces its statistics in two stages, combines
-#: them and applies them twice (subtract, scale); the rest is one mapped
-#: vertex per tile.
-COMPUTE_SETS: dict[KernelKind, int] = {
-    KernelKind.MATMUL: 3,
-    KernelKind.NORMALISE: 5,
+
+@dataclass(frozen=True)
+class OperatorCycles:
+    """Where one operator's cycles go on its busiest tile.
+
+    ``amp``: the AMP's passes with their vertex and pass overheads; ``exchange``:
+    operand, partial-sum and result bytes received; ``sync``: the fixed cost of
+    each compute set (its sync and the opening of its exchange phase);
+    ``vector``: vector-unit work (element-wise ops, reductions, casts, copies)
+    with its vertex overheads.
+    """
+
+    amp: float = 0.0
+    exchange: float = 0.0
+    sync: float = 0.0
+    vector: float = 0.0
+    compute_sets: int = 0
+
+    @property
+    def total(self) -> float:
+        """All cycles of the operator."""
+        return self.amp + self.exchange + self.sync + self.vector
+
+    def __add__(self, other: OperatorCycles) -> OperatorCycles:
+        return OperatorCycles(*(getattr(self, f.name) + getattr(other, f.name)
+                                for f in fields(self)))
+
+    def times(self, count: int) -> OperatorCycles:
+        """The cycles of ``count`` runs of the operator."""
+        return OperatorCycles(*(getattr(self, f.name) * count for f in fields(self)))
+
+
+#: Worker cycles per 64-bit vector of each vector kind, (16-bit, 32-bit): the
+#: inner loop's cycles plus its loop overhead. Add and multiply: 1 cycle and 2 of
+#: loop for the natural-width asm codelets (PCE:63-84, popopsCycleEstimators.hpp:
+#: 310-311, 371-372); exp: 4 per 4 halves and 6 per 2 floats, plus 4 of loop
+#: (popopsCycleEstimators.hpp:142-144, PCE:1493-1507); divide, sqrt, rsqrt: sqrt's
+#: 23 and 10, plus 4 (popopsCycleEstimators.hpp:193-211). A normalisation or
+#: softmax makes six element-wise passes (sum and sum of squares, subtract, scale,
+#: then gamma and beta), each an add or multiply.
+CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
+    KernelKind.ELEMENTWISE: (3, 3),
+    KernelKind.TRANSCENDENTAL: (8, 10),
+    KernelKind.DIVIDE: (27, 14),
+    KernelKind.NORMALISE: (18, 18),
+}
+
+#: Worker cycles a vector vertex pays besides its loop: BinaryOp1D's 29 (float)
+#: or 26 (half) per worker (PCE:1614-1632); UnaryOp1D's 33 for exp, 17 otherwise
+#: (PCE:1543-1559). The supervisor adds 11 (lib/popops/PerformanceEstimation.cpp:19-30).
+VECTOR_WORKER_OVERHEAD = 29
+VECTOR_SUPERVISOR_OVERHEAD = 11
+
+#: Compute sets of the vector kinds: one mapped vertex per tile, except popnn's
+#: normalisations and softmax: a two-stage reduction of the statistics, their
+#: combination (mean, inverse standard deviation), whitening, then scale and shift.
+VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
     KernelKind.ELEMENTWISE: 1,
     KernelKind.TRANSCENDENTAL: 1,
     KernelKind.DIVIDE: 1,
+    KernelKind.NORMALISE: 5,
     KernelKind.DATA: 1,
 }
 
-#: Worker cycles per 64-bit vector, (16-bit, 32-bit), from PopLibs' popops
-#: cycle estimators: add/multiply 1; exp 4 and 6; divide 21 and 10. A
-#: normalisation or softmax makes four passes over its input (statistics,
-#: then subtract and scale), the softmax's exponent among them.
-CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
-    KernelKind.ELEMENTWISE: (1, 1),
-    KernelKind.TRANSCENDENTAL: (4, 6),
-    KernelKind.DIVIDE: (21, 10),
-    KernelKind.NORMALISE: (4, 4),
-}
+#: Cycles of the partials' reduce vertex (lib/poplin/PerformanceEstimation.hpp:
+#: 1560-1637, the multi-input path): 32 per worker, then per accumulator's width
+#: of outputs (8 halves or 4 floats) 3 cycles per partial summed.
+REDUCE_WORKER_OVERHEAD = 32
+REDUCE_CYCLES_PER_PARTIAL = 3
+#: A cast of the reduced partials to the output type (PE:1822-1833): 26 cycles per
+#: worker and one per vector.
+CAST_WORKER_OVERHEAD = 26
 
 
 def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> float:
-    """Cycles of ``kernel`` on one IPU: its busiest tile's work and the fixed
-    cost of its compute sets."""
-    work = _kernel_cycles(kernel, ipu, model.half_partials, model.amp_worker_overhead_cycles,
-                          model.amp_pass_overhead_cycles)
-    return work + COMPUTE_SETS[kernel.kind] * model.compute_set_cycles
+    """Cycles of ``kernel`` on one IPU: its busiest tile's work and its compute sets."""
+    return operator_cycles(kernel, ipu, model).total
 
 
 @lru_cache(maxsize=65536)
-def _kernel_cycles(kernel: Kernel, ipu: IPUSpec, half_partials: bool,
-                   worker_overhead: float, pass_overhead: float) -> float:
+def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCycles:
+    """The cycles of ``kernel`` on one IPU, split by where they go."""
     if kernel.kind is KernelKind.MATMUL:
-        # The planner may take either operand as the streamed field (PopLibs
-        # transposes a matmul when that maps better); price the better one.
-        return min(_matmul_cycles(kernel.m, kernel.k, kernel.n, kernel, ipu, half_partials,
-                                  worker_overhead, pass_overhead),
-                   _matmul_cycles(kernel.n, kernel.k, kernel.m, kernel, ipu, half_partials,
-                                  worker_overhead, pass_overhead))
+        if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
+            return OperatorCycles()
+        return min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model)
+                    for rows, cols in ((kernel.m, kernel.n), (kernel.n, kernel.m))),
+                   key=lambda cycles: cycles.total)
+    sets = VECTOR_COMPUTE_SETS[kernel.kind]
+    fixed = OperatorCycles(sync=sets * compute_set_fixed_cycles(model), compute_sets=sets)
     if kernel.kind is KernelKind.DATA:
-        return exchange_cycles(kernel.bytes, ipu)
-    return _vector_cycles(kernel, ipu)
+        return fixed + _copy_cycles(kernel, ipu)
+    return fixed + OperatorCycles(vector=_vector_cycles(kernel, ipu))
 
 
-def _matmul_cycles(rows: int, k: int, n: int, kernel: Kernel, ipu: IPUSpec, half_partials: bool,
-                   worker_overhead: float, pass_overhead: float) -> float:
-    """AMP cycles of ``groups`` (rows x k) @ (k x n) products, plus their exchange."""
-    if rows == 0 or k == 0 or n == 0:
+def compute_set_fixed_cycles(model: CostModel) -> float:
+    """What a compute set costs besides its work: its sync and its exchange phase."""
+    return model.sync_cycles + model.exchange_overhead_cycles
+
+
+def amp_vertex_cycles(rows: int, in_groups: int, out_groups: int, conv_groups: int,
+                      width: int, ipu: IPUSpec, model: CostModel, half_partials: bool,
+                      weight_load_bytes_per_cycle: float | None = None) -> float:
+    """Tile cycles of one ConvPartial1x1Out vertex: ``rows`` output rows (split
+    over the six workers) for each pass of ``in_groups`` x ``out_groups`` weight
+    blocks, per conv group.
+
+    The supervisor's fixed cycles, per conv group and per pass (PE:574-615), the
+    weights' load into the conv units (PE:558-572), and each worker's overhead
+    plus ``amp_cycles_per_output`` a row (PE:397-491), six tile cycles to a worker
+    cycle.
+    """
+    if rows <= 0:
         return 0.0
-    width = min(kernel.width, 4)
-    k_block, n_block = ipu.amp_block(width, half_partials)
-    blocks = kernel.groups * ceil(k / k_block) * ceil(n / n_block)
-    if blocks >= ipu.tiles:
-        passes, rows_per_tile = ceil(blocks / ipu.tiles), rows
-    else:  # fewer blocks than tiles: the tiles of a block share its rows
-        passes, rows_per_tile = 1, ceil(rows * blocks / ipu.tiles)
-    rows_per_worker = ceil(rows_per_tile / ipu.workers)
-    # The six workers run side by side, each taking one slot in six.
-    per_pass = (ipu.workers * (worker_overhead + ipu.amp_cycles_per_output * rows_per_worker)
-                + pass_overhead + k_block * n_block * width / 16)  # weights load 16 B a cycle
-    operands = kernel.groups * (rows * k + k * n + rows * n) * kernel.width
-    return passes * per_pass + exchange_cycles(operands, ipu)
+    in_chans, units = ipu.amp_block(width, half_partials)
+    load_rate = weight_load_bytes_per_cycle or model.amp_weight_load_bytes_per_cycle
+    loads = units * in_chans * min(width, 4) / load_rate
+    worker = model.amp_worker_overhead_cycles \
+        + ipu.amp_cycles_per_output(width) * ceil(rows / ipu.workers)
+    per_pass = model.amp_pass_overhead_cycles + loads + ipu.workers * worker
+    return conv_groups * (model.amp_vertex_overhead_cycles + in_groups * out_groups * per_pass)
+
+
+def _split_candidates(extent: int, tiles: int) -> np.ndarray:
+    """Ways the planner may split a dimension of ``extent`` over at most ``tiles``:
+    powers of two, the whole extent, and the splits that give each tile an equal share."""
+    top = min(extent, tiles)
+    values = {1, top}
+    power = 2
+    while power < top:
+        values.add(power)
+        power *= 2
+    values.update(split for split in (ceil(extent / share) for share in range(1, 9))
+                  if split <= top)
+    return np.array(sorted(values), dtype=np.int64)
+
+
+def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
+                model: CostModel) -> OperatorCycles:
+    """The quickest split of ``groups`` (rows x k) @ (k x n) products over the tiles, as
+    poplin's planner chooses it, priced on the busiest tile."""
+    half_partials = model.half_partials and width <= 2
+    in_chans, units = ipu.amp_block(width, half_partials)
+    partial_width = 2 if half_partials else 4
+    k_blocks, n_blocks = ceil(k / in_chans), ceil(n / units)
+    g, r, kk, nn = np.meshgrid(*(_split_candidates(extent, ipu.tiles)
+                                 for extent in (groups, rows, k_blocks, n_blocks)),
+                               indexing="ij", sparse=True)
+    fits = g * r * kk * nn <= ipu.tiles
+    g_t, r_t = -(-groups // g), -(-rows // r)
+    k_t, n_t = -(-k_blocks // kk), -(-n_blocks // nn)
+    # The AMP: one vertex a tile (ConvPartial1x1Out).
+    loads = units * in_chans * min(width, 4) / model.amp_weight_load_bytes_per_cycle
+    worker = model.amp_worker_overhead_cycles \
+        + ipu.amp_cycles_per_output(width) * -(-r_t // ipu.workers)
+    amp = g_t * (model.amp_vertex_overhead_cycles
+                 + k_t * n_t * (model.amp_pass_overhead_cycles + loads + ipu.workers * worker))
+    # Operands received: a tile holds 1/nn of its input slice and 1/r of its weight
+    # slice already; the rest is broadcast to it (CM:1038-1068). Pairs of tiles that
+    # split the output channels share an exchange bus and receive the same inputs at
+    # twice the rate (lib/poplin/ExchangeEstimator.hpp:57-87).
+    bus_sharing = np.where(nn % 2 == 0, 2, 1)
+    inputs = g_t * r_t * k_t * in_chans * width * (1 - 1 / nn) / bus_sharing
+    weights = g_t * k_t * in_chans * n_t * units * width * (1 - 1 / r)
+    received = (inputs + weights) / ipu.exchange_bytes_per_cycle
+    # A split reduction dimension leaves kk partial sums of each output, reduced in
+    # one to three stages over all the tiles (ConvReducePlan.cpp:22-26; CM:1077-1136).
+    stages = np.where(kk <= 1, 0, np.where(kk < 16, 1, np.where(kk < 125, 2, 3)))
+    depth = np.ceil(kk ** (1 / np.maximum(stages, 1)))
+    outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
+    accumulator = 8 if partial_width == 2 else 4
+    reduce_vector = stages * ipu.workers * (
+        REDUCE_WORKER_OVERHEAD
+        + ceil(outputs / ipu.workers / accumulator) * REDUCE_CYCLES_PER_PARTIAL * depth)
+    reduce_exchange = stages * depth * outputs * partial_width / ipu.exchange_bytes_per_cycle
+    cast = partial_width != min(width, 4)
+    total = amp + received + reduce_vector + reduce_exchange \
+        + (stages + 1) * compute_set_fixed_cycles(model)
+    best = np.unravel_index(np.argmin(np.where(fits, total, np.inf)), fits.shape)
+
+    def at(value) -> float:
+        return float(np.broadcast_to(value, fits.shape)[best])
+
+    cast_vector = ipu.workers * (CAST_WORKER_OVERHEAD + ceil(outputs / ipu.workers / 4)) \
+        if cast else 0.0
+    sets = int(at(stages)) + 1 + int(cast)
+    return OperatorCycles(amp=at(amp), exchange=at(received) + at(reduce_exchange),
+                          sync=sets * compute_set_fixed_cycles(model),
+                          vector=at(reduce_vector) + cast_vector, compute_sets=sets)
 
 
 def _vector_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
-    """Vector-unit cycles of an element-wise, transcendental or normalising operator."""
+    """Tile cycles of a vector operator's vertex on its busiest tile: each worker's
+    overhead and its share of the vectors at the kind's cycles per vector."""
     width = min(kernel.width, 4)
     vectors = ceil(kernel.elements * width / ipu.vector_bytes_per_cycle)
     tiles = max(1, min(ipu.tiles, ceil(vectors / ipu.workers)))  # one vector a worker at least
     half, full = CYCLES_PER_VECTOR[kernel.kind]
-    return ceil(vectors / tiles) * (half if width <= 2 else full)
+    per_worker = ceil(ceil(vectors / tiles) / ipu.workers)
+    return VECTOR_SUPERVISOR_OVERHEAD + ipu.workers * (
+        VECTOR_WORKER_OVERHEAD + per_worker * (half if width <= 2 else full))
+
+
+def _copy_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:
+    """A gather, scatter, cast or copy: its bytes cross the exchange to the tiles that
+    need them, and a copy vertex writes them at one 64-bit vector a cycle."""
+    per_tile = kernel.bytes / ipu.tiles
+    copy = VECTOR_SUPERVISOR_OVERHEAD + ipu.workers * VECTOR_WORKER_OVERHEAD \
+        + ceil(per_tile / ipu.vector_bytes_per_cycle)
+    return OperatorCycles(exchange=per_tile / ipu.exchange_bytes_per_cycle, vector=copy)
 
 
 def exchange_cycles(nbytes: float, ipu: IPUSpec) -> float:

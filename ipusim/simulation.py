@@ -14,6 +14,7 @@ from ipusim.bottleneck import Bottleneck, StageBalance
 from ipusim.cost_model import DEFAULT, CostModel
 from ipusim.folding import fold_blocker, folding_enabled
 from ipusim.hardware import SystemSpec
+from ipusim.operator_breakdown import operator_breakdown
 from ipusim.pipeline_phases import LatencyPath
 from ipusim.plan import EnginePlan
 from ipusim.recorder import Recorder
@@ -152,6 +153,11 @@ class Timeline:
         return bottlenecks.stage_balance(self)
 
     # The pipeline's phases, of ipusim.pipeline_phases.
+    def operator_breakdown(self) -> pd.DataFrame:
+        """Each stage's operators for one micro-batch, their cycles split into AMP,
+        exchange, compute-set syncs and vector work (see :mod:`ipusim.operator_breakdown`)."""
+        return operator_breakdown(self.plan, self.run.compute_ipu(self.system.ipu))
+
     def cycle_times(self) -> pd.DataFrame:
         """Start and end of every pipeline cycle (columns step, run, cycle, start_ps, end_ps)."""
         return phases.cycle_times(self)

@@ -112,6 +112,9 @@ class Stage:
     stash_bytes: int = field(
         default=0, metadata={"help": "activations kept for the backward, one micro-batch"})
     weight_bytes: int = field(default=0, metadata={"help": "parameters held by the stage"})
+    weight_tensors: int = field(
+        default=0, metadata={"help": "parameter tensors the stage holds, each updated by its "
+                                     "own operators; 0: one tensor if it has weights"})
     optimizer_bytes: int = field(default=0, metadata={"help": "optimizer state of the stage"})
     checkpoint_bytes: int = field(
         default=0, metadata={"help": "recomputation checkpoints of one micro-batch: what "
@@ -124,8 +127,8 @@ class Stage:
         if not isinstance(self.ipu, int) or self.ipu < 0:
             raise ValueError(
                 f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
-        for name in ("activation_bytes", "stash_bytes", "weight_bytes", "optimizer_bytes",
-                     "checkpoint_bytes"):
+        for name in ("activation_bytes", "stash_bytes", "weight_bytes", "weight_tensors",
+                     "optimizer_bytes", "checkpoint_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Stage {self.name!r}: {name} must not be negative, "
                                  f"got {getattr(self, name)!r}")
@@ -222,6 +225,7 @@ class Work:
                     activation_bytes=stage.activation_bytes,
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,
+                    weight_tensors=prev.weight_tensors + stage.weight_tensors,
                     optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes,
                     checkpoint_bytes=prev.checkpoint_bytes + stage.checkpoint_bytes,
                     segment_stash_bytes=(

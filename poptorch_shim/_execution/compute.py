@@ -17,18 +17,24 @@ from poptorch_shim.losses import LossFinder
 
 
 def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,
-                   activation_bytes: int, weight_bytes: int) -> Stage:
+                   activation_bytes: int, weight_bytes: int, weight_tensors: int = 0) -> Stage:
     """The :class:`ipusim.Stage` one micro-batch's measurement describes: its
     forward's cost and the activations it saved for the backward."""
     return Stage(name, ipu=ipu, forward=forward.cost, backward=backward,
                  activation_bytes=activation_bytes, stash_bytes=forward.saved.saved_bytes,
-                 weight_bytes=weight_bytes, checkpoint_bytes=forward.saved.checkpoint_bytes,
+                 weight_bytes=weight_bytes, weight_tensors=weight_tensors,
+                 checkpoint_bytes=forward.saved.checkpoint_bytes,
                  segment_stash_bytes=forward.saved.segment_bytes)
 
 
 def parameter_bytes(module: torch.nn.Module) -> int:
     """Bytes of the module's parameters (what the IPU holds as weights)."""
     return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def parameter_tensors(module: torch.nn.Module) -> int:
+    """The module's parameter tensors, each of which the optimizer updates on its own."""
+    return sum(1 for _ in module.parameters())
 
 
 class WholeModel:
@@ -71,5 +77,6 @@ class WholeModel:
             backward_cost = backward.cost
         stage = measured_stage("model", 0, forward, backward_cost,
                                activation_bytes=tensor_bytes(output),
-                               weight_bytes=parameter_bytes(self.model))
+                               weight_bytes=parameter_bytes(self.model),
+                               weight_tensors=parameter_tensors(self.model))
         return [stage], output

@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 
 from ipusim import (
+    DEFAULT,
     Cost,
     Execution,
     Offload,
@@ -95,10 +96,11 @@ def test_a_call_that_does_not_start_idle_is_simulated():
     template = simulation._replay.template
     # A copy queued on the host link past the host call: the next call waits for it.
     link = simulation.system.host_links[0]
-    link.h2d_free_at = simulation.system.now_ps + 1000 * US
+    past_call = DEFAULT.call_overhead_ps + 1000 * US
+    link.h2d_free_at = simulation.system.now_ps + past_call
     reference = Simulation(work(), RUNS["sharded"], spec, replay_steps=False)
     reference.step()
     reference.step()
-    reference.system.host_links[0].h2d_free_at = reference.system.now_ps + 1000 * US
+    reference.system.host_links[0].h2d_free_at = reference.system.now_ps + past_call
     assert simulation.step() == reference.step() > template.duration_ps
     pd.testing.assert_frame_equal(simulation.timeline.events, reference.timeline.events)

@@ -31,6 +31,8 @@ class Linear(torch.nn.Module):
 
 def test_a_slow_data_loader_is_the_bottleneck_in_the_report(tmp_path):
     opts = poptorch.Options().deviceIterations(4).enableProfiling(str(tmp_path))
+    # A short host round trip per call, so that the loader, not the call, is the slow part.
+    opts.Simulation.costModel(call_overhead_ps=300 * 10**6)
     loader = poptorch.DataLoader(opts, SlowDataset(), batch_size=2)
     model = poptorch.trainingModel(Linear(), opts)
     for x, y in loader:

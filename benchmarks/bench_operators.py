@@ -1,0 +1,107 @@
+"""Published IPU operator timings against the simulator's compute model.
+
+Runs every row of the shared operator table (``operator_benchmarks.csv``, beside
+the checkout: 19 timings on a Bow IPU) through the public API and prints the
+published and simulated TFLOP/s with the error of each row, then the median
+and worst absolute error (goal: median <= 10%, worst <= 25%).
+
+- ``matmul`` rows (the dense baseline of Li et al., "PopSparse",
+  arXiv:2303.16999): a PopTorch inference model computing ``W @ X`` with W
+  (m x k) and X (k x n) in the row's dtype, timing-only, on a simulated Bow
+  system of one IPU with the row's partials type; the simulated time is the
+  forward compute event of the timeline.
+- ``tile_amp`` rows (graphcore-research/tessellate-ipu, "IPU Peak Flops"): one
+  AMP vertex on every tile with its operands in place, priced by
+  ``ipusim.amp_vertex_cycles`` with the 128-bit weight loads that vertex uses.
+
+Usage: ``python benchmarks/bench_operators.py [--csv PATH]``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from poptorch_shim.commands import install_aliases
+
+install_aliases()
+import poptorch  # noqa: E402
+
+import ipusim  # noqa: E402
+from ipusim.event_kinds import FORWARD  # noqa: E402
+
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "operator_benchmarks.csv"
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+
+
+class MatMul(torch.nn.Module):
+    """``W @ X``: the (m x k) weights times the (k x n) input."""
+
+    def __init__(self, m: int, k: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(m, k, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight @ x
+
+
+def simulated_matmul_s(m: int, k: int, n: int, dtype: torch.dtype,
+                       partials: torch.dtype) -> float:
+    """Seconds of the matmul's forward compute on a simulated Bow IPU."""
+    opts = poptorch.Options()
+    opts.Simulation.system("bow", 1).timingOnly(True)
+    opts.Precision.setPartialsType(partials)
+    model = poptorch.inferenceModel(MatMul(m, k, dtype), opts)
+    model(torch.zeros(k, n, dtype=dtype))
+    events = model.timeline.events
+    forward = events[events["kind"] == FORWARD]
+    return float((forward["end_ps"] - forward["start_ps"]).iloc[0]) / 1e12
+
+
+def simulated_tile_amp_s(rows: int, partials: str) -> float:
+    """Seconds of one [rows, 16] @ [16, 16] AMP vertex per tile on a Bow IPU."""
+    ipu = ipusim.BOW
+    model = replace(ipusim.CALIBRATED_MK2, half_partials=partials == "fp16")
+    cycles = ipusim.amp_vertex_cycles(rows, 1, 1, 1, 2, ipu, model, partials == "fp16",
+                                      weight_load_bytes_per_cycle=16)
+    return cycles / ipu.clock_hz
+
+
+def run(csv: Path) -> pd.DataFrame:
+    table = pd.read_csv(csv)
+    simulated = []
+    for row in table.itertuples():
+        if row.kind == "tile_amp":
+            seconds = simulated_tile_amp_s(row.m, row.partials)
+            flops = 2 * row.m * row.k * row.n * row.tiles
+        else:
+            seconds = simulated_matmul_s(row.m, row.k, row.n, DTYPES[row.dtype],
+                                         DTYPES[row.partials])
+            flops = 2 * row.m * row.k * row.n
+        simulated.append(flops / seconds / 1e12)
+    table["simulated_tflops"] = simulated
+    table["error"] = table["simulated_tflops"] / table["published_tflops"] - 1
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    table = run(parser.parse_args().csv)
+    print(f"{'source':16} {'kind':8} {'dtype':5} {'partials':8} {'m':>5} {'k':>5} {'n':>6} "
+          f"{'published':>9} {'simulated':>9} {'error':>7}")
+    for row in table.itertuples():
+        print(f"{row.source:16} {row.kind:8} {row.dtype:5} {row.partials:8} {row.m:5} {row.k:5} "
+              f"{row.n:6} {row.published_tflops:9.2f} {row.simulated_tflops:9.2f} "
+              f"{row.error:+7.1%}")
+    errors = table["error"].abs()
+    print(f"median |error| {statistics.median(errors):.1%} (goal <= 10%), "
+          f"worst {errors.max():.1%} (goal <= 25%), {len(table)} rows (TFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
