@@ -52,14 +52,21 @@ class CostModel:
         default=26, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
                                       "rows: 38 for 3 rows at 4 a row after that "
                                       "(ConvPartial1x1Out, PerformanceEstimation.hpp:428-477)"})
+    amp_worker_overhead_cycles_float: float = field(
+        default=22, metadata={"help": "the same for float activations: 46 for 3 rows at 8 a "
+                                      "row after that (PerformanceEstimation.hpp:457-460)"})
     amp_pass_overhead_cycles: float = field(
         default=26, metadata={"help": "supervisor cycles per AMP pass besides loading the "
                                       "weights: 19 per output group and 7 per pass "
                                       "(PerformanceEstimation.hpp:574-615)"})
     amp_vertex_overhead_cycles: float = field(
-        default=116, metadata={"help": "supervisor cycles of one AMP vertex per conv group: "
-                                       "50 + 6 x 7 to start the workers, 13 + 11 around the "
-                                       "passes (PerformanceEstimation.hpp:574-615)"})
+        default=83, metadata={"help": "supervisor cycles of one AMP vertex per conv group: "
+                                      "50 + 6 x (7 - 3) to start the workers, 13 + 11 - 15 "
+                                      "around the passes (PerformanceEstimation.hpp:574-615)"})
+    amp_in_group_overhead_cycles: float = field(
+        default=33, metadata={"help": "supervisor cycles per input-channel group of an AMP "
+                                      "vertex: 6 x 3 to start the workers and 15 for its loop "
+                                      "(PerformanceEstimation.hpp:574-615)"})
     amp_weight_load_bytes_per_cycle: float = field(
         default=8, metadata={"help": "bytes a cycle the weights load into the conv units: "
                                      "the target's 16 halved unless use128BitConvUnitLoad, "
@@ -85,13 +92,14 @@ class CostModel:
     host_transfer_latency_ps: int = field(
         default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy"})
     call_overhead_ps: int = field(
-        default=to_ps(18e-3), metadata={"help": "calibrated: the host round trip of one call "
+        default=to_ps(15.7e-3), metadata={"help": "calibrated: the host round trip of one call "
                                                 "to the model (PopTorch's call path, the "
                                                 "engine's launch through the gateway, the wait "
                                                 "and the results' fetch), amortised by device "
                                                 "iterations"})
     ipu_link_efficiency: float = field(
-        default=0.9, metadata={"help": "fraction of IPU-Link bandwidth that copies reach"})
+        default=1.0, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
+                                       "collectives reach (no public figure for less than all)"})
     ipu_link_hop_ps: int = field(
         default=to_ps(1e-6), metadata={"help": "latency of one hop of a collective over IPU-Links"})
     update_flops_per_weight_byte: float = field(
@@ -120,8 +128,9 @@ class CostModel:
             raise ValueError("CostModel.amp_weight_load_bytes_per_cycle must be positive, "
                              f"got {self.amp_weight_load_bytes_per_cycle!r}")
         for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
-                     "amp_worker_overhead_cycles", "amp_pass_overhead_cycles",
-                     "amp_vertex_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
+                     "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
+                     "amp_pass_overhead_cycles",
+                     "amp_vertex_overhead_cycles", "amp_in_group_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
                      "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:

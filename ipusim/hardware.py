@@ -111,7 +111,8 @@ class IPUSpec:
 MK2_GC200 = IPUSpec(
     # Graphcore GC200 datasheet and the IPU-M2000 product brief: 1,472 tiles,
     # 900 MB In-Processor-Memory (624 KiB a tile), 1.33 GHz, 250 TFLOP/s FP16,
-    # 62.5 TFLOP/s FP32, 47.5 TB/s memory bandwidth, 10 IPU-Links at 320 GB/s.
+    # 62.5 TFLOP/s FP32, 47.5 TB/s memory bandwidth, 10 IPU-Links with 320 GB/s of
+    # chip-to-chip bandwidth: both directions of all ten, 16 GB/s each way a link.
     name="Mk2 GC200",
     tiles=1472,
     sram_per_tile_bytes=624 * 1024,
@@ -120,7 +121,7 @@ MK2_GC200 = IPUSpec(
     fp32_flops=62.5 * TFLOPS,
     memory_bandwidth=47.5e12,
     ipu_links=10,
-    ipu_link_bandwidth=32 * GB,
+    ipu_link_bandwidth=16 * GB,
 )
 
 MK1_GC2 = IPUSpec(
@@ -148,7 +149,8 @@ MK1_GC2 = IPUSpec(
 BOW = IPUSpec(
     # Graphcore Bow IPU / Bow-2000 brief: the GC200 die with wafer-on-wafer power
     # delivery, 1,472 tiles, 900 MB, 1.85 GHz, 350 TFLOP/s FP16 (87.5 FP32),
-    # 65.4 TB/s memory bandwidth, 10 IPU-Links at 320 GB/s.
+    # 65.4 TB/s memory bandwidth, 10 IPU-Links at 320 GB/s in all (16 GB/s each way
+    # a link, as the GC200's).
     name="Bow",
     tiles=1472,
     sram_per_tile_bytes=624 * 1024,
@@ -157,7 +159,7 @@ BOW = IPUSpec(
     fp32_flops=87.5 * TFLOPS,
     memory_bandwidth=65.4e12,
     ipu_links=10,
-    ipu_link_bandwidth=32 * GB,
+    ipu_link_bandwidth=16 * GB,
 )
 
 PRESETS: dict[str, IPUSpec] = {

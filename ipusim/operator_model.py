@@ -108,6 +108,11 @@ VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
     KernelKind.DATA: 1,
 }
 
+#: Float activations zero their partials on an output group's first pass: 2 cycles and
+#: zeroCyclesPerGroup (8 with 16 conv units) a row (PE:410-416, 457-460).
+FLOAT_ZEROING_CYCLES = 2
+FLOAT_ZEROING_CYCLES_PER_ROW = 8
+
 #: Cycles of the partials' reduce vertex (lib/poplin/PerformanceEstimation.hpp:
 #: 1560-1637, the multi-input path): 32 per worker, then per accumulator's width
 #: of outputs (8 halves or 4 floats) 3 cycles per partial summed.
@@ -144,27 +149,35 @@ def compute_set_fixed_cycles(model: CostModel) -> float:
     return model.sync_cycles + model.exchange_overhead_cycles
 
 
-def amp_vertex_cycles(rows: int, in_groups: int, out_groups: int, conv_groups: int,
-                      width: int, ipu: IPUSpec, model: CostModel, half_partials: bool,
-                      weight_load_bytes_per_cycle: float | None = None) -> float:
+def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu: IPUSpec,
+                      model: CostModel, half_partials: bool,
+                      weight_load_bytes_per_cycle: float | None = None):
     """Tile cycles of one ConvPartial1x1Out vertex: ``rows`` output rows (split
     over the six workers) for each pass of ``in_groups`` x ``out_groups`` weight
-    blocks, per conv group.
+    blocks, per conv group (numbers, or numpy arrays of them).
 
-    The supervisor's fixed cycles, per conv group and per pass (PE:574-615), the
+    The supervisor's fixed cycles, per conv group, input-channel group and pass
+    (PE:574-615), the
     weights' load into the conv units (PE:558-572), and each worker's overhead
-    plus ``amp_cycles_per_output`` a row (PE:397-491), six tile cycles to a worker
-    cycle.
+    plus ``amp_cycles_per_output`` a row, six tile cycles to a worker cycle
+    (PE:397-491). Float activations also zero their partials on the first
+    input-channel pass of each output group: 2 cycles and 8 a row.
     """
-    if rows <= 0:
-        return 0.0
     in_chans, units = ipu.amp_block(width, half_partials)
     load_rate = weight_load_bytes_per_cycle or model.amp_weight_load_bytes_per_cycle
     loads = units * in_chans * min(width, 4) / load_rate
-    worker = model.amp_worker_overhead_cycles \
-        + ipu.amp_cycles_per_output(width) * ceil(rows / ipu.workers)
+    rows_per_worker = -(-rows // ipu.workers)
+    overhead = model.amp_worker_overhead_cycles if width <= 2 \
+        else model.amp_worker_overhead_cycles_float
+    worker = overhead + ipu.amp_cycles_per_output(width) * rows_per_worker
     per_pass = model.amp_pass_overhead_cycles + loads + ipu.workers * worker
-    return conv_groups * (model.amp_vertex_overhead_cycles + in_groups * out_groups * per_pass)
+    zeroing = 0 if width <= 2 else ipu.workers * (
+        FLOAT_ZEROING_CYCLES + FLOAT_ZEROING_CYCLES_PER_ROW * rows_per_worker)
+    cycles = conv_groups * (model.amp_vertex_overhead_cycles
+                            + in_groups * model.amp_in_group_overhead_cycles
+                            + out_groups * (in_groups * per_pass + zeroing))
+    return np.where(rows > 0, cycles, 0) if isinstance(rows, np.ndarray) else \
+        (float(cycles) if rows > 0 else 0.0)
 
 
 def _split_candidates(extent: int, tiles: int) -> np.ndarray:
@@ -176,7 +189,7 @@ def _split_candidates(extent: int, tiles: int) -> np.ndarray:
     while power < top:
         values.add(power)
         power *= 2
-    values.update(split for split in (ceil(extent / share) for share in range(1, 9))
+    values.update(split for split in (ceil(extent / share) for share in range(1, 33))
                   if split <= top)
     return np.array(sorted(values), dtype=np.int64)
 
@@ -195,12 +208,7 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     fits = g * r * kk * nn <= ipu.tiles
     g_t, r_t = -(-groups // g), -(-rows // r)
     k_t, n_t = -(-k_blocks // kk), -(-n_blocks // nn)
-    # The AMP: one vertex a tile (ConvPartial1x1Out).
-    loads = units * in_chans * min(width, 4) / model.amp_weight_load_bytes_per_cycle
-    worker = model.amp_worker_overhead_cycles \
-        + ipu.amp_cycles_per_output(width) * -(-r_t // ipu.workers)
-    amp = g_t * (model.amp_vertex_overhead_cycles
-                 + k_t * n_t * (model.amp_pass_overhead_cycles + loads + ipu.workers * worker))
+    amp = amp_vertex_cycles(r_t, k_t, n_t, g_t, width, ipu, model, half_partials)
     # Operands received: a tile holds 1/nn of its input slice and 1/r of its weight
     # slice already; the rest is broadcast to it (CM:1038-1068). Pairs of tiles that
     # split the output channels share an exchange bus and receive the same inputs at
@@ -209,16 +217,19 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     inputs = g_t * r_t * k_t * in_chans * width * (1 - 1 / nn) / bus_sharing
     weights = g_t * k_t * in_chans * n_t * units * width * (1 - 1 / r)
     received = (inputs + weights) / ipu.exchange_bytes_per_cycle
-    # A split reduction dimension leaves kk partial sums of each output, reduced in
-    # one to three stages over all the tiles (ConvReducePlan.cpp:22-26; CM:1077-1136).
-    stages = np.where(kk <= 1, 0, np.where(kk < 16, 1, np.where(kk < 125, 2, 3)))
-    depth = np.ceil(kk ** (1 / np.maximum(stages, 1)))
-    outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
-    accumulator = 8 if partial_width == 2 else 4
-    reduce_vector = stages * ipu.workers * (
-        REDUCE_WORKER_OVERHEAD
-        + ceil(outputs / ipu.workers / accumulator) * REDUCE_CYCLES_PER_PARTIAL * depth)
-    reduce_exchange = stages * depth * outputs * partial_width / ipu.exchange_bytes_per_cycle
+    # A split reduction dimension leaves kk partial sums of each output: each tile's
+    # partials cross the exchange and are summed in one to three stages over all the
+    # tiles, each stage a compute set (ConvModel.cpp:1077-1136, 1150-1232).
+    partials = g_t * r_t * n_t * units
+    reduce_vector = np.zeros(fits.shape)
+    reduce_exchange = np.zeros(fits.shape)
+    stages = np.zeros(fits.shape, dtype=np.int64)
+    for depth in np.unique(kk):
+        chosen = np.broadcast_to(kk == depth, fits.shape)
+        cycles, exchanged, count = _reduction(reduce_stages(int(depth)),
+                                              np.broadcast_to(partials, fits.shape)[chosen],
+                                              partial_width, ipu)
+        reduce_vector[chosen], reduce_exchange[chosen], stages[chosen] = cycles, exchanged, count
     cast = partial_width != min(width, 4)
     total = amp + received + reduce_vector + reduce_exchange \
         + (stages + 1) * compute_set_fixed_cycles(model)
@@ -227,12 +238,67 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     def at(value) -> float:
         return float(np.broadcast_to(value, fits.shape)[best])
 
+    outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
     cast_vector = ipu.workers * (CAST_WORKER_OVERHEAD + ceil(outputs / ipu.workers / 4)) \
         if cast else 0.0
     sets = int(at(stages)) + 1 + int(cast)
     return OperatorCycles(amp=at(amp), exchange=at(received) + at(reduce_exchange),
                           sync=sets * compute_set_fixed_cycles(model),
                           vector=at(reduce_vector) + cast_vector, compute_sets=sets)
+
+
+@lru_cache(maxsize=4096)
+def reduce_stages(depth: int) -> tuple[int, ...]:
+    """How many partials each stage of poplin's reduction of ``depth`` partial sums
+    adds up: one stage below 16, two below 125, three beyond, with intermediate
+    depths that minimise the messages a tile receives (ConvReducePlan.cpp:10-70; the
+    stage depths as estimateConvReduceCycles walks them, PerformanceEstimation.hpp:1835-1910).
+    """
+    if depth <= 1:
+        return ()
+    remaining, stages = depth, []
+    count = 1 if depth < 16 else 2 if depth < 125 else 3
+    for intermediate in _intermediate_depths(depth, count)[0]:
+        this_stage = ceil(remaining / intermediate)
+        remaining = ceil(remaining / this_stage)
+        stages.append(this_stage)
+    if remaining > 1:
+        stages.append(remaining)
+    return tuple(stages)
+
+
+def _intermediate_depths(depth: int, stages: int) -> tuple[tuple[int, ...], float]:
+    """The partials' depth left after each intermediate stage, and the messages per tile."""
+    if stages == 1:
+        return (), float(depth)
+    plans = []
+    lower = int(depth ** ((stages - 1) / stages))
+    for following in (lower, lower + 1):
+        rest, messages = _intermediate_depths(following, stages - 1)
+        plans.append(((following, *rest), messages + depth / following))
+    return min(plans, key=lambda plan: plan[1])
+
+
+def _reduction(stages: tuple[int, ...], partials: np.ndarray, partial_width: int,
+               ipu: IPUSpec) -> tuple[np.ndarray, np.ndarray, int]:
+    """Vector and exchange cycles of summing each tile's ``partials`` in ``stages``, and
+    the compute sets it takes. Each stage receives what the previous one left on the
+    tile (the first, every partial) and runs the ReduceAdd vertex: 32 cycles a worker,
+    then per accumulator's width of outputs 3 cycles a partial and 8 (half) or 7
+    (float) of loop (PerformanceEstimation.hpp:1560-1637, multi-input path)."""
+    accumulator = 8 if partial_width == 2 else 4
+    loop = 8 if partial_width == 2 else 7
+    vector = np.zeros(partials.shape)
+    exchange = np.zeros(partials.shape)
+    inputs = partials
+    for depth in stages:
+        exchange = exchange + inputs * partial_width / ipu.exchange_bytes_per_cycle
+        outputs = -(-inputs // depth)
+        loops = -(-outputs // accumulator)
+        vector = vector + ipu.workers * (REDUCE_WORKER_OVERHEAD + (
+            REDUCE_CYCLES_PER_PARTIAL * depth + loop) * -(-loops // ipu.workers))
+        inputs = outputs
+    return vector, exchange, len(stages)
 
 
 def _vector_cycles(kernel: Kernel, ipu: IPUSpec) -> float:

@@ -456,6 +456,12 @@ class Options(OptionsGroup):
         return enums.RecomputationType(self._popart._raw.get("autoRecomputation", 0))
 
     @property
+    def recomputation_set(self) -> bool:
+        """Whether the script set ``autoRecomputation`` itself (PopTorch's default
+        for pipelined models then yields to it)."""
+        return "autoRecomputation" in self._popart._raw
+
+    @property
     def sim_preset(self) -> str:
         return self._simulation._store.get("preset")
 

@@ -34,12 +34,25 @@ NO_IO_TILES_ERR = ("No IO tiles allocated. You must allocate at least 32 IO tile
                    "poptorch.set_overlap_for_input and set_overlap_for_output.")
 
 
-def run_config(options, shape: StepShape, training: bool, num_stages: int, strategy=None,
+def recomputation(options, execution: Execution, num_ipus: int) -> enums.RecomputationType:
+    """The ``autoRecomputation`` mode a model compiles with: the script's, or else
+    PopTorch's default, which turns pipeline recomputation on for a pipelined model
+    over more than one IPU and leaves a value the script set alone (graphcore/poptorch
+    at c2a8b17, popart_compiler/source/Compiler.cpp:568-579 and CompilerImpl.hpp:354-365;
+    PopART acts on it only in training)."""
+    if options.recomputation_set:
+        return options.recomputation
+    if execution is Execution.PIPELINED and num_ipus > 1:
+        return enums.RecomputationType.Pipeline
+    return enums.RecomputationType.NoRecompute
+
+
+def run_config(options, shape: StepShape, training: bool, work: Work, strategy=None,
                overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
-    """PopTorch options as an ipusim :class:`RunConfig`, for a model whose calls
-    have ``shape``; ``strategy`` is the execution strategy the model runs under
-    (None: one stage), ``overlap`` whether the model asked for its input and its
-    output stream copies to overlap compute."""
+    """PopTorch options as an ipusim :class:`RunConfig`, for a model of ``work``'s
+    stages whose calls have ``shape``; ``strategy`` is the execution strategy the
+    model runs under (None: one stage), ``overlap`` whether the model asked for its
+    input and its output stream copies to overlap compute."""
 
     def offloaded(kind: str) -> bool:
         settings = options.TensorLocations.location(kind)
@@ -50,6 +63,8 @@ def run_config(options, shape: StepShape, training: bool, num_stages: int, strat
         return settings is not None and settings.replicated_tensor_sharding is True
 
     execution = execution_of(strategy)
+    num_stages = len(work.stages)
+    mode = recomputation(options, execution, work.ipus_per_replica)
     run = RunConfig(
         training=training,
         replicas=shape.replicas,
@@ -61,7 +76,7 @@ def run_config(options, shape: StepShape, training: bool, num_stages: int, strat
         synthetic_data=options.synthetic_data,
         # PopART recomputes a pipeline stage by stage (a one-stage pipeline has
         # nothing to recompute) and a sharded or single-IPU model as a whole.
-        recompute=(training and options.recomputation != enums.RecomputationType.NoRecompute
+        recompute=(training and mode != enums.RecomputationType.NoRecompute
                    and (execution is Execution.SHARDED
                         or execution is Execution.PIPELINED and num_stages > 1)),
         offload=Offload(weights=offloaded("weight"), optimizer=offloaded("optimizer"),
@@ -108,7 +123,7 @@ def checked_run_config(options, shape: StepShape, training: bool, work: Work, st
                        overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
     """:func:`run_config` for ``work``, checked against the simulated system with
     PopTorch's names for the settings."""
-    run = run_config(options, shape, training, len(work.stages), strategy, overlap)
+    run = run_config(options, shape, training, work, strategy, overlap)
     run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
     return run
 

@@ -90,7 +90,7 @@ def test_profiles_are_cost_models():
 
 def test_the_ring_all_reduce_moves_2_n_minus_1_over_n_of_the_buffer():
     """A 1 GB buffer over 4 replicas: each IPU sends 1.5 GB, half round the
-    ring each way over all ten links at once, 2 x 10 x 32 GB/s x 0.5, after
+    ring each way over all ten links at once, 2 x 10 x 16 GB/s x 0.5, after
     2(n - 1) = 6 hops of 11 ps: worked out by hand, not by the cost model."""
-    expected = 6 * 11 + round(1.5e9 / 320e9 * 1e12)   # 4,687,500,066 ps
-    assert COST.all_reduce_ps(10**9, 4, IPU) == expected == 4_687_500_066
+    expected = 6 * 11 + round(1.5e9 / 160e9 * 1e12)   # 9,375,000,066 ps
+    assert COST.all_reduce_ps(10**9, 4, IPU) == expected == 9_375_000_066

@@ -29,7 +29,7 @@ def test_mk2_gc200_figures():
     assert ipu.fp32_flops == 62.5 * TFLOPS
     assert ipu.memory_bandwidth == 47.5e12
     assert ipu.ipu_links == 10
-    assert ipu.ipu_links * ipu.ipu_link_bandwidth == 320 * GB
+    assert 2 * ipu.ipu_links * ipu.ipu_link_bandwidth == 320 * GB  # both directions
 
 
 def test_mk1_gc2_figures():

@@ -80,8 +80,9 @@ def test_half_runs_four_times_and_fp32_partials_half_that():
     assert amp["float"] / amp["half"] == pytest.approx(4, rel=0.15)
     assert amp["float partials"] / amp["half"] == pytest.approx(2, rel=0.15)
     # Mk1 has 8 conv units for half inputs whichever the partials.
-    assert operator_cycles(big_half, ipusim.MK1_GC2, CALIBRATED_MK2).amp == \
-        operator_cycles(big_half, ipusim.MK1_GC2, HALF).amp
+    mk1 = ipusim.MK1_GC2
+    assert ipusim.amp_vertex_cycles(1000, 4, 4, 1, 2, mk1, HALF, True) == \
+        ipusim.amp_vertex_cycles(1000, 4, 4, 1, 2, mk1, HALF, False)
 
 
 def test_few_rows_per_tile_waste_the_amp():

@@ -70,7 +70,16 @@ def train_one_step(opts, model=None):
 
 @pytest.fixture(scope="module")
 def baseline():
-    return train_one_step(options())
+    """The pipeline stashing every activation: PopTorch recomputes a pipeline by
+    default, so the script turns it off."""
+    opts = options()
+    opts._Popart.set("autoRecomputation", int(RecomputationType.NoRecompute))
+    return train_one_step(opts)
+
+
+def test_a_pipeline_recomputes_by_default(baseline):
+    default = train_one_step(options())
+    assert (default.device.memory["stash"][:3] < baseline.device.memory["stash"][:3]).all()
 
 
 def compute_time(executor):
@@ -96,7 +105,9 @@ def test_the_pipeline_ramps_up_runs_full_then_ramps_down(baseline):
 
 
 def test_moving_a_block_to_another_ipu_shifts_the_work(baseline):
-    moved = train_one_step(options(ipus=(0, 0, 2, 3)))
+    opts = options(ipus=(0, 0, 2, 3))
+    opts._Popart.set("autoRecomputation", int(RecomputationType.NoRecompute))  # as the baseline
+    moved = train_one_step(opts)
     assert [s.name for s in moved.device.work.stages] == ["B1+B2", "B3", "B4"]
     before, after = compute_time(baseline), compute_time(moved)
     assert after[0] > 1.5 * before[0]

@@ -3,8 +3,11 @@ and the simulated run configuration alike."""
 import pytest
 
 import poptorch_shim as poptorch
+from ipusim import Stage, Work
 from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import run_config
+
+ONE_STAGE = Work((Stage("model"),))
 
 MODES = [(poptorch.OutputMode.All, None), (poptorch.OutputMode.Final, None),
          (poptorch.OutputMode.EveryN, 3), (poptorch.OutputMode.Sum, None)]
@@ -28,7 +31,7 @@ def test_the_shape_counts_a_call_as_the_options_ask():
 def test_the_rows_assembled_are_those_the_simulated_device_returns(mode, period):
     opts = options(mode, period)
     shape = StepShape.of(opts, training=True)
-    run = run_config(opts, shape, training=True, num_stages=1)
+    run = run_config(opts, shape, training=True, work=ONE_STAGE)
     sent = [mb for mb in range(run.micro_batches_per_step) if run.returns_outputs(mb)]
     assert run.micro_batches_per_step == shape.rows
     if mode is poptorch.OutputMode.Sum:  # added up on the device: one result goes back
@@ -50,3 +53,27 @@ def test_the_data_loader_reads_a_step_of_the_shape():
     opts = options()
     loader = poptorch.DataLoader(opts, list(range(240)), batch_size=5)
     assert loader.combinedBatchSize == 5 * StepShape.of(opts).micro_batches == 60
+
+
+@pytest.mark.parametrize("ipus, strategy, set_to, expected", [
+    (4, poptorch.PipelinedExecution, None, True),     # PopTorch's default for a pipeline
+    (4, poptorch.PipelinedExecution, 0, False),       # the script's own value wins
+    (1, poptorch.PipelinedExecution, None, False),    # one IPU: nothing pipelined
+    (4, poptorch.ShardedExecution, None, False),      # not pipelined: no default
+    (4, poptorch.ShardedExecution, 3, True),
+])
+def test_a_pipeline_over_several_ipus_recomputes_unless_the_script_says_otherwise(
+        ipus, strategy, set_to, expected):
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(2 * ipus)
+    if set_to is not None:
+        opts._Popart.set("autoRecomputation", set_to)
+    work = Work(tuple(Stage(f"s{k}", ipu=k) for k in range(ipus)))
+    shape = StepShape.of(opts, training=True)
+    run = run_config(opts, shape, training=True, work=work,
+                     strategy=strategy(*[f"s{k}" for k in range(ipus)]))
+    assert run.recompute is expected
+    opts.Training.gradientAccumulation(1)
+    inference = run_config(opts, StepShape.of(opts, training=False), training=False, work=work,
+                           strategy=strategy(*[f"s{k}" for k in range(ipus)]))
+    assert inference.recompute is False
