@@ -29,9 +29,8 @@ import torch
 from poptorch_shim.commands import install_aliases
 
 install_aliases()
-import poptorch  # noqa: E402
-
 import ipusim  # noqa: E402
+import poptorch  # noqa: E402
 from ipusim.event_kinds import FORWARD  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "operator_benchmarks.csv"
