@@ -129,8 +129,8 @@ class CostModel:
                              f"got {self.amp_weight_load_bytes_per_cycle!r}")
         for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
                      "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
-                     "amp_pass_overhead_cycles",
-                     "amp_vertex_overhead_cycles", "amp_in_group_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
+                     "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
+                     "amp_in_group_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
                      "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:
