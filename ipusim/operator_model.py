@@ -106,6 +106,7 @@ VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
     KernelKind.DIVIDE: 1,
     KernelKind.NORMALISE: 5,
     KernelKind.DATA: 1,
+    KernelKind.GATHER: 1,
 }
 
 #: Float activations zero their partials on an output group's first pass: 2 cycles and
@@ -141,6 +142,8 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     fixed = OperatorCycles(sync=sets * compute_set_fixed_cycles(model), compute_sets=sets)
     if kernel.kind is KernelKind.DATA:
         return fixed + _copy_cycles(kernel, ipu)
+    if kernel.kind is KernelKind.GATHER:
+        return fixed + _gather_cycles(kernel, ipu)
     return fixed + OperatorCycles(vector=_vector_cycles(kernel, ipu))
 
 
@@ -320,6 +323,32 @@ def _copy_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:
     copy = VECTOR_SUPERVISOR_OVERHEAD + ipu.workers * VECTOR_WORKER_OVERHEAD \
         + ceil(per_tile / ipu.vector_bytes_per_cycle)
     return OperatorCycles(exchange=per_tile / ipu.exchange_bytes_per_cycle, vector=copy)
+
+
+#: popops' MultiSlice vertex (lib/popops/PerformanceEstimation.cpp:49-122): 30 cycles
+#: of prologue a worker, 19 per offset, then 2 cycles per vector of 2 halves or 2
+#: floats (3 per 4 bytes).
+MULTISLICE_WORKER_OVERHEAD = 30
+MULTISLICE_CYCLES_PER_OFFSET = 19
+
+
+def _gather_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:
+    """An embedding lookup (or its gradient) as popops' multi-slice: the table's
+    columns are spread over the tiles, whole vectors each, and tiles left over
+    share out the indices; each worker copies its indices' vectors. The rows then
+    cross the exchange to the tiles that use them."""
+    width = min(kernel.width, 4)
+    per_vector = {1: 4, 2: 2}.get(width, ipu.vector_bytes_per_cycle // 4)
+    cycles_per_vector = 3 if width == 1 else 2
+    row_vectors = max(1, ceil(kernel.n / per_vector))
+    column_tiles = min(ipu.tiles, row_vectors)
+    indices = ceil(kernel.m / max(1, ipu.tiles // column_tiles))
+    per_worker = ceil(indices / ipu.workers)
+    worker = MULTISLICE_WORKER_OVERHEAD + per_worker * (
+        MULTISLICE_CYCLES_PER_OFFSET + cycles_per_vector * ceil(row_vectors / column_tiles))
+    moved = kernel.m * kernel.n * width / ipu.tiles
+    return OperatorCycles(exchange=moved / ipu.exchange_bytes_per_cycle,
+                          vector=ipu.workers * worker)
 
 
 def exchange_cycles(nbytes: float, ipu: IPUSpec) -> float:

@@ -21,7 +21,8 @@ class KernelKind(str, enum.Enum):
     TRANSCENDENTAL = "transcendental"  # vector unit: exp, log, tanh, sigmoid, GELU, softmax
     DIVIDE = "divide"                  # vector unit: divide, sqrt, rsqrt
     NORMALISE = "normalise"            # batch/group/layer norm: statistics, then whitening
-    DATA = "data"                      # gathers, scatters, copies: exchange-bound
+    GATHER = "gather"                  # embedding lookups and their gradients: multi-slice
+    DATA = "data"                      # other gathers, scatters, copies: exchange-bound
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ _VECTOR_KINDS = {
         "native_group_norm_backward", "_softmax", "_log_softmax", "_softmax_backward_data",
         "_log_softmax_backward_data", "_safe_softmax"},
     KernelKind.DATA: {
-        "embedding", "embedding_dense_backward", "index_select", "gather", "scatter",
+        "index_select", "gather", "scatter",
         "scatter_add", "index_add", "index", "index_put", "cat", "stack", "copy", "_to_copy",
         "constant_pad_nd", "zeros_like", "ones_like", "new_zeros", "fill", "zero", "full_like",
         "max_pool2d_with_indices_backward"},
@@ -141,10 +141,16 @@ def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
                        groups=groups)]
     if name in ("convolution", "convolution_backward"):
         return _conv_kernels(name, args, out, width)
-    if name == "embedding":  # a gather reads only the rows it returns, not the whole table
-        rows = _tensors(out)[0]
-        return [Kernel(KernelKind.DATA, width, elements=rows.numel(),
-                       bytes=2 * rows.numel() * rows.element_size() + tensor_bytes(args[1]))]
+    if name in ("embedding", "embedding_dense_backward"):
+        # A lookup reads only the rows it returns; its gradient adds each row back
+        # into the table: popops' multi-slice and multi-update-add.
+        rows = _tensors(out)[0] if name == "embedding" else args[0]
+        indices = args[1]
+        row = rows.shape[-1] if rows.dim() else 1
+        return [Kernel(KernelKind.GATHER, width, m=indices.numel(), n=row,
+                       elements=indices.numel() * row,
+                       bytes=2 * indices.numel() * row * rows.element_size()
+                       + tensor_bytes(indices))]
     tensors = _tensors(args) + _tensors(kwargs) + _tensors(out)
     if not tensors:
         return []

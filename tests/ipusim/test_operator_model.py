@@ -197,3 +197,17 @@ def test_bad_kernels_are_refused():
         Kernel(KernelKind.MATMUL, 2, m=1, k=1, n=1, groups=0)
     with pytest.raises(ValueError, match="m must not be negative"):
         Kernel(KernelKind.MATMUL, 2, m=-1, k=1, n=1)
+
+
+def test_an_embedding_lookup_is_a_multi_slice_of_the_rows_it_returns():
+    """popops' MultiSlice: per worker 30 cycles, then 19 an index and 2 a vector;
+    the table's size does not enter, only the rows looked up."""
+    ipu = ipusim.MK2_GC200
+
+    def lookup(indices: int, row: int) -> ipusim.OperatorCycles:
+        return operator_cycles(Kernel(KernelKind.GATHER, 2, m=indices, n=row), ipu, HALF)
+    # 1,024 halves a row: 512 vectors of two, over 512 tiles; 2 index groups.
+    one = lookup(2 * 6 * 10, 1024)
+    assert one.vector == 6 * (30 + 10 * (19 + 2 * 1))
+    assert lookup(2 * 6 * 20, 1024).vector - 6 * 30 == 2 * (one.vector - 6 * 30)
+    assert one.compute_sets == 1 and one.exchange > 0
