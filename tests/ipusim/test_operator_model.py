@@ -211,3 +211,12 @@ def test_an_embedding_lookup_is_a_multi_slice_of_the_rows_it_returns():
     assert one.vector == 6 * (30 + 10 * (19 + 2 * 1))
     assert lookup(2 * 6 * 20, 1024).vector - 6 * 30 == 2 * (one.vector - 6 * 30)
     assert one.compute_sets == 1 and one.exchange > 0
+
+
+# Held out from the model's making: the PopSparse tutorial notebook's dense baseline
+# on a Bow IPU (graphcore-research/notebooks, sparsity_benchmarks/SpMM.ipynb), as in
+# benchmarks/operator_benchmarks_extra.csv.
+@pytest.mark.parametrize("m, k, n, width, published", [
+    (4096, 4096, 512, 4, 52.4), (4096, 4096, 1024, 2, 197.7), (4096, 4096, 2048, 2, 211.0)])
+def test_held_out_dense_matmuls_land_near_their_published_rate(m, k, n, width, published):
+    assert tflops(matmul(m, k, n, width)) == pytest.approx(published, rel=0.2)

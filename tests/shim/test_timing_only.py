@@ -367,7 +367,8 @@ def test_an_embedding_moves_the_rows_it_reads_not_its_table():
     with measure() as result:
         table(indices)
     (kernel, _), = result.cost.kernels
-    assert kernel.kind is KernelKind.DATA and kernel.elements == 8 * 128 * 1024
+    assert kernel.kind is KernelKind.GATHER and kernel.elements == 8 * 128 * 1024
+    assert (kernel.m, kernel.n) == (8 * 128, 1024)   # a multi-slice of 1,024 rows of 1,024
     assert kernel.bytes < 30000 * 1024 * 4 / 10
 
 
