@@ -81,8 +81,11 @@ class CostModel:
     op_overhead_cycles: int = field(
         default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
                                         "hand-written cost"})
-    ipu_sync_cycles: int = field(
-        default=300, metadata={"help": "cycles of a sync between IPUs (GS2)"})
+    ipu_sync_hop_ps: int = field(
+        default=to_ps(30e-9), metadata={"help": "a sync between IPUs (GS2) per hop of the sync "
+                                                "network, there and back: 15 ns each way "
+                                                "(poplibs' IPU model, syncLatencyPerHop, "
+                                                "lib/poplibs_test/Util.cpp:432-438)"})
     host_sync_ps: int = field(
         default=to_ps(5e-6), metadata={"help": "a sync with the host before a stream copy (GS1)"})
     host_link_efficiency: float = field(
@@ -100,8 +103,6 @@ class CostModel:
     ipu_link_efficiency: float = field(
         default=1.0, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
                                        "collectives reach (no public figure for less than all)"})
-    ipu_link_hop_ps: int = field(
-        default=to_ps(1e-6), metadata={"help": "latency of one hop of a collective over IPU-Links"})
     update_flops_per_weight_byte: float = field(
         default=1.0, metadata={"help": "weight-update FLOPs per byte of weights (SGD+momentum: "
                                        "about 4 FLOPs per FP32 weight)"})
@@ -130,8 +131,8 @@ class CostModel:
         for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
                      "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
                      "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
-                     "amp_in_group_overhead_cycles", "ipu_sync_cycles", "host_sync_ps",
-                     "host_transfer_latency_ps", "call_overhead_ps", "ipu_link_hop_ps",
+                     "amp_in_group_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
+                     "host_transfer_latency_ps", "call_overhead_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             if getattr(self, name) < 0:
                 raise ValueError(
@@ -173,9 +174,11 @@ class CostModel:
         return Cost(flops=flops, bytes=nbytes, ops=ops, kernels=((update, ops),))
 
     # Links -----------------------------------------------------------------
-    def ipu_sync_ps(self, ipu: IPUSpec) -> int:
-        """A sync between IPUs on GS2."""
-        return to_ps(self.ipu_sync_cycles / ipu.clock_hz)
+    def ipu_sync_ps(self, num_ipus: int) -> int:
+        """A sync between IPUs on GS2 in a system of ``num_ipus``: one hop within a
+        group of four and one for each further four, as poplibs' IPU model counts
+        them (lib/poplibs_test/Util.cpp:432-438), so a larger system syncs slower."""
+        return (1 + num_ipus // 4) * self.ipu_sync_hop_ps
 
     def host_transfer_ps(self, nbytes: float, system: SystemSpec) -> int:
         """One stream copy of ``nbytes`` over a host link (excluding the sync)."""
@@ -185,24 +188,24 @@ class CostModel:
         return self.host_transfer_latency_ps + to_ps(nbytes / rate)
 
     def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
-        """An inter-IPU copy of ``nbytes`` over one IPU-Link."""
+        """An inter-IPU copy of ``nbytes`` over one IPU-Link (the GS2 sync that opens
+        its exchange is the schedule's)."""
         if nbytes <= 0:
             return 0
-        bandwidth = ipu.ipu_link_bandwidth * self.ipu_link_efficiency
-        return self.ipu_link_hop_ps + to_ps(nbytes / bandwidth)
+        return to_ps(nbytes / (ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
 
     def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec) -> int:
         """A ring all-reduce of ``nbytes`` across ``replicas`` IPUs over all their IPU-Links.
 
-        Each IPU sends 2(n-1)/n of the buffer. Half of it goes round the ring
-        each way, so every full-duplex IPU-Link carries traffic in both
-        directions at once.
+        Each IPU sends 2(n-1)/n of the buffer in 2(n-1) steps, each ending in a
+        sync of the ring's IPUs. Half of it goes round the ring each way, so
+        every full-duplex IPU-Link carries traffic in both directions at once.
         """
         if replicas <= 1 or nbytes <= 0:
             return 0
         volume = 2 * (replicas - 1) / replicas * nbytes
         rate = 2 * ipu.ipu_links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency
-        return 2 * (replicas - 1) * self.ipu_link_hop_ps + to_ps(volume / rate)
+        return 2 * (replicas - 1) * self.ipu_sync_ps(replicas) + to_ps(volume / rate)
 
     def streaming_ps(self, nbytes: float, system: SystemSpec) -> int:
         """Moving ``nbytes`` between an IPU and streaming memory."""

@@ -22,7 +22,7 @@ from ipusim import (
 from ipusim.metrics import pipeline_slots
 from ipusim.schedule import pipeline_stages
 
-ZERO_SYNC = CostModel(ipu_sync_cycles=0)
+ZERO_SYNC = CostModel(ipu_sync_hop_ps=0)
 
 
 def equal_stages(count: int, forward_ps: int = 1000, backward_ps: int = 2000, **fields) -> Work:
@@ -108,7 +108,7 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     pipeline = pipeline_stages(len(stages), run.training)
     per_run = run.gradient_accumulation if run.training else run.device_iterations
     runs = run.device_iterations if run.training else 1
-    sync = cost.ipu_sync_ps(spec.ipu)
+    sync = cost.ipu_sync_ps(spec.num_ipus)
     ps = {kind: [cost.compute_ps(getattr(s, attr), spec.ipu) for s in stages]
           for kind, attr in (("forward", "forward"), ("backward", "backward"),
                              ("recompute", "recompute_cost"))}
@@ -165,7 +165,7 @@ def pipelines(draw):
                     recompute=draw(st.booleans()))
     if training:
         run = replace(run, device_iterations=draw(st.integers(1, 2)))
-    cost = CostModel(ipu_sync_cycles=draw(st.sampled_from([0, 300])))
+    cost = CostModel(ipu_sync_hop_ps=draw(st.sampled_from([0, 30_000])))
     return work, run, system_spec("mk2", run.replicas * work.ipus_per_replica), cost
 
 
@@ -206,7 +206,7 @@ def test_four_equal_stages_keep_every_ipu_busy_in_the_main_phase():
     copies = in_cycle[in_cycle["kind"] == "ipu_copy"]
     phase = (copies["end_ps"] - copies["start_ps"]).groupby(copies["cycle"]).max()
     length = bounds["end"] - bounds["start"]
-    exchange = cost.ipu_sync_ps(spec.ipu) + phase.reindex(length.index, fill_value=0)
+    exchange = cost.ipu_sync_ps(spec.num_ipus) + phase.reindex(length.index, fill_value=0)
     main = range(depth - 1, micro_batches)
     for cycle in main:
         assert (busy.loc[cycle] == length[cycle] - exchange[cycle]).all(), cycle

@@ -60,7 +60,7 @@ def one_stage_work() -> Work:
 def all_reduce_per_iteration(work: Work, execution: Execution, replicas: int, spec,
                              cost: CostModel) -> int:
     """The time one iteration's gradient all-reduce adds (one collective per phase when phased)."""
-    sync = cost.ipu_sync_ps(spec.ipu)
+    sync = cost.ipu_sync_ps(spec.num_ipus)
     reduce = [cost.all_reduce_ps(s.weight_bytes, replicas, spec.ipu) for s in work.stages]
     if execution is Execution.PHASED:
         return sum(sync + r for r in reduce)
@@ -73,13 +73,13 @@ EXACT_CASES = [(one_stage_work, execution) for execution in Execution] + [
 
 @pytest.mark.parametrize("make_work,execution", EXACT_CASES)
 @pytest.mark.parametrize("replicas", [2, 3, 4])
-@pytest.mark.parametrize("cost", [CostModel(), CostModel(ipu_sync_cycles=0)])
+@pytest.mark.parametrize("cost", [CostModel(), CostModel(ipu_sync_hop_ps=0)])
 def test_replicas_add_exactly_the_all_reduce(make_work, execution, replicas, cost):
     work, steps = make_work(), 2
     ipus = work.ipus_per_replica
     run = run_for(execution, synthetic_data=True)
-    one = simulate(work, run, system_spec("mk2", ipus), cost_model=cost, steps=steps)
-    spec = system_spec("mk2", ipus * replicas)
+    spec = system_spec("mk2", ipus * replicas)  # one replica alone on the same machine syncs
+    one = simulate(work, run, spec, cost_model=cost, steps=steps)  # as slowly as all of them
     many = simulate(work, replace(run, replicas=replicas), spec, cost, steps=steps)
     updates = steps * run.device_iterations
     extra = all_reduce_per_iteration(work, execution, replicas, spec, cost) * updates
@@ -102,7 +102,7 @@ def test_sharded_replicas_also_lose_the_overlap_of_updates_with_the_last_backwar
 
 def test_with_free_syncs_the_extra_time_is_the_all_reduce_alone():
     work = Work((Stage("s", 0, Cost(time_ps=10 * US), Cost(time_ps=20 * US), weight_bytes=10**8),))
-    cost = CostModel(ipu_sync_cycles=0)
+    cost = CostModel(ipu_sync_hop_ps=0)
     run = RunConfig(gradient_accumulation=3, device_iterations=5, synthetic_data=True)
     one = simulate(work, run, system_spec("mk2", 1), cost)
     many = simulate(work, replace(run, replicas=8), system_spec("mk2", 8), cost)
@@ -125,8 +125,8 @@ def test_all_reduce_events_last_as_long_as_each_ipus_share():
 def test_replicas_on_their_own_host_links_scale_like_synthetic_data():
     work, cost = two_stage_work(), CostModel()
     run = run_for(Execution.PIPELINED, sync_pattern=SyncPattern.SINGLE_PIPELINE)
-    one = simulate(work, run, system_spec("mk2", 2, ipus_per_host_link=2), cost)
     spec = system_spec("mk2", 8, ipus_per_host_link=2)
+    one = simulate(work, run, spec, cost)
     many = simulate(work, replace(run, replicas=4), spec, cost)
     per_iteration = all_reduce_per_iteration(work, Execution.PIPELINED, 4, spec, cost)
     extra = per_iteration * run.device_iterations

@@ -72,7 +72,7 @@ def expected_inference_ps(pattern: SyncPattern, micro_batches: int, spec, cost: 
         else:
             compute = max(i + max(f[0], f[2]), max(f[1], f[3]) + o)
         sends = any(f[:3])
-        total += compute + cost.ipu_sync_ps(spec.ipu) + (copy if sends else 0)
+        total += compute + cost.ipu_sync_ps(spec.num_ipus) + (copy if sends else 0)
     return total
 
 
