@@ -177,12 +177,16 @@ class SystemSpec:
 
     ipu: IPUSpec = field(default=MK2_GC200, metadata={"help": "the processor"})
     num_ipus: int = field(default=1, metadata={"help": "IPUs in the system"})
+    # An IPU-M2000 or Bow-2000 reaches its host through its gateway's one 100 GbE
+    # RoCEv2 NIC (IPU-POD DA Build and Test Guide, 1.2 "System summary"; Bow-2000
+    # datasheet, "Host-Link"); a Pod16 is four such machines on one host server, a
+    # Pod64 sixteen on one to four (IPU-POD64 datasheet, 2.1).
     ipus_per_host_link: int = field(
         default=4, metadata={"help": "IPUs sharing one host link (4 per IPU-M2000)"})
     host_link_bandwidth: float = field(
         default=12.5 * GB,
         metadata={"help": "raw bandwidth of one host link each way, bytes/s "
-                          "(IPU-M2000: 100 GbE RoCE to the host)"})
+                          "(IPU-M2000: 100 GbE RoCEv2 to the host)"})
     streaming_memory_bandwidth: float = field(
         default=20 * GB,
         metadata={"help": "bandwidth between an IPU and streaming memory (DDR "
