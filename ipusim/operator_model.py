@@ -135,9 +135,10 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     if kernel.kind is KernelKind.MATMUL:
         if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
             return OperatorCycles()
-        return min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model)
-                    for rows, cols in ((kernel.m, kernel.n), (kernel.n, kernel.m))),
-                   key=lambda cycles: cycles.total)
+        planned = min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model)
+                       for rows, cols in ((kernel.m, kernel.n), (kernel.n, kernel.m))),
+                      key=lambda cycles: cycles.total)
+        return planned + _regroup_cycles(kernel, ipu, model) if kernel.regroup else planned
     sets = VECTOR_COMPUTE_SETS[kernel.kind]
     fixed = OperatorCycles(sync=sets * compute_set_fixed_cycles(model), compute_sets=sets)
     if kernel.kind is KernelKind.DATA:
@@ -248,6 +249,16 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     return OperatorCycles(amp=at(amp), exchange=at(received) + at(reduce_exchange),
                           sync=sets * compute_set_fixed_cycles(model),
                           vector=at(reduce_vector) + cast_vector, compute_sets=sets)
+
+
+def _regroup_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCycles:
+    """Rearranging ``kernel.regroup`` bytes of an operand into the AMP's layout, a
+    compute set of its own: the bytes cross the exchange, then a copy vertex writes
+    them at 4/5 of an element a cycle (ConvModel.cpp:1305-1316, 1464-1481)."""
+    per_tile = kernel.regroup / ipu.tiles
+    return OperatorCycles(exchange=per_tile / ipu.exchange_bytes_per_cycle,
+                          vector=ceil(per_tile * 5 / (min(kernel.width, 4) * 4)),
+                          sync=compute_set_fixed_cycles(model), compute_sets=1)
 
 
 @lru_cache(maxsize=4096)

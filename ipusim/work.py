@@ -34,6 +34,8 @@ class Kernel:
     input channels times kernel taps, n output channels). The other kinds work
     on ``elements`` elements. ``width`` is the bytes of one input element: 2
     for fp16/bf16, 4 for fp32. ``bytes`` is everything read and written.
+    ``regroup`` is the bytes of a matmul operand rearranged into the AMP's
+    layout first: in a backward pass, the transposed weights or activations.
     """
 
     kind: KernelKind
@@ -44,12 +46,13 @@ class Kernel:
     groups: int = 1
     elements: int = 0
     bytes: int = 0
+    regroup: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
         if self.width not in (1, 2, 4, 8):
             raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
-        for name in ("m", "k", "n", "elements", "bytes"):
+        for name in ("m", "k", "n", "elements", "bytes", "regroup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Kernel.{name} must not be negative, got {getattr(self, name)!r}")
         if self.groups < 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -177,6 +177,16 @@ def _does_work(func, args: tuple, out) -> bool:
     return bool(outputs) and any(t.numel() > 1 for t in _tensors(args) + outputs)
 
 
+def regrouped(kernel: Kernel) -> Kernel:
+    """A backward pass's matmul: one operand is laid out for the forward (the
+    weights by output channels, the activations by rows) and must be transposed
+    into the AMP's groups first; PopLibs rearranges the smaller one."""
+    if kernel.kind is not KernelKind.MATMUL:
+        return kernel
+    smaller = kernel.groups * min(kernel.m, kernel.n) * kernel.k * kernel.width
+    return replace(kernel, regroup=smaller)
+
+
 class TrafficCounter(TorchDispatchMode):
     """Counts operators, the bytes they read and write, and their kernels."""
 
@@ -194,6 +204,8 @@ class TrafficCounter(TorchDispatchMode):
             self.ops += 1
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
             kernels = kernels_of(func, args, kwargs, out)
+            if torch._C._current_autograd_node() is not None:  # in a backward pass
+                kernels = [regrouped(kernel) for kernel in kernels]
             for kernel in kernels:
                 self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
             if _fused_attention(func.overloadpacket.__name__):  # torch's FLOP counter misses it

@@ -1,6 +1,7 @@
 """The operator-level compute model: shapes and dtypes to cycles, as poplin plans them."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -220,3 +221,15 @@ def test_an_embedding_lookup_is_a_multi_slice_of_the_rows_it_returns():
     (4096, 4096, 512, 4, 52.4), (4096, 4096, 1024, 2, 197.7), (4096, 4096, 2048, 2, 211.0)])
 def test_held_out_dense_matmuls_land_near_their_published_rate(m, k, n, width, published):
     assert tflops(matmul(m, k, n, width)) == pytest.approx(published, rel=0.2)
+
+
+def test_a_regrouped_operand_costs_a_compute_set_of_its_own():
+    plain = matmul(512, 1024, 1024)
+    backward = Kernel(KernelKind.MATMUL, 2, m=512, k=1024, n=1024, regroup=1024 * 1024 * 2)
+    ipu = ipusim.MK2_GC200
+    extra = operator_cycles(backward, ipu, HALF).total - operator_cycles(plain, ipu, HALF).total
+    per_tile = 1024 * 1024 * 2 / ipu.tiles
+    assert operator_cycles(backward, ipu, HALF).compute_sets == \
+        operator_cycles(plain, ipu, HALF).compute_sets + 1
+    assert extra == pytest.approx(per_tile / 4 + math.ceil(per_tile * 5 / 8)
+                                  + compute_set_fixed_cycles(HALF))

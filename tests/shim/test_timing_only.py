@@ -372,6 +372,18 @@ def test_an_embedding_moves_the_rows_it_reads_not_its_table():
     assert kernel.bytes < 30000 * 1024 * 4 / 10
 
 
+def test_a_backward_matmul_regroups_its_smaller_operand():
+    layer, x = nn.Linear(256, 64), torch.randn(32, 256)
+    with measure() as forward:
+        y = layer(x)
+    with measure() as backward:
+        y.sum().backward()
+    assert all(k.regroup == 0 for k, _ in forward.cost.kernels)
+    products = [k for k, _ in backward.cost.kernels if k.kind is KernelKind.MATMUL]
+    assert products and all(k.regroup == k.groups * min(k.m, k.n) * k.k * k.width
+                            for k in products)
+
+
 def test_an_untraceable_model_keeps_its_checkpoints():
     """A data-dependent branch makes torch.fx give up and the model run
     eagerly; its recomputation memory is that of the same model traced."""
