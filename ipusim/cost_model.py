@@ -4,9 +4,9 @@ This is the only place that turns work into time. Every constant is a named,
 documented field of :class:`CostModel`. A measured model's operators are
 priced one by one by :mod:`ipusim.operator_model` from their shapes and the
 tile's figures; a hand-written :class:`~ipusim.work.Cost` with FLOPs and
-bytes alone is priced by a roofline. :data:`CALIBRATED_MK2` is the profile
-whose few free parameters come from the data-loading tutorial's measured
-table (see the README).
+bytes alone is priced by a roofline. Every field cites its source; the two
+that only the data-loading tutorial's measured table constrains,
+``call_overhead_ps`` and ``host_link_efficiency``, say so (see the README).
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ def to_cycles(ps: float, clock_hz: float) -> int:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Parameters of a roofline compute model and of the links' transfer costs."""
+    """The compute model's tile figures (the operator model's, from PopLibs), the
+    links' and syncs' costs, the host round trip, and the roofline that prices a
+    hand-written cost listing no operators."""
 
     precision: str = field(
         default="fp32", metadata={"help": "roofline only: the precision of a hand-written cost "
@@ -175,9 +177,9 @@ class CostModel:
 
     # Links -----------------------------------------------------------------
     def ipu_sync_ps(self, num_ipus: int) -> int:
-        """A sync between IPUs on GS2 in a system of ``num_ipus``: one hop within a
-        group of four and one for each further four, as poplibs' IPU model counts
-        them (lib/poplibs_test/Util.cpp:432-438), so a larger system syncs slower."""
+        """A sync between IPUs on GS2 across ``num_ipus``: 1 + num_ipus // 4 hops, one
+        within a card and one per card pair, as poplibs' IPU model counts them
+        (lib/poplibs_test/Util.cpp:432-438), so a larger device syncs slower."""
         return (1 + num_ipus // 4) * self.ipu_sync_hop_ps
 
     def host_transfer_ps(self, nbytes: float, system: SystemSpec) -> int:
@@ -214,9 +216,8 @@ class CostModel:
         return self.host_transfer_latency_ps + to_ps(nbytes / system.streaming_memory_bandwidth)
 
 
-# The defaults are fitted to the data-loading tutorial's measured table (seed
-# 002) on a Mk2 IPU-M2000; the README lists the fit and why each value is
-# physically plausible.
+# The defaults: PopLibs' figures, and the two parameters calibrated on the
+# data-loading tutorial's measured table on a Mk2 IPU-M2000 (see the README).
 CALIBRATED_MK2 = CostModel()
 DEFAULT = CALIBRATED_MK2
 

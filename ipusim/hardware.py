@@ -52,9 +52,12 @@ class IPUSpec:
         default=32, metadata={"help": "input-channel bytes one AMP pass consumes per output "
                                       "(4 loads of 64 bits: 16 halves or 8 floats)"})
     amp_cycles_per_output_half: int = field(
-        default=4, metadata={"help": "tile cycles per output row of an AMP pass, fp16 inputs"})
+        default=4, metadata={"help": "a worker's cycles per output row of an AMP pass, fp16 "
+                                     "inputs (the six workers take turns: one row every 4 "
+                                     "tile cycles in all)"})
     amp_cycles_per_output_float: int = field(
-        default=8, metadata={"help": "tile cycles per output row of an AMP pass, fp32 inputs"})
+        default=8, metadata={"help": "a worker's cycles per output row of an AMP pass, fp32 "
+                                     "inputs"})
     # Six hardware workers (the estimators' numWorkerContexts; "divide work between
     # 6 workers", lib/popops/codelets/asm/workDivision.h.S:6); a 64-bit load/store
     # path per worker; 4 exchange bytes a cycle per tile: Graphcore's aggregate

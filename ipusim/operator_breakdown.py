@@ -25,13 +25,16 @@ COLUMNS = ("stage", "ipu", "pass", "kind", "width", "m", "k", "n", "groups", "el
 
 
 def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
-    """One row per operator of each stage's pass, for one micro-batch on ``ipu``
-    (the compute tiles): its shape, how many times it runs, and its cycles by term
-    (all runs together). A pass priced by the roofline (no operators) has no rows."""
+    """One row per operator of each stage's passes (the forward, and in training the
+    backward, recompute and weight update), for one micro-batch on ``ipu`` (the
+    compute tiles): its shape, how many times it runs, and its cycles by term (all
+    runs together). A pass priced by the roofline (no operators) has no rows."""
     rows = []
     for stage, prices in zip(plan.stages, plan.prices):
-        passes = {FORWARD: prices.forward, BACKWARD: prices.backward, WEIGHT_UPDATE: prices.update}
-        if plan.run.recompute:
+        passes = {FORWARD: prices.forward}
+        if plan.run.training:
+            passes.update({BACKWARD: prices.backward, WEIGHT_UPDATE: prices.update})
+        if plan.run.training and plan.run.recompute:
             passes[RECOMPUTE] = prices.recompute
         for name, cost in passes.items():
             for kernel, count in cost.kernels:

@@ -50,7 +50,7 @@ class OperatorCycles:
     """Where one operator's cycles go on its busiest tile.
 
     ``amp``: the AMP's passes with their vertex and pass overheads; ``exchange``:
-    operand, partial-sum and result bytes received; ``sync``: the fixed cost of
+    the operand, partial-sum and copied bytes the tile receives; ``sync``: the fixed cost of
     each compute set (its sync and the opening of its exchange phase);
     ``vector``: vector-unit work (element-wise ops, reductions, casts, copies)
     with its vertex overheads.
@@ -91,9 +91,10 @@ CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
     KernelKind.NORMALISE: (18, 18),
 }
 
-#: Worker cycles a vector vertex pays besides its loop: BinaryOp1D's 29 (float)
-#: or 26 (half) per worker (PCE:1614-1632); UnaryOp1D's 33 for exp, 17 otherwise
-#: (PCE:1543-1559). The supervisor adds 11 (lib/popops/PerformanceEstimation.cpp:19-30).
+#: Worker cycles a vector vertex pays besides its loop, for every vector kind:
+#: BinaryOp1D's 29 for float (PCE:1614-1632); its 26 for half and UnaryOp1D's 17 or
+#: 33 (PCE:1543-1559) are within a few cycles of it. The supervisor adds 11
+#: (lib/popops/PerformanceEstimation.cpp:19-30).
 VECTOR_WORKER_OVERHEAD = 29
 VECTOR_SUPERVISOR_OVERHEAD = 11
 
@@ -110,7 +111,7 @@ VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
 }
 
 #: Float activations zero their partials on an output group's first pass: 2 cycles and
-#: zeroCyclesPerGroup (8 with 16 conv units) a row (PE:410-416, 457-460).
+#: zeroCyclesPerGroup a row, 8 with 16 conv units as on Mk2 (PE:410-416, 457-460).
 FLOAT_ZEROING_CYCLES = 2
 FLOAT_ZEROING_CYCLES_PER_ROW = 8
 
@@ -135,9 +136,10 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     if kernel.kind is KernelKind.MATMUL:
         if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
             return OperatorCycles()
+        orders = ((kernel.m, kernel.n),) if kernel.m == kernel.n else \
+            ((kernel.m, kernel.n), (kernel.n, kernel.m))
         planned = min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model)
-                       for rows, cols in ((kernel.m, kernel.n), (kernel.n, kernel.m))),
-                      key=lambda cycles: cycles.total)
+                       for rows, cols in orders), key=lambda cycles: cycles.total)
         return planned + _regroup_cycles(kernel, ipu, model) if kernel.regroup else planned
     sets = VECTOR_COMPUTE_SETS[kernel.kind]
     fixed = OperatorCycles(sync=sets * compute_set_fixed_cycles(model), compute_sets=sets)
@@ -168,7 +170,8 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
     input-channel pass of each output group: 2 cycles and 8 a row.
     """
     in_chans, units = ipu.amp_block(width, half_partials)
-    load_rate = weight_load_bytes_per_cycle or model.amp_weight_load_bytes_per_cycle
+    load_rate = model.amp_weight_load_bytes_per_cycle if weight_load_bytes_per_cycle is None \
+        else weight_load_bytes_per_cycle
     loads = units * in_chans * min(width, 4) / load_rate
     rows_per_worker = -(-rows // ipu.workers)
     overhead = model.amp_worker_overhead_cycles if width <= 2 \
@@ -180,13 +183,14 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
     cycles = conv_groups * (model.amp_vertex_overhead_cycles
                             + in_groups * model.amp_in_group_overhead_cycles
                             + out_groups * (in_groups * per_pass + zeroing))
-    return np.where(rows > 0, cycles, 0) if isinstance(rows, np.ndarray) else \
-        (float(cycles) if rows > 0 else 0.0)
+    cycles = np.where(np.asarray(rows) > 0, cycles, 0)
+    return cycles if np.ndim(cycles) else float(cycles)
 
 
 def _split_candidates(extent: int, tiles: int) -> np.ndarray:
     """Ways the planner may split a dimension of ``extent`` over at most ``tiles``:
-    powers of two, the whole extent, and the splits that give each tile an equal share."""
+    not at all, powers of two, as far as the tiles allow, and the splits that give
+    each tile one to 32 equal shares."""
     top = min(extent, tiles)
     values = {1, top}
     power = 2
@@ -201,7 +205,9 @@ def _split_candidates(extent: int, tiles: int) -> np.ndarray:
 def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
                 model: CostModel) -> OperatorCycles:
     """The quickest split of ``groups`` (rows x k) @ (k x n) products over the tiles, as
-    poplin's planner chooses it, priced on the busiest tile."""
+    poplin's planner chooses it, priced on the busiest tile. Elements wider than 4
+    bytes are priced as 4: the AMP has no wider path."""
+    width = min(width, 4)
     half_partials = model.half_partials and width <= 2
     in_chans, units = ipu.amp_block(width, half_partials)
     partial_width = 2 if half_partials else 4
@@ -360,8 +366,3 @@ def _gather_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:
     moved = kernel.m * kernel.n * width / ipu.tiles
     return OperatorCycles(exchange=moved / ipu.exchange_bytes_per_cycle,
                           vector=ipu.workers * worker)
-
-
-def exchange_cycles(nbytes: float, ipu: IPUSpec) -> float:
-    """Cycles to move ``nbytes`` spread over every tile through the exchange."""
-    return nbytes / (ipu.tiles * ipu.exchange_bytes_per_cycle)

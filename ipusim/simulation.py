@@ -152,11 +152,12 @@ class Timeline:
         """The slowest and fastest stage per micro-batch (None with one stage)."""
         return bottlenecks.stage_balance(self)
 
-    # The pipeline's phases, of ipusim.pipeline_phases.
     def operator_breakdown(self) -> pd.DataFrame:
         """Each stage's operators for one micro-batch, their cycles split into AMP,
         exchange, compute-set syncs and vector work (see :mod:`ipusim.operator_breakdown`)."""
         return operator_breakdown(self.plan, self.run.compute_ipu(self.system.ipu))
+
+    # The pipeline's phases, of ipusim.pipeline_phases.
 
     def cycle_times(self) -> pd.DataFrame:
         """Start and end of every pipeline cycle (columns step, run, cycle, start_ps, end_ps)."""

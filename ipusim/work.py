@@ -57,6 +57,9 @@ class Kernel:
                 raise ValueError(f"Kernel.{name} must not be negative, got {getattr(self, name)!r}")
         if self.groups < 1:
             raise ValueError(f"Kernel.groups must be at least 1, got {self.groups!r}")
+        if self.regroup and self.kind is not KernelKind.MATMUL:
+            raise ValueError(f"Kernel.regroup is for matmuls, got regroup={self.regroup} on a "
+                             f"{self.kind.value} kernel")
 
 
 def _merge_kernels(*lists: tuple[tuple[Kernel, int], ...]) -> tuple[tuple[Kernel, int], ...]:

@@ -57,7 +57,7 @@ class ProgramBuilder:
         self.programs: list[list[Instruction]] = [[] for _ in range(self.simulated_ipus)]
         self.prices = plan.prices
         self._gs2 = gs2_group(self.simulated_ipus)
-        self._ipu_sync = cost.ipu_sync_ps(spec.num_ipus)
+        self._ipu_sync = cost.ipu_sync_ps(run.total_replicas * plan.ipus_per_replica)
         # The hot path emits millions of instructions: what repeats is worked out once.
         # Each logical IPU's physical IPUs, one per simulated replica, and their programs.
         replicas = 1 if folded else run.replicas

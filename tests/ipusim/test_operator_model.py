@@ -173,6 +173,9 @@ def test_the_timeline_breaks_each_stage_down_by_operator():
     forward = table[table["pass"] == "forward"]["total_cycles"].sum()
     ipu = run.compute_ipu(ipusim.MK2_GC200)
     assert HALF.compute_ps(stage.forward, ipu) == round(forward / ipu.clock_hz * PS_PER_S)
+    inference = ipusim.simulate(Work((stage,), micro_batch_size=4), ipusim.RunConfig(),
+                                ipusim.system_spec("mk2", 1), cost_model=HALF)
+    assert set(inference.operator_breakdown()["pass"]) == {"forward"}
 
 
 def test_a_hand_written_cost_keeps_the_roofline():
@@ -198,6 +201,8 @@ def test_bad_kernels_are_refused():
         Kernel(KernelKind.MATMUL, 2, m=1, k=1, n=1, groups=0)
     with pytest.raises(ValueError, match="m must not be negative"):
         Kernel(KernelKind.MATMUL, 2, m=-1, k=1, n=1)
+    with pytest.raises(ValueError, match="regroup is for matmuls"):
+        Kernel(KernelKind.ELEMENTWISE, 2, elements=8, regroup=16)
 
 
 def test_an_embedding_lookup_is_a_multi_slice_of_the_rows_it_returns():
