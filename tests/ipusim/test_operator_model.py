@@ -173,7 +173,8 @@ def test_the_timeline_breaks_each_stage_down_by_operator():
     forward = table[table["pass"] == "forward"]["total_cycles"].sum()
     ipu = run.compute_ipu(ipusim.MK2_GC200)
     assert HALF.compute_ps(stage.forward, ipu) == round(forward / ipu.clock_hz * PS_PER_S)
-    inference = ipusim.simulate(Work((stage,), micro_batch_size=4), ipusim.RunConfig(),
+    inference = ipusim.simulate(Work((stage,), micro_batch_size=4),
+                                ipusim.RunConfig(training=False),
                                 ipusim.system_spec("mk2", 1), cost_model=HALF)
     assert set(inference.operator_breakdown()["pass"]) == {"forward"}
 
