@@ -169,7 +169,7 @@ class CostModel:
         nbytes = self.update_bytes_per_weight_byte * stage.weight_bytes
         if not stage.forward.kernels:
             return Cost(flops=flops, bytes=nbytes, ops=1)
-        tensors = max(1, stage.weight_tensors)
+        tensors = stage.parameter_tensors
         ops = tensors * self.update_ops_per_tensor
         per_op = int(nbytes) // ops
         update = Kernel(KernelKind.ELEMENTWISE, width=4, elements=per_op // 4, bytes=per_op)

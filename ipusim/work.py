@@ -141,6 +141,12 @@ class Stage:
                                  f"got {getattr(self, name)!r}")
 
     @property
+    def parameter_tensors(self) -> int:
+        """The parameter tensors the optimizer updates: as given, or one if the stage
+        has weights and says no more."""
+        return self.weight_tensors or (1 if self.weight_bytes else 0)
+
+    @property
     def recompute_stash_bytes(self) -> int:
         """Activations held while one micro-batch is recomputed and backpropagated."""
         segment = self.stash_bytes if self.segment_stash_bytes is None else self.segment_stash_bytes
@@ -232,7 +238,7 @@ class Work:
                     activation_bytes=stage.activation_bytes,
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,
-                    weight_tensors=prev.weight_tensors + stage.weight_tensors,
+                    weight_tensors=prev.parameter_tensors + stage.parameter_tensors,
                     optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes,
                     checkpoint_bytes=prev.checkpoint_bytes + stage.checkpoint_bytes,
                     segment_stash_bytes=(

@@ -142,15 +142,20 @@ def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
     if name in ("convolution", "convolution_backward"):
         return _conv_kernels(name, args, out, width)
     if name in ("embedding", "embedding_dense_backward"):
-        # A lookup reads only the rows it returns; its gradient adds each row back
-        # into the table: popops' multi-slice and multi-update-add.
+        # A lookup reads only the rows it returns; its gradient zeroes a dense table
+        # and adds each row back into it: popops' multi-slice and multi-update-add.
         rows = _tensors(out)[0] if name == "embedding" else args[0]
         indices = args[1]
         row = rows.shape[-1] if rows.dim() else 1
-        return [Kernel(KernelKind.GATHER, width, m=indices.numel(), n=row,
-                       elements=indices.numel() * row,
-                       bytes=2 * indices.numel() * row * rows.element_size()
-                       + tensor_bytes(indices))]
+        gather = Kernel(KernelKind.GATHER, width, m=indices.numel(), n=row,
+                        elements=indices.numel() * row,
+                        bytes=2 * indices.numel() * row * rows.element_size()
+                        + tensor_bytes(indices))
+        if name == "embedding":
+            return [gather]
+        table = _tensors(out)[0]
+        return [Kernel(KernelKind.ELEMENTWISE, width, elements=table.numel(),
+                       bytes=tensor_bytes(table)), gather]
     tensors = _tensors(args) + _tensors(kwargs) + _tensors(out)
     if not tensors:
         return []

@@ -159,6 +159,14 @@ def test_the_update_is_an_elementwise_program_per_weight_tensor():
     assert CALIBRATED_MK2.compute_ps(many, ipu) > CALIBRATED_MK2.compute_ps(one, ipu)
 
 
+def test_merged_stages_keep_every_parameter_tensor():
+    counted = Stage("a", weight_bytes=1 << 20, weight_tensors=3)
+    unsaid = Stage("b", weight_bytes=1 << 20)            # weights, tensors not said: one
+    merged = Work((counted, unsaid)).merged().stages[0]
+    assert merged.parameter_tensors == 4
+    assert Stage("c").parameter_tensors == 0
+
+
 def test_the_timeline_breaks_each_stage_down_by_operator():
     kernels = ((matmul(256, 512, 512), 2), (Kernel(KernelKind.ELEMENTWISE, 2, elements=10**5), 3))
     stage = Stage("s", forward=Cost(kernels=kernels), backward=Cost(kernels=kernels[:1]),

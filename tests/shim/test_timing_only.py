@@ -372,6 +372,17 @@ def test_an_embedding_moves_the_rows_it_reads_not_its_table():
     assert kernel.bytes < 30000 * 1024 * 4 / 10
 
 
+def test_an_embedding_gradient_zeroes_its_dense_table_then_adds_the_rows():
+    table, indices = nn.Embedding(3000, 64), torch.randint(0, 3000, (8, 16))
+    rows = table(indices)
+    with measure() as result:
+        rows.sum().backward()
+    kernels = [kernel for kernel, _ in result.cost.kernels]
+    assert any(k.kind is KernelKind.ELEMENTWISE and k.elements == 3000 * 64   # the zeroed table
+               for k in kernels)
+    assert [(k.m, k.n) for k in kernels if k.kind is KernelKind.GATHER] == [(8 * 16, 64)]
+
+
 def test_a_backward_matmul_regroups_its_smaller_operand():
     layer, x = nn.Linear(256, 64), torch.randn(32, 256)
     with measure() as forward:
