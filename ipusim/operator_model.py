@@ -212,10 +212,12 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     in_chans, units = ipu.amp_block(width, half_partials)
     partial_width = 2 if half_partials else 4
     k_blocks, n_blocks = ceil(k / in_chans), ceil(n / units)
-    g, r, kk, nn = np.meshgrid(*(_split_candidates(extent, ipu.tiles)
-                                 for extent in (groups, rows, k_blocks, n_blocks)),
-                               indexing="ij", sparse=True)
-    fits = g * r * kk * nn <= ipu.tiles
+    # Every split that fits on the tiles, as flat arrays, one entry a split.
+    candidates = [_split_candidates(extent, ipu.tiles)
+                  for extent in (groups, rows, k_blocks, n_blocks)]
+    sparse = np.meshgrid(*candidates, indexing="ij", sparse=True)
+    fits = np.nonzero(sparse[0] * sparse[1] * sparse[2] * sparse[3] <= ipu.tiles)
+    g, r, kk, nn = (values[index] for values, index in zip(candidates, fits))
     g_t, r_t = -(-groups // g), -(-rows // r)
     k_t, n_t = -(-k_blocks // kk), -(-n_blocks // nn)
     amp = amp_vertex_cycles(r_t, k_t, n_t, g_t, width, ipu, model, half_partials)
@@ -231,22 +233,20 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     # partials cross the exchange and are summed in one to three stages over all the
     # tiles, each stage a compute set (ConvModel.cpp:1077-1136, 1150-1232).
     partials = g_t * r_t * n_t * units
-    reduce_vector = np.zeros(fits.shape)
-    reduce_exchange = np.zeros(fits.shape)
-    stages = np.zeros(fits.shape, dtype=np.int64)
+    reduce_vector = np.zeros(len(kk))
+    reduce_exchange = np.zeros(len(kk))
+    stages = np.zeros(len(kk), dtype=np.int64)
     for depth in np.unique(kk):
-        chosen = np.broadcast_to(kk == depth, fits.shape)
-        cycles, exchanged, count = _reduction(reduce_stages(int(depth)),
-                                              np.broadcast_to(partials, fits.shape)[chosen],
-                                              partial_width, ipu)
-        reduce_vector[chosen], reduce_exchange[chosen], stages[chosen] = cycles, exchanged, count
-    cast = partial_width != min(width, 4)
+        chosen = kk == depth
+        reduce_vector[chosen], reduce_exchange[chosen], stages[chosen] = _reduction(
+            reduce_stages(int(depth)), partials[chosen], partial_width, ipu)
+    cast = partial_width != width
     total = amp + received + reduce_vector + reduce_exchange \
         + (stages + 1) * compute_set_fixed_cycles(model)
-    best = np.unravel_index(np.argmin(np.where(fits, total, np.inf)), fits.shape)
+    best = int(np.argmin(total))
 
     def at(value) -> float:
-        return float(np.broadcast_to(value, fits.shape)[best])
+        return float(value[best])
 
     outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
     cast_vector = ipu.workers * (CAST_WORKER_OVERHEAD + ceil(outputs / ipu.workers / 4)) \
