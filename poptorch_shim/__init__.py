@@ -16,6 +16,7 @@ from poptorch_shim.annotations import (
     set_overlap_for_output,
 )
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
+from poptorch_shim.compile_hooks import registerPostCompileHook, registerPreCompileHook
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.enums import (
     AutoStage,
@@ -78,6 +79,6 @@ __all__ = [
     "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
     "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "optim", "OverlapMode",
     "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",
-    "removeBlocks",
+    "registerPostCompileHook", "registerPreCompileHook", "removeBlocks",
     "setLogLevel", "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
 ]

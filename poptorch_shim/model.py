@@ -42,6 +42,7 @@ from poptorch_shim._run import profiling, simulated_clock
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, recording
+from poptorch_shim.compile_hooks import compile_hooks
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
@@ -191,6 +192,10 @@ class PoplarExecutor:
             logger.warning("Call to compile() ignored: the executable is already compiled")
 
     def _compile(self, first_micro_batch: tuple) -> None:
+        with compile_hooks(self, first_micro_batch):
+            self._compile_model(first_micro_batch)
+
+    def _compile_model(self, first_micro_batch: tuple) -> None:
         first_args, first_kwargs = first_micro_batch
         self._signature = input_signature(first_micro_batch)
         run, stages, output, blocks, called = self._profile(first_args, first_kwargs)

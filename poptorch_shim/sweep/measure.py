@@ -21,6 +21,7 @@ from ipusim import Work
 from poptorch_shim import enums
 from poptorch_shim._run.run_settings import RunSettings
 from poptorch_shim._run.runner import install_aliases
+from poptorch_shim.compile_hooks import compiling, registerPreCompileHook
 from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
@@ -92,22 +93,21 @@ def from_script(source: ModelSource) -> ModelCase:
 
     captured: list[ModelCase] = []
 
-    def capture(executor: PoplarExecutor, first_micro_batch: tuple) -> None:
-        args, kwargs = first_micro_batch
+    def capture() -> None:
+        executor, (args, kwargs) = compiling()
         captured.append(ModelCase(executor.model, tuple(args), dict(kwargs),
                                   executor.options.clone(), executor.training,
                                   executor._optimizer if executor.training else None))
         raise _Captured
 
-    original = PoplarExecutor._compile
-    PoplarExecutor._compile = capture
+    handle = registerPreCompileHook(capture)   # PopTorch's own hook: the shim is untouched
     settings = replace(RunSettings.from_environment(), timing_only=True)
     try:
         run_script(source.script, list(source.args), settings)
     except _Captured:
         pass
     finally:
-        PoplarExecutor._compile = original
+        handle.remove()
     if not captured:
         raise ValueError(f"the script {source.script} ended without compiling or running a "
                          "poptorch model (trainingModel or inferenceModel)")
