@@ -14,15 +14,13 @@ from ipusim.event_kinds import (
     COMPUTE_KINDS,
     COUNTED,
     FORWARD,
-    HOST_IO_TIME,
     HOST_TRANSFER_KINDS,
     IDLE,
     Category,
     kinds_of,
 )
 
-HOST_IO_KINDS = kinds_of(HOST_IO_TIME)
-__all__ = ["COMPUTE_KINDS", "HOST_IO_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
+__all__ = ["COMPUTE_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
            "category_times", "host_io_share", "latency_ps", "per_ipu", "pipeline_slots",
            "span_ps", "step_spans", "sync_wait_share", "throughput", "time_by_category_ps",
            "utilisation"]

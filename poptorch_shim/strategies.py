@@ -19,6 +19,7 @@ from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 
 from poptorch_shim.enums import AutoStage, Liveness
+from poptorch_shim.errors import InvalidUseError
 
 #: A block's id: what ``poptorch.Block(user_id)`` was given (any hashable), or
 #: an automatic "0", "1", ... Strategies list blocks by str ids, as PopTorch's
@@ -310,11 +311,18 @@ class _PhasedExecution(ExecutionStrategy):
         return self
 
     def useSeparateBackwardPhase(self, use: bool = True) -> _PhasedExecution:
-        """Give the backward pass phases of its own: forward phases 0, 1, 2 are
-        then followed by backward phases 4, 5, 6 instead of sharing phase 2."""
+        """PopTorch gives the backward pass phases of its own with ``True`` (forward
+        phases 0, 1, 2, then backward phases 4, 5, 6 instead of sharing phase 2).
+        The simulator runs each phase's backward in the phase of its forward, so it
+        refuses ``True`` rather than simulate something else; ``False`` is the default."""
         if not isinstance(use, bool):
             raise TypeError(f"{type(self).__name__}.useSeparateBackwardPhase: use must be a "
                             f"bool, got {use!r}.")
+        if use:
+            raise InvalidUseError(
+                f"{type(self).__name__}.useSeparateBackwardPhase(True): ipusim does not "
+                "simulate a backward pass in phases of its own; leave it False (the default), "
+                "where the last forward phase and the first backward phase share a phase.")
         self._separate_backward_phase = use
         return self
 

@@ -59,10 +59,6 @@ class ScriptClock:
         self._packages = (str(shim), str(shim.parent / "ipusim"))
 
     # -- model calls -----------------------------------------------------------
-    @property
-    def in_call(self) -> bool:
-        return self._call_started_ns is not None
-
     def call_started(self) -> None:
         self._call_started_ns = self._host_ns["perf_counter"]()
 

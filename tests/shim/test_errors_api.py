@@ -207,7 +207,10 @@ def test_phased_strategies_take_a_liveness():
     assert serial.tensors_liveness is poptorch.Liveness.OffChipAfterEachPhase
     parallel = poptorch.ParallelPhasedExecution("A", "B").sendTensorsOffChipAfterFwd()
     assert parallel.tensors_liveness is poptorch.Liveness.OffChipAfterFwd
-    assert parallel.useSeparateBackwardPhase().separate_backward_phase
+    assert not parallel.useSeparateBackwardPhase(False).separate_backward_phase
+    with pytest.raises(poptorch.Error, match=r"useSeparateBackwardPhase\(True\): ipusim does "
+                                             "not simulate a backward pass in phases of its own"):
+        parallel.useSeparateBackwardPhase()
     with pytest.raises(TypeError, match="liveness must be a poptorch.Liveness"):
         serial.setTensorsLiveness(1)
 
