@@ -3,6 +3,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = [pytest.mark.slow]  # imports the installed packages in a fresh interpreter
+
 
 def test_the_scenarios_import_from_any_directory(tmp_path):
     # `ipusim advise scenarios/resnet50.py` and the sweep specs' factories

@@ -20,9 +20,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars", "--virtual-time-budget=5000"]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(   # starts a headless Chromium
     CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; "
-                             "scripts/test.sh does it)")
+                             "scripts/test.sh does it)")]
 
 
 def chromium(tmp_path: Path, *args: str) -> str:

@@ -18,6 +18,8 @@ from poptorch_shim.commands import main as ipusim_main
 
 from report_timelines import stages
 
+pytestmark = [pytest.mark.slow]  # runs the command line in its own processes
+
 
 @pytest.fixture(scope="module")
 def profile_dir(tmp_path_factory, pipeline_timeline):

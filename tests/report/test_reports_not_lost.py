@@ -13,6 +13,9 @@ import torch
 import poptorch_shim as poptorch
 from poptorch_shim._run import profiling
 
+pytestmark = [pytest.mark.slow]  # runs scripts in their own processes
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

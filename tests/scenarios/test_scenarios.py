@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow]  # runs the scenarios
+
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?%?x?")

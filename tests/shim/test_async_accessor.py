@@ -28,6 +28,8 @@ from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
 
+pytestmark = [pytest.mark.slow]  # starts the asynchronous loader's worker processes
+
 FORK = {"sharing_strategy": SharingStrategy.Fork}
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -20,6 +20,9 @@ from poptorch_shim.enums import CommGroupType, DataLoaderMode, SharingStrategy
 from poptorch_shim.errors import FrozenOptionsError
 from poptorch_shim.options import Options
 
+pytestmark = [pytest.mark.slow]  # starts DataLoader worker processes
+
+
 FORK = {"sharing_strategy": SharingStrategy.Fork}
 
 

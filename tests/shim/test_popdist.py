@@ -14,6 +14,9 @@ from poptorch_shim._distributed.poprun import Layout
 from poptorch_shim._run.runner import ALIASES
 from poptorch_shim.popdist.poptorch import Options as PopdistOptions
 
+pytestmark = [pytest.mark.slow]  # starts distributed instances
+
+
 POPRUN_VARIABLES = tuple(Layout(1, 1).environment(0, 0))
 
 

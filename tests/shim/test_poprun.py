@@ -24,6 +24,9 @@ import torch
 import poptorch_shim as poptorch
 from poptorch_shim._distributed import poprun
 
+pytestmark = [pytest.mark.slow]  # starts poprun's instances
+
+
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "distributed"
 TAG = re.compile(r"^\[1,(\d+)\]<(stdout|stderr)>:(.*)$")
 

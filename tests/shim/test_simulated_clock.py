@@ -13,6 +13,8 @@ import poptorch_shim
 from poptorch_shim._run.simulated_clock import NAMES, ScriptClock, model_call
 from poptorch_shim.commands import main as ipusim_main
 
+pytestmark = [pytest.mark.slow]  # runs scripts in their own processes
+
 # Times five calls the way the tutorials do, each call a simulated 20 ms (a long
 # host round trip) so that the host's few microseconds between calls hardly
 # count; checks on the side that a library (logging) keeps the host's clock and

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow]  # runs the seed tutorials' scripts
+
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 

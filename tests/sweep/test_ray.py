@@ -17,6 +17,8 @@ from poptorch_shim.sweep import (
     sweep,
 )
 
+pytestmark = [pytest.mark.slow]  # starts a local Ray cluster
+
 ray = pytest.importorskip("ray")  # the ipusim[ray] extra, which scripts/test.sh installs
 
 SPEC = SweepSpec(model=ModelSource(factory="sweep_models:pipelined"),
