@@ -66,9 +66,20 @@ class RunSettings:
                    num_ipus=num_ipus, job_id=environ.get(JOB_ID_ENV, ""))
 
 
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
+
 def _flag(environ: Mapping[str, str], name: str) -> bool:
-    """A variable that is on unless unset, empty or "0"."""
-    return environ.get(name, "") not in ("", "0")
+    """A switch: 1, true, yes or on turn it on; unset, empty, 0, false, no or off
+    leave it off (any case); anything else is an error that names the variable."""
+    value = environ.get(name, "").strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(f"{name}={environ[name]!r}: expected 1, true, yes or on to turn it on, "
+                     "or 0, false, no, off or nothing to leave it off")
 
 
 _given: RunSettings | None = None  # the settings the runner was handed, while it runs

@@ -54,3 +54,17 @@ def test_ipusim_run_flags_go_over_the_environment(monkeypatch, tmp_path):
          "script.py", "--timing-only"]))
     assert flagged == RunSettings(report_dir=str(tmp_path / "r"), timing_only=True,
                                   simulated_clock=True)
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("ON", True), ("yes", True),
+                                       ("0", False), ("false", False), ("off", False),
+                                       ("No", False), ("", False)])
+def test_switches_read_the_words_people_write(value, on):
+    settings = RunSettings.from_environment({"IPUSIM_TIMING_ONLY": value,
+                                             "IPUSIM_SIMULATED_CLOCK": value})
+    assert settings.timing_only is on and settings.simulated_clock is on
+
+
+def test_a_switch_set_to_something_else_names_the_variable():
+    with pytest.raises(ValueError, match="IPUSIM_TIMING_ONLY='maybe': expected 1, true"):
+        RunSettings.from_environment({"IPUSIM_TIMING_ONLY": "maybe"})
