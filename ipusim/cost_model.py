@@ -10,11 +10,12 @@ that only the data-loading tutorial's measured table constrains,
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ipusim.hardware import IPUSpec, SystemSpec
 from ipusim.operator_model import kernel_cycles
-from ipusim.work import Cost, Kernel, KernelKind, Stage
+from ipusim.work import Cost, Kernel, KernelKind, Stage, check_amount
 
 PS_PER_S = 10**12
 PS_PER_MS = 10**9
@@ -122,12 +123,12 @@ class CostModel:
         for name in ("flops_efficiency", "memory_efficiency", "host_link_efficiency",
                      "ipu_link_efficiency"):
             value = getattr(self, name)
-            if not 0 < value <= 1:
+            if not 0 < value <= 1:   # NaN too
                 raise ValueError(f"CostModel.{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.update_ops_per_tensor, int) or self.update_ops_per_tensor < 1:
             raise ValueError("CostModel.update_ops_per_tensor must be a positive integer, "
                              f"got {self.update_ops_per_tensor!r}")
-        if not self.amp_weight_load_bytes_per_cycle > 0:
+        if not 0 < self.amp_weight_load_bytes_per_cycle < math.inf:
             raise ValueError("CostModel.amp_weight_load_bytes_per_cycle must be positive, "
                              f"got {self.amp_weight_load_bytes_per_cycle!r}")
         for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
@@ -136,9 +137,7 @@ class CostModel:
                      "amp_in_group_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
                      "host_transfer_latency_ps", "call_overhead_ps",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
-            if getattr(self, name) < 0:
-                raise ValueError(
-                    f"CostModel.{name} must not be negative, got {getattr(self, name)!r}")
+            check_amount("CostModel.", name, getattr(self, name))
 
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:

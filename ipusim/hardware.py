@@ -5,6 +5,7 @@ them with :func:`dataclasses.replace` or through :func:`system`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
@@ -72,8 +73,14 @@ class IPUSpec:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "name" and not value > 0:
+            if f.name == "name":
+                continue
+            if not value > 0 or isinstance(value, bool):   # NaN too
                 raise ValueError(f"IPUSpec.{f.name} must be positive, got {value!r}")
+            if value == math.inf:
+                raise ValueError(f"IPUSpec.{f.name} must be finite, got {value!r}")
+            if f.type in ("int", int) and not isinstance(value, int):
+                raise ValueError(f"IPUSpec.{f.name} must be a whole number, got {value!r}")
 
     def amp_units(self, width: int, half_partials: bool) -> int:
         """AMP conv units per tile for inputs of ``width`` bytes (output channels per pass)."""
@@ -203,7 +210,7 @@ class SystemSpec:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
         for name in ("host_link_bandwidth", "streaming_memory_bandwidth"):
-            if getattr(self, name) <= 0:
+            if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"SystemSpec.{name} must be positive, got {getattr(self, name)!r}")
 
     @property

@@ -9,8 +9,18 @@ model.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+def check_amount(owner: str, name: str, value) -> None:
+    """Refuse an amount (bytes, FLOPs, cycles, picoseconds) that is negative, not a
+    number or infinite, naming ``owner.name`` and the value."""
+    if not value >= 0:
+        raise ValueError(f"{owner}{name} must not be negative, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}{name} must be finite, got {value!r}")
 
 
 class KernelKind(str, enum.Enum):
@@ -53,8 +63,7 @@ class Kernel:
         if self.width not in (1, 2, 4, 8):
             raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
         for name in ("m", "k", "n", "elements", "bytes", "regroup"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Kernel.{name} must not be negative, got {getattr(self, name)!r}")
+            check_amount("Kernel.", name, getattr(self, name))
         if self.groups < 1:
             raise ValueError(f"Kernel.groups must be at least 1, got {self.groups!r}")
         if self.regroup and self.kind is not KernelKind.MATMUL:
@@ -92,8 +101,7 @@ class Cost:
 
     def __post_init__(self) -> None:
         for name in ("flops", "bytes", "ops", "time_ps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Cost.{name} must not be negative, got {getattr(self, name)!r}")
+            check_amount("Cost.", name, getattr(self, name))
         object.__setattr__(self, "kernels", tuple(self.kernels))
 
     def __add__(self, other: Cost) -> Cost:
@@ -136,9 +144,7 @@ class Stage:
                 f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
         for name in ("activation_bytes", "stash_bytes", "weight_bytes", "weight_tensors",
                      "optimizer_bytes", "checkpoint_bytes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Stage {self.name!r}: {name} must not be negative, "
-                                 f"got {getattr(self, name)!r}")
+            check_amount(f"Stage {self.name!r}: ", name, getattr(self, name))
 
     @property
     def parameter_tensors(self) -> int:
@@ -191,8 +197,7 @@ class Work:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"micro_batch_size must be a positive integer, got {size!r}")
         for name in ("input_bytes_per_sample", "output_bytes_per_sample"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
+            check_amount("", name, getattr(self, name))
 
     @property
     def ipus_per_replica(self) -> int:

@@ -140,3 +140,20 @@ def test_errors_come_before_any_simulated_time():
     with pytest.raises(ValueError):
         sim.run_steps(0)
     assert sim.system.now_ps == 0 and len(sim.recorder) == 0
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: Cost(flops=float("nan")), "Cost.flops must not be negative, got nan"),
+    (lambda: Cost(time_ps=float("inf")), "Cost.time_ps must be finite, got inf"),
+    (lambda: Stage("s", weight_bytes=float("nan")), "Stage 's': weight_bytes must not be negative"),
+    (lambda: CostModel(host_sync_ps=float("nan")),
+     "CostModel.host_sync_ps must not be negative, got nan"),
+    (lambda: CostModel(call_overhead_ps=float("inf")),
+     "CostModel.call_overhead_ps must be finite, got inf"),
+    (lambda: CostModel(host_link_efficiency=float("nan")),
+     "CostModel.host_link_efficiency must be in (0, 1], got nan"),
+])
+def test_amounts_that_are_not_finite_numbers_are_refused(build, message):
+    """NaN used to pass the checks (NaN < 0 is false) and shorten a step."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()

@@ -1,5 +1,6 @@
 """Hardware presets (DESIGN.md §4) and overriding their figures through ``system_spec``."""
 import dataclasses
+import re
 
 import pytest
 
@@ -137,6 +138,18 @@ def test_unknown_override_names_it_and_the_known_fields():
 def test_non_positive_ipu_figures_are_rejected(override):
     (name, value), = override.items()
     with pytest.raises(ValueError, match=rf"IPUSpec\.{name} must be positive, got {value!r}"):
+        system_spec("mk2", **override)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"clock_hz": float("nan")}, "IPUSpec.clock_hz must be positive, got nan"),
+    ({"clock_hz": float("inf")}, "IPUSpec.clock_hz must be finite, got inf"),
+    ({"tiles": 1.5}, "IPUSpec.tiles must be a whole number, got 1.5"),
+    ({"workers": True}, "IPUSpec.workers must be positive, got True"),
+    ({"host_link_bandwidth": float("inf")}, "SystemSpec.host_link_bandwidth must be positive"),
+])
+def test_figures_that_are_not_numbers_are_rejected(override, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         system_spec("mk2", **override)
 
 
