@@ -39,7 +39,7 @@ from poptorch_shim.commands import install_aliases
 install_aliases()
 import ipusim  # noqa: E402
 import poptorch  # noqa: E402
-from ipusim.event_kinds import FORWARD  # noqa: E402
+from ipusim.engine.event_kinds import FORWARD  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "operator_benchmarks.csv"
 EXTRA_CSV = Path(__file__).resolve().parent / "operator_benchmarks_extra.csv"

@@ -13,7 +13,7 @@ the work cost when other processes took turns on the cores).
 
 - simulate: a fresh ``Simulation``, one ``step()`` and its event DataFrame
   (``timeline.events``), with the rows of that DataFrame; replicas folded
-  (simulated once, see ``ipusim/folding.py``) unless ``--no-fold``, and the
+  (simulated once, see ``ipusim/plan/folding.py``) unless ``--no-fold``, and the
   Pod64 step also without folding (``--unfolded-repeats``, 0 to skip);
 - report: the HTML report and the Chrome trace of that step written to a
   temporary directory, the trace at its default level of detail (first and

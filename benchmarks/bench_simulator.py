@@ -46,12 +46,12 @@ import pandas as pd
 import simpy
 
 from ipusim import DEFAULT, Cost, Execution, RunConfig, Stage, Work, system_spec
-from ipusim._gc import cyclic_gc_paused
-from ipusim.event_kinds import BACKWARD, FORWARD, IPU_COPY, SYNC_WAIT
-from ipusim.plan import EnginePlan
-from ipusim.recorder import COLUMNS
-from ipusim.schedule import build_step
-from ipusim.system import System
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, IPU_COPY, SYNC_WAIT
+from ipusim.engine.gc_pause import cyclic_gc_paused
+from ipusim.engine.recorder import COLUMNS
+from ipusim.engine.system import System
+from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.schedule import build_step
 
 
 def pipeline_work(stages: int) -> Work:

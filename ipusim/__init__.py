@@ -5,13 +5,13 @@ pipelining, sync pattern) and the system (IPU preset, host links), and get a
 timeline of every event with the figures derived from it. Knows nothing of
 PopTorch; ``poptorch_shim`` builds the work from real torch models.
 """
-from ipusim.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
+from ipusim.cost.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
+from ipusim.cost.operator_model import OperatorCycles, amp_vertex_cycles, operator_cycles
+from ipusim.cost.work import Cost, Execution, Kernel, KernelKind, Stage, Work
+from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
-from ipusim.operator_model import OperatorCycles, amp_vertex_cycles, operator_cycles
-from ipusim.run_config import Offload, RunConfig
+from ipusim.plan.run_config import Offload, RunConfig
 from ipusim.simulation import Simulation, Timeline, job_timeline, simulate
-from ipusim.sync_groups import SyncPattern
-from ipusim.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 
 __all__ = [
     "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",

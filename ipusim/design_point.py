@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ipusim.cost_model import CostModel
+from ipusim.cost.cost_model import CostModel
+from ipusim.cost.work import Work
 from ipusim.hardware import SystemSpec
-from ipusim.memory import MB, fits
-from ipusim.run_config import RunConfig
+from ipusim.plan.memory import MB, fits
+from ipusim.plan.run_config import RunConfig
 from ipusim.simulation import Simulation, Timeline
-from ipusim.work import Work
 
 # The figures of a point, in the order a results table shows them.
 FIGURES = ("ipus", "throughput(items/s)", "step(ms)", "latency(ms)", "utilisation",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipusim.cost_model import PS_PER_US
+from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._run import simulated_clock
 
 TRACE_FILE = "tracepoints.json"

@@ -12,7 +12,7 @@ import argparse
 import sys
 
 import poptorch
-from ipusim.event_kinds import HOST_CALL
+from ipusim.engine.event_kinds import HOST_CALL
 
 from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 

@@ -11,7 +11,7 @@ in weight updates ("update/compute" in the table).
 import argparse
 
 import poptorch
-from ipusim.event_kinds import BACKWARD, FORWARD, WEIGHT_UPDATE
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, WEIGHT_UPDATE
 
 from guide_examples import ExampleDataset, add_loop_arguments, model_batch_size, run_guide_loop
 

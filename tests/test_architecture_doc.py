@@ -64,7 +64,9 @@ def test_every_file_and_folder_it_names_exists():
 
 
 def test_the_check_sees_a_module_the_page_leaves_out():
-    assert not named_in("| x | `ipusim/work.py` |", Path("ipusim/report/html.py"))
+    assert not named_in("| x | `ipusim/cost/work.py` |", Path("ipusim/report/html.py"))
     assert not named_in("| x | `_options/`: `store.py` |", Path("poptorch_shim/sweep/store.py"))
     assert named_in("| x | `sweep/`: `store.py` |", Path("poptorch_shim/sweep/store.py"))
-    assert named_in("| x | `work.py` |", Path("ipusim/work.py"))
+    assert named_in("| x | `simulation.py` |", Path("ipusim/simulation.py"))
+    assert named_in("| x | `ipusim/cost/`: `work.py` |", Path("ipusim/cost/work.py"))
+    assert not named_in("| x | `work.py` |", Path("ipusim/cost/work.py"))  # which folder?

@@ -146,3 +146,51 @@ def test_ipusim_imports_nothing_of_the_shim_even_lazily():
 ])
 def test_the_cycle_check_finds_cycles(graph, cycle):
     assert find_cycle(graph) == cycle
+
+
+# ipusim's layers, bottom up: each folder (or top-level module) imports only
+# itself and the layers before it. ARCHITECTURE.md's table, as code.
+IPUSIM_LAYERS = (
+    ("ipusim.hardware",),
+    ("ipusim.cost",),
+    ("ipusim.engine",),
+    ("ipusim.plan",),
+    ("ipusim.analysis",),
+    ("ipusim.simulation", "ipusim.design_point"),
+    ("ipusim.report",),
+    ("ipusim.cli", "ipusim.__main__", "ipusim"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`IPUSIM_LAYERS` of the layer ``module`` belongs to."""
+    for index, layer in enumerate(IPUSIM_LAYERS):
+        if any(module == top or module.startswith(f"{top}.") for top in layer
+               if top != "ipusim") or module in layer:
+            return index
+    raise AssertionError(f"{module} is in no layer of IPUSIM_LAYERS: add it to one")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph`` by an ipusim module of a layer above its own."""
+    return [f"{name} -> {target}" for name, targets in sorted(graph.items())
+            if name.split(".")[0] == "ipusim"
+            for target in sorted(targets)
+            if target.split(".")[0] == "ipusim" and layer_of(target) > layer_of(name)]
+
+
+def test_ipusim_layers_import_downward_only():
+    graph = import_graph()
+    assert "ipusim.hardware" in graph["ipusim.cost.cost_model"]  # the walk sees the layers
+    assert upward_imports(graph) == []
+
+
+def test_the_top_of_ipusim_holds_at_most_six_modules():
+    top = sorted(path.name for path in (ROOT / "ipusim").glob("*.py"))
+    assert len(top) <= 6, top
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"ipusim.cost.work": {"ipusim.engine.system"}, "ipusim.engine.system": set()}
+    assert upward_imports(graph) == ["ipusim.cost.work -> ipusim.engine.system"]
+    assert upward_imports({"ipusim.report.html": {"ipusim.analysis.timeline"}}) == []

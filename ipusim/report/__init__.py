@@ -1,7 +1,8 @@
 """Profiling reports of a simulated run: HTML, autoReport directory, Chrome trace, text.
 
 All of them read a :class:`ipusim.Timeline` and the figures it computes
-(:mod:`ipusim.analysis`, :mod:`ipusim.pipeline_phases`, :mod:`ipusim.bottleneck`);
+(:mod:`ipusim.analysis.headline`, :mod:`ipusim.analysis.pipeline_phases`,
+:mod:`ipusim.analysis.bottleneck`);
 none of them simulates or computes a figure of its own. The plotting is kept
 here, away from the simulator, so ``ipusim`` itself never needs plotly.
 """

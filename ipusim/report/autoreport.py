@@ -26,17 +26,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from ipusim.analysis import reported_figures
-from ipusim.event_kinds import KINDS
+from ipusim.analysis.headline import reported_figures
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.work import Work
+from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
-from ipusim.memory import fits
+from ipusim.plan.memory import fits
+from ipusim.plan.run_config import RunConfig
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.html import write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import bottleneck
-from ipusim.run_config import RunConfig
-from ipusim.simulation import Timeline
-from ipusim.work import Work
 
 FORMAT = "ipusim-profile"
 VERSION = 1

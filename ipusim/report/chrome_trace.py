@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ipusim.cost_model import PS_PER_US
-from ipusim.event_kinds import (
+from ipusim.analysis.metrics import step_spans
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import PS_PER_US
+from ipusim.engine.event_kinds import (
     BACKWARD,
     COMPUTE_LANE,
     DEVICE_TO_HOST,
@@ -29,10 +31,8 @@ from ipusim.event_kinds import (
     KIND,
     LANES,
 )
-from ipusim.metrics import step_spans
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
-from ipusim.simulation import Timeline
 
 HOST_PID = 1
 CALLS_TID = 1

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ipusim.cost_model import PS_PER_US
-from ipusim.event_kinds import KINDS
+from ipusim.cost.cost_model import PS_PER_US
+from ipusim.engine.event_kinds import KINDS
 from ipusim.report import lanes
 
 DETAIL_ENV = "IPUSIM_TRACE_DETAIL"

@@ -14,15 +14,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ipusim.cost_model import PS_PER_US
-from ipusim.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, IDLE, KINDS, SYNC_WAIT
-from ipusim.memory import MB, MEMORY_PARTS
-from ipusim.metrics import step_spans
-from ipusim.pipeline_phases import PHASES
+from ipusim.analysis.metrics import step_spans
+from ipusim.analysis.pipeline_phases import PHASES
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import PS_PER_US
+from ipusim.cost.work import Execution
+from ipusim.engine.event_kinds import COMPUTE_KINDS, COMPUTE_LANE, IDLE, KINDS, SYNC_WAIT
+from ipusim.plan.memory import MB, MEMORY_PARTS
 from ipusim.report import lanes
 from ipusim.report.summary import execution_text
-from ipusim.simulation import Timeline
-from ipusim.work import Execution
 
 MAX_EVENTS_PER_LANE = 20_000
 MAX_IPUS = 16

@@ -19,7 +19,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ipusim.cost_model import PS_PER_US
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import PS_PER_US
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
@@ -32,7 +33,6 @@ from ipusim.report.figures import (
 )
 from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
-from ipusim.simulation import Timeline
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 

@@ -1,7 +1,7 @@
 """Where each kind of event is drawn, in what colour, under which label.
 
 The timeline, the utilisation chart and the Chrome trace read one table,
-:mod:`ipusim.event_kinds`, for each kind's lane (the row of an IPU it is drawn
+:mod:`ipusim.engine.event_kinds`, for each kind's lane (the row of an IPU it is drawn
 in), category (the slice of time it counts towards), colour and label, so the
 three views and the per-IPU figures always agree. The mappings below are views
 of that table, keyed by kind or category name.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ipusim.event_kinds import COMPUTE_KINDS, COUNTED, EVENT_KINDS, IDLE, KIND, LANES
-from ipusim.metrics import category_times
+from ipusim.analysis.metrics import category_times
+from ipusim.engine.event_kinds import COMPUTE_KINDS, COUNTED, EVENT_KINDS, IDLE, KIND, LANES
 
 __all__ = ["CATEGORIES", "CATEGORY_COLOURS", "CATEGORY_OF", "COLOURS", "LANES", "LANE_OF",
            "NAMES", "box_labels", "category_times"]

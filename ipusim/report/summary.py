@@ -3,17 +3,17 @@
 Target, engine, memory per IPU and per stage, program steps with their
 cycles (simulated time at the IPU clock), the headline figures and the
 bottleneck verdict, as plain text a person reads in a terminal. The figures
-are the timeline's (:mod:`ipusim.analysis`); this module only formats them.
+are the timeline's (:mod:`ipusim.analysis.headline`); this module only formats them.
 """
 from __future__ import annotations
 
 import textwrap
 
-from ipusim.analysis import cycles_by_kind, grouped_steps
-from ipusim.memory import MB, MEMORY_PARTS
+from ipusim.analysis.headline import cycles_by_kind, grouped_steps
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.work import Execution
+from ipusim.plan.memory import MB, MEMORY_PARTS
 from ipusim.report.verdict import Verdict, bottleneck
-from ipusim.simulation import Timeline
-from ipusim.work import Execution
 
 MAX_STEP_ROWS = 20
 

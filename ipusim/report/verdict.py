@@ -1,7 +1,7 @@
 """The bottleneck verdict: what limits a run, in words, and the tutorial's advice for it.
 
 Which overhead limits the run, and the figures behind it, is an analysis of
-the timeline (:meth:`ipusim.Timeline.bottleneck`, :mod:`ipusim.bottleneck`);
+the timeline (:meth:`ipusim.Timeline.bottleneck`, :mod:`ipusim.analysis.bottleneck`);
 this module only words it: a headline quoting the figure that won, and the
 advice of the tutorials for that kind of bottleneck.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ipusim.bottleneck import Bottleneck
-from ipusim.simulation import Timeline
-from ipusim.sync_groups import SyncPattern
-from ipusim.work import Execution
+from ipusim.analysis.bottleneck import Bottleneck
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.work import Execution
+from ipusim.engine.sync_groups import SyncPattern
 
 
 @dataclass(frozen=True)

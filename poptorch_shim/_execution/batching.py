@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
-from ipusim.run_config import returned_micro_batches
+from ipusim.plan.run_config import returned_micro_batches
 from poptorch_shim.enums import CommGroupType, OutputMode
 
 # The output modes as ipusim's output period: every N micro-batches, or 0 for only the

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipusim.cost_model import PS_PER_US
+from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._run import run_settings
 
 JOB_ID_FILE = "job-id.txt"

@@ -2,8 +2,8 @@
 import pytest
 
 from ipusim import Cost, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.analysis import cycles_by_kind
-from ipusim.memory import memory_per_ipu
+from ipusim.analysis.headline import cycles_by_kind
+from ipusim.plan.memory import memory_per_ipu
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from functools import partial
 import pytest
 
 from ipusim import Cost, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.bottleneck import BOTTLENECKS, BUBBLE_THRESHOLD, Bottleneck, Score
-from ipusim.cost_model import CALIBRATED_MK2
+from ipusim.analysis.bottleneck import BOTTLENECKS, BUBBLE_THRESHOLD, Bottleneck, Score
+from ipusim.cost.cost_model import CALIBRATED_MK2
 
 # The hand-written runs here are built to show one bottleneck; a short host round
 # trip per call (instead of the calibrated one) keeps it from masking that one.

@@ -2,7 +2,7 @@
 import pytest
 
 from ipusim import PROFILES, Cost, CostModel, Stage, system_spec
-from ipusim.cost_model import PS_PER_S, to_ps
+from ipusim.cost.cost_model import PS_PER_S, to_ps
 
 SPEC = system_spec("mk2", 4)
 IPU = SPEC.ipu

@@ -3,9 +3,9 @@ the utilisation chart group the kinds the same way."""
 import pandas as pd
 import pytest
 
-from ipusim import metrics
-from ipusim.event_kinds import COUNTED, EVENT_KINDS, IO_TILES_TIME, KINDS, LANES, kinds_of
-from ipusim.recorder import Recorder
+from ipusim.analysis import metrics
+from ipusim.engine.event_kinds import COUNTED, EVENT_KINDS, IO_TILES_TIME, KINDS, LANES, kinds_of
+from ipusim.engine.recorder import Recorder
 from ipusim.report import lanes
 
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, system_spec
-from ipusim.folding import FOLD_ENV, fold_blocker
+from ipusim.plan.folding import FOLD_ENV, fold_blocker
 from ipusim.simulation import Simulation
 
 

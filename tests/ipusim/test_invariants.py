@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
-from ipusim.run_config import Offload
+from ipusim.plan.run_config import Offload
 
 PASSES = ("forward", "backward", "recompute")
 COMPUTE = PASSES + ("weight_update", "stream_in", "stream_out")

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from ipusim import Cost, CostModel, Execution, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.memory import (
+from ipusim.engine.recorder import COMPUTE_KINDS
+from ipusim.plan.memory import (
     MemoryModel,
     OutOfMemoryError,
     check_fits,
@@ -13,8 +14,7 @@ from ipusim.memory import (
     memory_per_ipu,
     stash_depth,
 )
-from ipusim.recorder import COMPUTE_KINDS
-from ipusim.run_config import Offload
+from ipusim.plan.run_config import Offload
 
 STASH, ACTIVATION, WEIGHTS, OPTIMIZER = 8 * 10**6, 10**6, 5 * 10**7, 10**8
 SPEC = system_spec("mk2", 4)

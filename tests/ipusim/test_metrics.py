@@ -3,7 +3,7 @@ arithmetic rather than against the code that computes it."""
 import pandas as pd
 import pytest
 
-from ipusim import metrics
+from ipusim.analysis import metrics
 
 
 def events(rows):

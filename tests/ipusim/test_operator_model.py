@@ -8,8 +8,8 @@ import pytest
 
 import ipusim
 from ipusim import Cost, Kernel, KernelKind, Stage, Work
-from ipusim.cost_model import CALIBRATED_MK2, PS_PER_S
-from ipusim.operator_model import (
+from ipusim.cost.cost_model import CALIBRATED_MK2, PS_PER_S
+from ipusim.cost.operator_model import (
     VECTOR_COMPUTE_SETS,
     compute_set_fixed_cycles,
     kernel_cycles,

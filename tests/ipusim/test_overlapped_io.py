@@ -9,7 +9,7 @@ import pytest
 
 import ipusim
 from ipusim import Cost, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.memory import memory_per_ipu
+from ipusim.plan.memory import memory_per_ipu
 
 MB = 1_000_000
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from ipusim import Cost, Execution, Offload, RunConfig, Stage, SystemSpec, Work, simulate
-from ipusim.sync_groups import SyncPattern
+from ipusim.engine.sync_groups import SyncPattern
 
 MB = 10**6
 

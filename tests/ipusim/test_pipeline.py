@@ -19,8 +19,8 @@ from ipusim import (
     simulate,
     system_spec,
 )
-from ipusim.metrics import pipeline_slots
-from ipusim.schedule import pipeline_stages
+from ipusim.analysis.metrics import pipeline_slots
+from ipusim.plan.schedule import pipeline_stages
 
 ZERO_SYNC = CostModel(ipu_sync_hop_ps=0)
 

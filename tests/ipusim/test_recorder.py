@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from ipusim import Cost, RunConfig, Stage, Work, system_spec
-from ipusim.plan import EnginePlan
-from ipusim.recorder import COLUMNS, KINDS, Recorder, Row
+from ipusim.engine.recorder import COLUMNS, KINDS, Recorder, Row
+from ipusim.plan.engine_plan import EnginePlan
 
 ROWS = [
     Row(5, 9, 1, "forward", stage=0, micro_batch=3, step=0, cycle=2, bytes=10.0, flops=7.5),
@@ -94,7 +94,7 @@ def test_an_unknown_kind_is_refused_when_recorded():
 
 
 def test_rows_beyond_a_chunk_are_packed_and_kept_in_order():
-    from ipusim.recorder import CHUNK
+    from ipusim.engine.recorder import CHUNK
     rows = [Row(t, t + 1, 0, "forward", 0, t, 0, -1, 1.0, 2.0) for t in range(2 * CHUNK + 5)]
     recorder = recorded(rows)
     assert len(recorder) == len(rows) and recorder.rows == rows

@@ -17,7 +17,7 @@ from ipusim import (
     simulate,
     system_spec,
 )
-from ipusim.recorder import COMPUTE_KINDS
+from ipusim.engine.recorder import COMPUTE_KINDS
 
 US = 10**6  # picoseconds
 WEIGHTS = (3 * 10**7, 10**8)

@@ -14,7 +14,7 @@ from ipusim import (
     simulate,
     system_spec,
 )
-from ipusim.sync_groups import gs1_group, gs2_group
+from ipusim.engine.sync_groups import gs1_group, gs2_group
 
 US = 10**6  # picoseconds
 

@@ -1,13 +1,13 @@
-"""Exact event logs of hand-built programs run on :class:`ipusim.system.System`.
+"""Exact event logs of hand-built programs run on :class:`ipusim.engine.system.System`.
 
 In the manner of SimPy's own tests: build a few instructions, run them and
 assert the whole log of ``(kind, ipu, start, end)`` in picoseconds.
 """
 import pytest
 
+from ipusim.engine.program import Busy, Exchange, HostIO
+from ipusim.engine.system import System
 from ipusim.hardware import SystemSpec
-from ipusim.program import Busy, Exchange, HostIO
-from ipusim.system import System
 
 
 def log(system: System) -> list[tuple[str, int, int, int]]:

@@ -3,7 +3,7 @@ import dataclasses
 from functools import partial
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
-from ipusim.cost_model import CALIBRATED_MK2
+from ipusim.cost.cost_model import CALIBRATED_MK2
 
 # The hand-written runs here are built to show one bottleneck; a short host round
 # trip per call (instead of the calibrated one) keeps it from masking that one.

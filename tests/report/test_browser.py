@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ipusim.recorder import COMPUTE_KINDS
+from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import lanes, write_html
 from ipusim.report.html import render_check_json
 

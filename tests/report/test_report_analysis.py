@@ -6,7 +6,7 @@ import types
 import pytest
 
 import ipusim.report
-from ipusim import analysis
+from ipusim.analysis import headline as analysis
 from ipusim.report import bottleneck, write_autoreport
 from ipusim.report.summary import text_summary
 

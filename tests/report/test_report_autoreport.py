@@ -15,7 +15,8 @@ from ipusim import (
     SyncPattern,
     system_spec,
 )
-from ipusim.memory import MemoryModel, memory_per_ipu
+from ipusim.cost.work import Work
+from ipusim.plan.memory import MemoryModel, memory_per_ipu
 from ipusim.report import (
     OUTPUT_FILES,
     load_autoreport,
@@ -25,7 +26,6 @@ from ipusim.report import (
     write_autoreport,
 )
 from ipusim.report.autoreport import decode, encode
-from ipusim.work import Work
 
 from report_timelines import pipeline_run
 

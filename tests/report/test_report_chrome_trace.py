@@ -4,7 +4,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from ipusim.recorder import COMPUTE_KINDS
+from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import chrome_trace, write_chrome_trace
 from ipusim.report.chrome_trace import HOST_PID, ipu_pid
 

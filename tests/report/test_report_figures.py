@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
-from ipusim.cost_model import CALIBRATED_MK2
-from ipusim.memory import memory_per_ipu
-from ipusim.recorder import COMPUTE_KINDS, KINDS
+from ipusim.cost.cost_model import CALIBRATED_MK2
+from ipusim.engine.recorder import COMPUTE_KINDS, KINDS
+from ipusim.plan.memory import memory_per_ipu
 from ipusim.report import lanes
 from ipusim.report.figures import (
     initial_view,

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 
 from ipusim import RunConfig, Work, simulate, system_spec
-from ipusim.analysis import grouped_steps, step_cycles
+from ipusim.analysis.headline import grouped_steps, step_cycles
 from ipusim.report import text_summary
 from ipusim.report.figures import timeline_figure
 from ipusim.report.summary import execution_text

@@ -6,8 +6,8 @@ from functools import partial
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
-from ipusim.bottleneck import BOTTLENECKS, HOST_LINK_THRESHOLD, SYNC_THRESHOLD
-from ipusim.cost_model import CALIBRATED_MK2
+from ipusim.analysis.bottleneck import BOTTLENECKS, HOST_LINK_THRESHOLD, SYNC_THRESHOLD
+from ipusim.cost.cost_model import CALIBRATED_MK2
 from ipusim.report import Verdict, bottleneck
 
 from report_timelines import US, pipeline_run, stages

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ipusim.cost.work import Cost, Execution, Stage, Work
+from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import IPUSpec
-from ipusim.plan import pipeline_depth
-from ipusim.sync_groups import SyncPattern
-from ipusim.work import Cost, Execution, Stage, Work
+from ipusim.plan.engine_plan import pipeline_depth
 
 
 def returned_micro_batches(micro_batches: int, output_period: int) -> range:

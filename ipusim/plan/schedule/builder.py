@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ipusim.event_kinds import (
+from ipusim.cost.work import Cost
+from ipusim.engine.event_kinds import (
     ALL_REDUCE,
     BACKWARD,
     FORWARD,
@@ -20,12 +21,11 @@ from ipusim.event_kinds import (
     STREAM_OUT,
     WEIGHT_UPDATE,
 )
+from ipusim.engine.program import Busy, Exchange, HostIO, Instruction
+from ipusim.engine.recorder import label
+from ipusim.engine.sync_groups import gs1_group, gs2_group
 from ipusim.hardware import SystemSpec
-from ipusim.plan import EnginePlan
-from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.recorder import label
-from ipusim.sync_groups import gs1_group, gs2_group
-from ipusim.work import Cost
+from ipusim.plan.engine_plan import EnginePlan
 
 
 class Copy(NamedTuple):
@@ -51,7 +51,8 @@ class ProgramBuilder:
         self.stages = plan.stages
         self.ipus_per_replica = plan.ipus_per_replica
         self.num_ipus = plan.num_ipus
-        # Folded (see ipusim.folding): programs for replica 0 only, its syncs among its own IPUs.
+        # Folded (see ipusim.plan.folding): programs for replica 0 only, its syncs among its
+        # own IPUs.
         self.folded = folded
         self.simulated_ipus = self.ipus_per_replica if folded else self.num_ipus
         self.programs: list[list[Instruction]] = [[] for _ in range(self.simulated_ipus)]

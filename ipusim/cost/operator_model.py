@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ipusim.cost.work import Kernel, KernelKind
 from ipusim.hardware import IPUSpec
-from ipusim.work import Kernel, KernelKind
 
 if TYPE_CHECKING:
-    from ipusim.cost_model import CostModel
+    from ipusim.cost.cost_model import CostModel
 
 
 @dataclass(frozen=True)

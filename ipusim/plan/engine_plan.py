@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from ipusim.cost_model import DEFAULT, CostModel
-from ipusim.work import Cost, Execution, Stage, Work
+from ipusim.cost.cost_model import DEFAULT, CostModel
+from ipusim.cost.work import Cost, Execution, Stage, Work
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ipusim.hardware import IPUSpec, SystemSpec
-    from ipusim.run_config import RunConfig
+    from ipusim.plan.run_config import RunConfig
 
 
 class PipelineStage(NamedTuple):

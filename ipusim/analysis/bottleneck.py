@@ -1,6 +1,6 @@
 """What limits a run: each overhead's score against its limit, and the largest one over.
 
-Every score is a headline figure (:func:`ipusim.analysis.headline_figures`), a
+Every score is a headline figure (:func:`ipusim.analysis.headline.headline_figures`), a
 share of the simulated span: the busiest host link's occupancy (or the IPUs'
 share of time in stream copies), the IPUs' wait for the host's round trip
 between calls, the pipeline bubble and the time IPUs wait in syncs beyond the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from ipusim.simulation import Timeline
+    from ipusim.analysis.timeline import Timeline
 
 BOTTLENECKS = ("data_loader", "host_link", "host_round_trip", "sync", "compute",
                "pipeline_bubble")

@@ -5,7 +5,7 @@ micro-batch's input and output times.
 Each is computed here once and read through :class:`ipusim.Timeline`'s methods;
 the reports in :mod:`ipusim.report` only format and draw them. The figures of
 the event table alone (spans, shares per IPU, pipeline slots) are in
-:mod:`ipusim.metrics`.
+:mod:`ipusim.analysis.metrics`.
 """
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ipusim import cost_model, memory
-from ipusim.cost_model import PS_PER_MS, PS_PER_US
-from ipusim.event_kinds import (
+from ipusim.analysis.metrics import span_ps, step_spans, time_by_category_ps
+from ipusim.cost import cost_model
+from ipusim.cost.cost_model import PS_PER_MS, PS_PER_US
+from ipusim.cost.work import Work
+from ipusim.engine.event_kinds import (
     COMPUTE_KINDS,
     DEVICE_TO_HOST,
     FORWARD,
@@ -25,12 +27,11 @@ from ipusim.event_kinds import (
     HOST_TRANSFER_KINDS,
     KINDS,
 )
-from ipusim.memory import MEMORY_PARTS, MemoryModel
-from ipusim.metrics import span_ps, step_spans, time_by_category_ps
-from ipusim.work import Work
+from ipusim.plan import memory
+from ipusim.plan.memory import MEMORY_PARTS, MemoryModel
 
 if TYPE_CHECKING:
-    from ipusim.simulation import Timeline
+    from ipusim.analysis.timeline import Timeline
 
 # The headline figures Timeline.summary() shows, in the units a person reads them.
 SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)", "utilisation",
@@ -79,7 +80,7 @@ def host_link_occupancy(timeline: Timeline) -> float:
 
 def host_round_trip_share(timeline: Timeline) -> float:
     """The IPUs' mean share of the span spent waiting for the host between calls (the
-    host call column of :func:`ipusim.metrics.category_times`, alone)."""
+    host call column of :func:`ipusim.analysis.metrics.category_times`, alone)."""
     waits = time_by_category_ps(timeline.events, timeline.num_ipus, (HOST_CALL_TIME,))
     return float((waits[HOST_CALL_TIME.name] / max(span_ps(timeline.events), 1)).mean())
 
@@ -190,7 +191,7 @@ def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def memory_per_ipu(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each IPU of one replica needs, by category, against its capacity
-    (:func:`ipusim.memory.memory_per_ipu`), and the share of the capacity it uses."""
+    (:func:`ipusim.plan.memory.memory_per_ipu`), and the share of the capacity it uses."""
     table = memory.memory_per_ipu(timeline.work, timeline.run, timeline.system, model,
                                   timeline.plan)
     table["used"] = table["total"] / table["capacity"]
@@ -200,7 +201,7 @@ def memory_per_ipu(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd
 def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each (merged) stage needs, by category, without the per-IPU runtime code.
 
-    Each stage is what :func:`ipusim.memory.memory_per_ipu` counts for it on
+    Each stage is what :func:`ipusim.plan.memory.memory_per_ipu` counts for it on
     its IPU: measured by placing every stage on an IPU of its own.
     """
     merged = timeline.plan.work

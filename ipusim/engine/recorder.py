@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ipusim.event_kinds import COMPUTE_KINDS, KINDS, SYNC_WAIT
+from ipusim.engine.event_kinds import COMPUTE_KINDS, KINDS, SYNC_WAIT
 
 if TYPE_CHECKING:
-    from ipusim.plan import EnginePlan
+    from ipusim.plan.engine_plan import EnginePlan
 
 __all__ = ["COLUMNS", "COMPUTE_KINDS", "KINDS", "LABELS", "PENDING_LAYOUT", "Recorder", "Row",
            "label"]
@@ -241,7 +241,7 @@ class Recorder:
 
         ``plan`` numbers the replicas (:meth:`EnginePlan.replica_of`); without
         one the record is a single replica's. ``copies`` > 1 expands a folded
-        record (see :mod:`ipusim.folding`): the recorded IPUs are one replica's,
+        record (see :mod:`ipusim.plan.folding`): the recorded IPUs are one replica's,
         and replica ``r`` ran exactly what they did on its IPUs
         (:meth:`EnginePlan.ipu_of`). The record is sorted once and each column
         gathered from its typed array in one numpy pass: no Python object per
@@ -293,7 +293,8 @@ def _expanded(order: np.ndarray, starts: np.ndarray, copies: int) -> tuple[np.nd
 
     ``order`` sorts one replica's rows by start, then IPU; ``starts`` are their
     starts in that order. The rows that start together come once per replica,
-    replica by replica (their IPUs :meth:`~ipusim.plan.EnginePlan.ipu_of` grow with ``r``):
+    replica by replica (their IPUs
+    :meth:`~ipusim.plan.engine_plan.EnginePlan.ipu_of` grow with ``r``):
     row ``k`` of such a group of ``size`` rows goes, in replica ``r``, to
     ``group_start * copies + r * size + k``.
     """

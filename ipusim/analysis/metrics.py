@@ -1,6 +1,6 @@
 """Figures computed from the event table, never kept in parallel counters.
 
-Every function takes the events DataFrame of :mod:`ipusim.recorder`.
+Every function takes the events DataFrame of :mod:`ipusim.engine.recorder`.
 Per-IPU tables use unit-suffixed column names, e.g. ``busy(us)``.
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ipusim.cost_model import PS_PER_S, PS_PER_US
-from ipusim.event_kinds import (
+from ipusim.cost.cost_model import PS_PER_S, PS_PER_US
+from ipusim.engine.event_kinds import (
     BACKWARD,
     COMPUTE_KINDS,
     COUNTED,
@@ -61,7 +61,7 @@ def _exact_bincount(bins: np.ndarray, values: np.ndarray, length: int) -> np.nda
 def time_by_category_ps(events: pd.DataFrame, num_ipus: int,
                         categories: tuple[Category, ...] = COUNTED) -> pd.DataFrame:
     """Picoseconds each IPU spends in each of ``categories`` (columns named by category),
-    grouping the kinds as :data:`ipusim.event_kinds.EVENT_KINDS` says."""
+    grouping the kinds as :data:`ipusim.engine.event_kinds.EVENT_KINDS` says."""
     ipus = range(num_ipus)
     table = pd.DataFrame({category.name: _time_by_ipu(events, kinds_of(category), ipus)
                           for category in categories}, index=ipus)

@@ -8,8 +8,8 @@ count of micro-batches the weights are updated.
 """
 from __future__ import annotations
 
-from ipusim.event_kinds import BACKWARD, FORWARD, RECOMPUTE
-from ipusim.schedule.builder import Copy, ProgramBuilder
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, RECOMPUTE
+from ipusim.plan.schedule.builder import Copy, ProgramBuilder
 
 
 def emit_sharded(b: ProgramBuilder) -> None:

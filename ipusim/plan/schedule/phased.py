@@ -21,9 +21,9 @@ host exchange of the computing group waits for the streaming one.
 """
 from __future__ import annotations
 
-from ipusim.event_kinds import BACKWARD, FORWARD, STREAM_IN, STREAM_OUT
-from ipusim.schedule.builder import Copy, ProgramBuilder
-from ipusim.work import Execution
+from ipusim.cost.work import Execution
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, STREAM_IN, STREAM_OUT
+from ipusim.plan.schedule.builder import Copy, ProgramBuilder
 
 
 class _OnChip:

@@ -3,7 +3,7 @@
 One long-lived SimPy process per IPU runs the programs handed to it, one
 step (call to the model) at a time. Host links are FIFO servers shared by
 the IPUs of an IPU-M2000, one per direction (they are full duplex). Syncs
-are :class:`~ipusim.sync_groups.Barrier` objects shared by their members.
+are :class:`~ipusim.engine.sync_groups.Barrier` objects shared by their members.
 """
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ from collections.abc import Sequence
 
 import simpy
 
-from ipusim._gc import cyclic_gc_paused
-from ipusim.event_kinds import (
+from ipusim.engine.event_kinds import (
     DEVICE_TO_HOST,
     HOST_LINK_WAIT,
     HOST_TO_DEVICE,
     IO_TILES_COPY,
     SYNC_WAIT,
 )
+from ipusim.engine.gc_pause import cyclic_gc_paused
+from ipusim.engine.program import Busy, Exchange, HostIO, Instruction
+from ipusim.engine.recorder import PENDING, SYNC_WAIT_LABEL, Recorder, label
+from ipusim.engine.sync_groups import Barrier, Group
 from ipusim.hardware import SystemSpec
-from ipusim.program import Busy, Exchange, HostIO, Instruction
-from ipusim.recorder import PENDING, SYNC_WAIT_LABEL, Recorder, label
-from ipusim.sync_groups import Barrier, Group
 
 
 class HostLink:
@@ -117,7 +117,7 @@ class System:
         and a barrier takes the arrival time, so the clock catches up only
         where a shared host link is reserved or a lone IPU syncs. The
         syncs are yielded here (no nested generators) and a row is six ints
-        appended to this IPU's pending list in :data:`~ipusim.recorder.PENDING_LAYOUT`
+        appended to this IPU's pending list in :data:`~ipusim.engine.recorder.PENDING_LAYOUT`
         order (start, end, label, micro-batch, step, cycle), labelled by the instruction's
         interned label, packed into typed columns every few thousand rows.
         """

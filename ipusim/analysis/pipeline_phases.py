@@ -3,8 +3,8 @@
 PopART runs N micro-batches through P pipeline stages in N + P - 1 cycles:
 P - 1 cycles of ramp-up while the pipeline fills, N - P + 1 cycles with every
 stage busy, and P - 1 cycles of ramp-down while it drains (P and N are the
-engine plan's :attr:`~ipusim.plan.EnginePlan.pipeline_depth` and
-:attr:`~ipusim.plan.EnginePlan.micro_batches_per_run`). The cycles come from
+engine plan's :attr:`~ipusim.plan.engine_plan.EnginePlan.pipeline_depth` and
+:attr:`~ipusim.plan.engine_plan.EnginePlan.micro_batches_per_run`). The cycles come from
 the event table's ``cycle`` column; their simulated times from the events tied
 to a micro-batch within each cycle. Each is read through a :class:`ipusim.Timeline`
 method; the reports only draw them.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pandas as pd
 
 if TYPE_CHECKING:
-    from ipusim.simulation import Timeline
+    from ipusim.analysis.timeline import Timeline
 
 PHASES = ("ramp-up", "main", "ramp-down")
 PHASE_COLUMNS = ["step", "run", "phase", "first_cycle", "last_cycle", "start_ps", "end_ps"]

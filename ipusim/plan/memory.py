@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ipusim.cost.work import Execution, Work
 from ipusim.hardware import SystemSpec
-from ipusim.plan import EnginePlan, pipeline_depth
-from ipusim.run_config import RunConfig
-from ipusim.work import Execution, Work
+from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
+from ipusim.plan.run_config import RunConfig
 
 MB = 1e6
 # What an IPU's memory holds, by category: the columns of :func:`memory_per_ipu`.

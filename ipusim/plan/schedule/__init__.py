@@ -1,15 +1,15 @@
 """Schedules: from a work description to one program per IPU, call by call."""
 from __future__ import annotations
 
-from ipusim._gc import cyclic_gc_paused
+from ipusim.cost.work import Execution
+from ipusim.engine.gc_pause import cyclic_gc_paused
+from ipusim.engine.program import Instruction
 from ipusim.hardware import SystemSpec
-from ipusim.plan import EnginePlan, pipeline_stages
-from ipusim.program import Instruction
-from ipusim.schedule.builder import ProgramBuilder
-from ipusim.schedule.phased import emit_phased
-from ipusim.schedule.pipelined import emit_pipelined
-from ipusim.schedule.sharded import emit_sharded
-from ipusim.work import Execution
+from ipusim.plan.engine_plan import EnginePlan, pipeline_stages
+from ipusim.plan.schedule.builder import ProgramBuilder
+from ipusim.plan.schedule.phased import emit_phased
+from ipusim.plan.schedule.pipelined import emit_pipelined
+from ipusim.plan.schedule.sharded import emit_sharded
 
 _EMITTERS = {
     Execution.SHARDED: emit_sharded,
@@ -22,7 +22,7 @@ _EMITTERS = {
 def build_step(plan: EnginePlan, spec: SystemSpec, step: int,
                folded: bool = False) -> list[list[Instruction]]:
     """The per-IPU programs of one call to the engine ``plan`` (index ``step``);
-    ``folded``: replica 0's only (see :mod:`ipusim.folding`)."""
+    ``folded``: replica 0's only (see :mod:`ipusim.plan.folding`)."""
     with cyclic_gc_paused():
         builder = ProgramBuilder(plan, spec, step, folded)
         builder.host_call()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipusim.recorder import FIELD
-from ipusim.system import System
+from ipusim.engine.recorder import FIELD
+from ipusim.engine.system import System
 
 _STEP = FIELD["step"]  # the step's place among a row's int32 fields
 

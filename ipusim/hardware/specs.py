@@ -32,7 +32,7 @@ class IPUSpec:
     ipu_link_bandwidth: float = field(
         metadata={"help": "bandwidth of one IPU-Link in each direction, bytes/s"})
     # The tile, as graphcore/poplibs (commit 7eac0f2) describes it; see
-    # ipusim.operator_model. Conv units per tile: Mk2 runs half inputs on 16 units
+    # ipusim.cost.operator_model. Conv units per tile: Mk2 runs half inputs on 16 units
     # with half partials and 8 with float partials ("hh16", "hf8": the
     # conv_partial_1x1_half_float_8_and_half_half_h16.S codelet,
     # lib/poplin/CMakeLists.txt:115-120) and float inputs on 16 units

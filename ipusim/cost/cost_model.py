@@ -2,8 +2,8 @@
 
 This is the only place that turns work into time. Every constant is a named,
 documented field of :class:`CostModel`. A measured model's operators are
-priced one by one by :mod:`ipusim.operator_model` from their shapes and the
-tile's figures; a hand-written :class:`~ipusim.work.Cost` with FLOPs and
+priced one by one by :mod:`ipusim.cost.operator_model` from their shapes and the
+tile's figures; a hand-written :class:`~ipusim.cost.work.Cost` with FLOPs and
 bytes alone is priced by a roofline. Every field cites its source; the two
 that only the data-loading tutorial's measured table constrains,
 ``call_overhead_ps`` and ``host_link_efficiency``, say so (see the README).
@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ipusim.cost.operator_model import kernel_cycles
+from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount
 from ipusim.hardware import IPUSpec, SystemSpec
-from ipusim.operator_model import kernel_cycles
-from ipusim.work import Cost, Kernel, KernelKind, Stage, check_amount
 
 PS_PER_S = 10**12
 PS_PER_MS = 10**9
@@ -142,7 +142,7 @@ class CostModel:
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
         """Time of ``cost`` on one IPU: its operators priced from their shapes
-        (:mod:`ipusim.operator_model`), or a roofline with a fixed overhead
+        (:mod:`ipusim.cost.operator_model`), or a roofline with a fixed overhead
         per operator for a cost that lists none."""
         if cost.kernels:
             cycles = sum(count * kernel_cycles(kernel, ipu, self) for kernel, count in cost.kernels)

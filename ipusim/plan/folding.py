@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import os
 
+from ipusim.cost.work import Work
+from ipusim.engine.sync_groups import gs1_group
 from ipusim.hardware import SystemSpec
-from ipusim.run_config import RunConfig
-from ipusim.sync_groups import gs1_group
-from ipusim.work import Work
+from ipusim.plan.run_config import RunConfig
 
 FOLD_ENV = "IPUSIM_FOLD_REPLICAS"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ipusim.event_kinds import IPU_COPY
-from ipusim.sync_groups import Group
+from ipusim.engine.event_kinds import IPU_COPY
+from ipusim.engine.sync_groups import Group
 
 
 class Busy(NamedTuple):

@@ -1,9 +1,9 @@
 """Where a model's compute time goes, operator by operator.
 
 Each stage's passes (forward, backward, recompute, weight update) list their
-operators as :class:`~ipusim.work.Kernel` s; this prices each with the plan's
+operators as :class:`~ipusim.cost.work.Kernel` s; this prices each with the plan's
 cost model and splits its cycles into the AMP, exchange, compute-set syncs and
-vector work (:class:`~ipusim.operator_model.OperatorCycles`), so a user can see
+vector work (:class:`~ipusim.cost.operator_model.OperatorCycles`), so a user can see
 why a stage takes the time it does.
 """
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ipusim.event_kinds import BACKWARD, FORWARD, RECOMPUTE, WEIGHT_UPDATE
-from ipusim.operator_model import operator_cycles
+from ipusim.cost.operator_model import operator_cycles
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, RECOMPUTE, WEIGHT_UPDATE
 
 if TYPE_CHECKING:
     from ipusim.hardware import IPUSpec
-    from ipusim.plan import EnginePlan
+    from ipusim.plan.engine_plan import EnginePlan
 
 COLUMNS = ("stage", "ipu", "pass", "kind", "width", "m", "k", "n", "groups", "elements",
            "count", "amp_cycles", "exchange_cycles", "sync_cycles", "vector_cycles",

@@ -19,7 +19,7 @@ LANES = (COMPUTE_LANE, HOST_LANE, EXCHANGE_LANE, SYNC_LANE)
 
 @dataclass(frozen=True)
 class Category:
-    """A slice of an IPU's time: a column of :func:`ipusim.metrics.per_ipu` and a bar of
+    """A slice of an IPU's time: a column of :func:`ipusim.analysis.metrics.per_ipu` and a bar of
     the utilisation chart. ``column`` is None for time that overlaps the compute tiles'
     (copies on the I/O tiles), which neither counts."""
 

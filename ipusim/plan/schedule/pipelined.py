@@ -11,9 +11,9 @@ GS2. Training flushes the pipeline before the weight update.
 """
 from __future__ import annotations
 
-from ipusim.event_kinds import BACKWARD, FORWARD, RECOMPUTE
-from ipusim.plan import PipelineStage, pipeline_stages
-from ipusim.schedule.builder import Copy, ProgramBuilder
+from ipusim.engine.event_kinds import BACKWARD, FORWARD, RECOMPUTE
+from ipusim.plan.engine_plan import PipelineStage, pipeline_stages
+from ipusim.plan.schedule.builder import Copy, ProgramBuilder
 
 __all__ = ["PipelineStage", "emit_pipelined", "pipeline_stages"]
 
