@@ -40,7 +40,6 @@ class Simulation:
         :mod:`ipusim.plan.folding`); None: on unless ``IPUSIM_FOLD_REPLICAS=0``.
         ``replay_steps``: record a call that starts idle as the last such call,
         shifted in time (see :mod:`ipusim.engine.step_replay`); False simulates each."""
-        run.validate(work, system.num_ipus)
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
         self.plan = EnginePlan.build(work, run, system, cost_model)
         self.instance = instance

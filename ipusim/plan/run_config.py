@@ -136,8 +136,12 @@ class RunConfig:
                              f"{ipu.tiles} tiles")
         return replace(ipu, tiles=ipu.tiles - self.io_tiles)
 
-    def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None) -> None:
+    def validate(self, work: Work, num_ipus: int, names: Mapping[str, str] | None = None,
+                 scheduled: Work | None = None) -> None:
         """Check that ``work`` run this way fits a system of ``num_ipus`` IPUs.
+
+        ``scheduled`` is ``work`` as :meth:`scheduled` merges it, where the caller
+        has it already (the engine plan), so that the stages are merged once.
 
         ``names`` words the settings as the caller's users know them, e.g.
         ``{"gradient_accumulation": "poptorch.Options().Training.gradientAccumulation"}``;
@@ -160,7 +164,7 @@ class RunConfig:
                 "the replication factor or simulate a larger system")
         if self.execution is not Execution.PIPELINED:
             return
-        stages = len(self.scheduled(work).stages)
+        stages = len((scheduled if scheduled is not None else self.scheduled(work)).stages)
         if self.training:
             needed = pipeline_depth(stages, training=True)
             if self.gradient_accumulation < needed:

@@ -68,15 +68,17 @@ def test_phased_and_sharded_plans_have_no_pipeline():
 
 
 def test_a_simulation_merges_and_prices_its_stages_once_not_on_every_call(monkeypatch):
-    merges = []
-    merged = Work.merged
+    merges, builds = [], []
+    merged, build = Work.merged, EnginePlan.build.__func__
     monkeypatch.setattr(Work, "merged", lambda self, *a: merges.append(1) or merged(self, *a))
+    monkeypatch.setattr(EnginePlan, "build",
+                        classmethod(lambda cls, *a: builds.append(1) or build(cls, *a)))
     run = RunConfig(gradient_accumulation=3, execution=Execution.PIPELINED)
     simulation = Simulation(three_stages_on_two_ipus(), run, system_spec("mk2", 2),
                             replay_steps=False)
-    built = len(merges)
+    assert (len(builds), len(merges)) == (1, 1)  # validating the run merges nothing more
     simulation.run_steps(3)
-    assert len(merges) == built
+    assert (len(builds), len(merges)) == (1, 1)
     timeline = simulation.timeline
     assert timeline.plan is simulation.plan
     assert timeline.bubble_fraction() > 0
