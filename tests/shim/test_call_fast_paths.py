@@ -11,6 +11,7 @@ from collections import namedtuple
 import pandas as pd
 import pytest
 import torch
+from support.models import LinearClassifier
 from torch.utils._pytree import tree_flatten, tree_map
 
 import poptorch_shim as poptorch
@@ -62,17 +63,6 @@ def test_split_cuts_every_batched_tensor_as_the_generic_walk_does(args, kwargs):
                 assert a is b
 
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(6, 3)
-        self.loss = torch.nn.CrossEntropyLoss()
-
-    def forward(self, x, target):
-        out = self.fc(x)
-        return out, self.loss(out, target)
-
-
 def data(n: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(n, 6, generator=gen), torch.randint(0, 3, (n,), generator=gen)
@@ -90,7 +80,7 @@ def simulated_without_replay(model, steps: int) -> pd.DataFrame:
 
 def training(ga: int = 2, replicas: int = 2, di: int = 2, lr: float = 0.1):
     torch.manual_seed(0)
-    net = Net()
+    net = LinearClassifier(6, 3)
     opts = poptorch.Options().deviceIterations(di).replicationFactor(replicas)
     opts.Training.gradientAccumulation(ga)
     return poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=lr))
@@ -172,7 +162,7 @@ def test_a_model_that_overrides_train_gets_its_own_mode_on_every_call():
 
 
 def test_a_model_in_eval_mode_trains_and_comes_back_in_eval_mode():
-    net = Net().eval()
+    net = LinearClassifier(6, 3).eval()
     model = poptorch.trainingModel(net, poptorch.Options(),
                                    torch.optim.SGD(net.parameters(), lr=0.1))
     modes_seen = []

@@ -3,6 +3,7 @@ import json
 import time
 
 import torch
+from support.models import LinearClassifier
 
 import poptorch_shim as poptorch
 
@@ -18,23 +19,12 @@ class SlowDataset(torch.utils.data.Dataset):
         return torch.full((4,), float(index)), index % 2
 
 
-class Linear(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(4, 2)
-        self.loss = torch.nn.CrossEntropyLoss()
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, self.loss(out, y)
-
-
 def test_a_slow_data_loader_is_the_bottleneck_in_the_report(tmp_path):
     opts = poptorch.Options().deviceIterations(4).enableProfiling(str(tmp_path))
     # A short host round trip per call, so that the loader, not the call, is the slow part.
     opts.Simulation.costModel(call_overhead_ps=300 * 10**6)
     loader = poptorch.DataLoader(opts, SlowDataset(), batch_size=2)
-    model = poptorch.trainingModel(Linear(), opts)
+    model = poptorch.trainingModel(LinearClassifier(4, 2), opts)
     for x, y in loader:
         model(x, y)
     rate = loader.measured_items_per_s

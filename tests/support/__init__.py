@@ -1,0 +1,1 @@
+"""Helpers several test files share (import them as ``support.models`` ...)."""
