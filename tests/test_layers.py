@@ -156,7 +156,8 @@ IPUSIM_LAYERS = (
     ("ipusim.engine",),
     ("ipusim.plan",),
     ("ipusim.analysis",),
-    ("ipusim.simulation", "ipusim.design_point"),
+    ("ipusim.simulation",),
+    ("ipusim.explore", "ipusim.design_point"),
     ("ipusim.report",),
     ("ipusim.cli", "ipusim.__main__", "ipusim"),
 )

@@ -1,0 +1,261 @@
+"""What-if analysis: the recorded step simulated again with one thing changed.
+
+A profiler shows where the time went; a simulator can try the fix. Each
+:class:`Change` rewrites the run's work, run configuration, system or cost
+model in one way (an infinitely fast host link, balanced pipeline stages,
+four times the gradient accumulation...), and :func:`what_ifs` simulates the
+same calls again with it. The stages are already measured and planned, so a
+change costs one simulation of the recorded calls, and its throughput is
+exactly what a run made with that change gives.
+
+A change the run cannot make (balancing a model of one stage, twice the
+replicas on a system without the IPUs for them, a change that does not fit
+in memory) is left out, with the reason.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from statistics import fmean
+from typing import NamedTuple
+
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import CostModel
+from ipusim.cost.work import Cost, Execution, Work
+from ipusim.hardware import SystemSpec
+from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.memory import MB, fits, memory_per_ipu
+from ipusim.plan.run_config import RunConfig
+from ipusim.simulation import Simulation
+
+# A rate no link reaches, standing in for "infinitely fast" where a figure must be finite.
+UNLIMITED_BYTES_PER_S = 1e30
+
+
+class Setup(NamedTuple):
+    """What a simulation is made of: the work as planned, how it runs, where, at what cost."""
+
+    work: Work
+    run: RunConfig
+    system: SystemSpec
+    cost: CostModel
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to try: its words, the setting that makes it (ipusim's name,
+    worded for the user by the caller; None when no setting does), the limit
+    it lifts (a verdict kind), and how it rewrites a setup (or why it cannot)."""
+
+    change: str
+    setting: str | None
+    limit: str
+    apply: Callable[[Setup, EnginePlan], Setup | str]
+    actionable: bool = True
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The simulated figures of one change, and its speed-up over the run as recorded."""
+
+    change: str
+    setting: str | None
+    limit: str
+    actionable: bool
+    items_per_s: float
+    step_time_ms: float
+    speedup: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the fields ``profile.json`` keeps under ``verdict.what_if``."""
+        return {"change": self.change, "setting": self.setting, "limit": self.limit,
+                "actionable": self.actionable, "items_per_s": self.items_per_s,
+                "step_time_ms": self.step_time_ms, "speedup": self.speedup}
+
+
+class LeftOut(NamedTuple):
+    """A change the run cannot make, and why."""
+
+    change: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WhatIfs:
+    """Every change tried, fastest first, those left out, and the run as recorded."""
+
+    tried: tuple[WhatIf, ...]
+    left_out: tuple[LeftOut, ...]
+    items_per_s: float      # the run as recorded (the loader's rate included)
+    step_time_ms: float
+
+    def best(self, actionable: bool = True) -> WhatIf | None:
+        """The change with the largest speed-up (among those a user can make)."""
+        return next((w for w in self.tried if w.actionable or not actionable), None)
+
+
+# The changes -----------------------------------------------------------------
+
+def _host_link(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if setup.run.synthetic_data and not setup.work.output_bytes_per_sample:
+        return "no data crosses the host link (synthetic data, no outputs)"
+    system = replace(setup.system, host_link_bandwidth=UNLIMITED_BYTES_PER_S)
+    return setup._replace(system=system, cost=replace(setup.cost, host_transfer_latency_ps=0))
+
+
+def _syncs(setup: Setup, plan: EnginePlan) -> Setup:
+    return setup._replace(cost=replace(setup.cost, ipu_sync_hop_ps=0, host_sync_ps=0))
+
+
+def _ipu_links(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if plan.num_ipus == 1:
+        return "one IPU: nothing crosses the IPU-Links"
+    ipu = replace(setup.system.ipu, ipu_link_bandwidth=UNLIMITED_BYTES_PER_S)
+    return setup._replace(system=replace(setup.system, ipu=ipu))
+
+
+def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], list[int]],
+                   update: bool = True) -> Work:
+    """The planned stages with each pass's compute a fixed time: ``times`` maps the
+    stages' priced times of one pass (forward, backward, recompute and, with
+    ``update``, the weight update) to new ones."""
+    passes = {name: [getattr(p, f"{name}_ps") for p in plan.prices]
+              for name in ("forward", "backward", "recompute", "update")}
+    passes = {name: times(ps) if update or name != "update" else ps
+              for name, ps in passes.items()}
+    # A given update is divided among the optimizer's shards when priced: undo that here.
+    shards = setup.run.optimizer_shards
+    stages = tuple(
+        replace(stage, forward=Cost(time_ps=passes["forward"][k]),
+                backward=Cost(time_ps=passes["backward"][k]),
+                recompute=Cost(time_ps=passes["recompute"][k]),
+                update=Cost(time_ps=passes["update"][k] * shards))
+        for k, stage in enumerate(plan.stages))
+    return replace(plan.work, stages=stages)
+
+
+def _balanced(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if len(plan.stages) < 2:
+        return "one model stage: nothing to balance"
+    if setup.run.execution is not Execution.PIPELINED:
+        return (f"{setup.run.execution.value} execution runs one stage at a time: balancing "
+                "the stages changes nothing")
+
+    def at_mean(times: list[int]) -> list[int]:
+        return [round(fmean(times))] * len(times)
+
+    return setup._replace(work=_fixed_compute(setup, plan, at_mean, update=False))
+
+
+def _compute_twice_as_fast(setup: Setup, plan: EnginePlan) -> Setup:
+    return setup._replace(work=_fixed_compute(setup, plan, lambda ts: [t // 2 for t in ts]))
+
+
+def _accumulation(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if not setup.run.training:
+        return "an inference model accumulates no gradients"
+    return setup._replace(run=replace(setup.run,
+                                      gradient_accumulation=setup.run.gradient_accumulation * 4))
+
+
+def _device_iterations(setup: Setup, plan: EnginePlan) -> Setup:
+    return setup._replace(run=replace(setup.run, device_iterations=setup.run.device_iterations * 4))
+
+
+def _optimizer_location(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if not setup.run.training or not any(s.optimizer_bytes for s in plan.stages):
+        return "the model keeps no optimizer state"
+    offload = setup.run.offload
+    return setup._replace(run=replace(setup.run,
+                                      offload=replace(offload, optimizer=not offload.optimizer)))
+
+
+def _replicas(setup: Setup, plan: EnginePlan) -> Setup | str:
+    needed = 2 * plan.num_ipus
+    if needed > setup.system.num_ipus:
+        return (f"twice the replicas need {needed} IPUs; the system has "
+                f"{setup.system.num_ipus}")
+    return setup._replace(run=replace(setup.run, replicas=setup.run.replicas * 2))
+
+
+def _loader(setup: Setup, plan: EnginePlan) -> Setup:
+    return setup  # the loader is not simulated: the device's own rate is the change
+
+
+def changes(run: RunConfig) -> tuple[Change, ...]:
+    """The changes :func:`what_ifs` tries on ``run``, in the order it tries them."""
+    optimizer = "on chip" if run.offload.optimizer else "off chip"
+    return (
+        Change("an infinitely fast host link", None, "host_link", _host_link),
+        Change("an infinitely fast data loader", "data_loader", "data_loader", _loader),
+        Change("syncs that cost nothing", None, "sync", _syncs),
+        Change("every pipeline stage as fast as their mean", "stage_placement",
+               "imbalance", _balanced),
+        Change("four times the gradient accumulation", "gradient_accumulation",
+               "pipeline_bubble", _accumulation),
+        Change("four times the device iterations", "device_iterations", "host_round_trip",
+               _device_iterations),
+        Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
+               _optimizer_location),
+        Change("twice the replicas", "replicas", "replication", _replicas),
+        Change("inter-IPU copies that cost nothing", None, "ipu_links", _ipu_links,
+               actionable=False),
+        Change("compute twice as fast", None, "compute", _compute_twice_as_fast,
+               actionable=False),
+    )
+
+
+# Trying them -----------------------------------------------------------------
+
+def _simulate(setup: Setup, steps: int) -> Timeline:
+    return Simulation(setup.work, setup.run, setup.system, setup.cost).run_steps(steps)
+
+
+def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
+             steps: int = 1) -> WhatIfs:
+    """Simulate ``steps`` calls of ``timeline``'s run once per change.
+
+    The speed-up of a change is its throughput over the run's as recorded:
+    the simulated throughput, or the data loader's rate where that is lower
+    (the IPUs then wait for data, whatever else changes). A change the run
+    cannot make, or that would not fit in memory where the run does, is left
+    out with the reason.
+    """
+    plan = timeline.plan
+    setup = Setup(plan.work, timeline.run, timeline.system, plan.cost)
+    base = _simulate(setup, steps)
+    fitted = _does_not_fit(setup) is None
+
+    def delivered(simulated: Timeline, loader: bool = True) -> tuple[float, float]:
+        rate = simulated.throughput()
+        if loader and loader_items_per_s is not None:
+            rate = min(rate, loader_items_per_s)
+        return rate, simulated.items / simulated.steps / rate * 1e3
+
+    recorded, recorded_ms = delivered(base)
+    tried, left_out = [], []
+    for change in changes(timeline.run):
+        if change.limit == "data_loader" and loader_items_per_s is None:
+            left_out.append(LeftOut(change.change, "the data loader's rate was not measured"))
+            continue
+        made = change.apply(setup, plan)
+        reason = made if isinstance(made, str) else (_does_not_fit(made) if fitted else None)
+        if reason:
+            left_out.append(LeftOut(change.change, reason))
+            continue
+        changed = base if made is setup else _simulate(made, steps)
+        rate, step_ms = delivered(changed, loader=change.limit != "data_loader")
+        tried.append(WhatIf(change.change, change.setting, change.limit, change.actionable,
+                            rate, step_ms, rate / recorded))
+    tried.sort(key=lambda w: -w.speedup)
+    return WhatIfs(tuple(tried), tuple(left_out), recorded, recorded_ms)
+
+
+def _does_not_fit(setup: Setup) -> str | None:
+    """Why ``setup`` does not fit in the IPUs' memory, or None if it does."""
+    table = memory_per_ipu(setup.work, setup.run, setup.system)
+    if fits(table):
+        return None
+    worst = table["total"].idxmax()
+    return (f"does not fit: IPU {worst} would need {table.loc[worst, 'total'] / MB:,.0f} MB "
+            f"of {table.loc[worst, 'capacity'] / MB:,.0f} MB")

@@ -1,0 +1,98 @@
+"""What-if analysis: each change simulated again, its figures exactly a run made that way."""
+from dataclasses import replace
+
+import pytest
+
+from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
+from ipusim.explore.what_if import what_ifs
+
+
+def pipeline(slow: int = 2, ipus: int = 4, **run) -> tuple[Work, RunConfig]:
+    """Four model stages of 0.2 ms forward (stage ``slow`` five times that): compute
+    outweighs the call's host round trip."""
+    stages = tuple(
+        Stage(f"S{i}", ipu=i, forward=Cost(time_ps=(10 if i == slow else 2) * 10**8),
+              backward=Cost(time_ps=(20 if i == slow else 4) * 10**8),
+              activation_bytes=100_000, weight_bytes=10**6, optimizer_bytes=2 * 10**6)
+        for i in range(ipus))
+    work = Work(stages, micro_batch_size=4, input_bytes_per_sample=65536)
+    return work, RunConfig(gradient_accumulation=16, execution=Execution.PIPELINED, **run)
+
+
+def by_change(found):
+    return {w.change: w for w in found.tried}
+
+
+def test_four_times_the_accumulation_is_exactly_a_run_with_it():
+    work, run = pipeline()
+    system = system_spec("mk2", num_ipus=4)
+    found = what_ifs(simulate(work, run, system, steps=2))
+    by_hand = simulate(work, replace(run, gradient_accumulation=64), system, steps=3)
+    what_if = by_change(found)["four times the gradient accumulation"]
+    assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-12)
+    assert what_if.speedup == pytest.approx(by_hand.throughput() / found.items_per_s, rel=1e-12)
+    assert what_if.setting == "gradient_accumulation"
+
+
+def test_balancing_a_slow_stage_is_a_run_whose_stages_all_take_the_mean():
+    work, run = pipeline()
+    system = system_spec("mk2", num_ipus=4)
+    found = what_ifs(simulate(work, run, system))
+    mean_f, mean_b = (10 + 3 * 2) * 10**8 // 4, (20 + 3 * 4) * 10**8 // 4
+    balanced = replace(work, stages=tuple(
+        replace(s, forward=Cost(time_ps=mean_f), backward=Cost(time_ps=mean_b))
+        for s in work.stages))
+    by_hand = simulate(balanced, run, system)
+    what_if = by_change(found)["every pipeline stage as fast as their mean"]
+    assert what_if.speedup > 1.2  # the slow stage sets the pace of every pipeline cycle
+    assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-3)
+
+
+def test_changes_come_fastest_first_and_the_recorded_run_is_the_baseline():
+    work, run = pipeline()
+    timeline = simulate(work, run, system_spec("mk2", num_ipus=4))
+    found = what_ifs(timeline)
+    speedups = [w.speedup for w in found.tried]
+    assert speedups == sorted(speedups, reverse=True)
+    assert found.items_per_s == pytest.approx(timeline.throughput())
+    assert found.step_time_ms == pytest.approx(timeline.duration_ps / 1e9)
+    assert by_change(found)["compute twice as fast"].speedup > 1
+
+
+def test_a_slow_loader_is_the_recorded_rate_and_only_a_faster_loader_lifts_it():
+    work, run = pipeline()
+    timeline = simulate(work, run, system_spec("mk2", num_ipus=4))
+    loader = timeline.throughput() / 10
+    found = what_ifs(timeline, loader_items_per_s=loader)
+    assert found.items_per_s == pytest.approx(loader)
+    best = found.best()
+    assert best.limit == "data_loader"
+    assert best.speedup == pytest.approx(10)
+    assert all(w.speedup <= 1 + 1e-12 for w in found.tried if w is not best)
+
+
+def test_changes_the_run_cannot_make_are_left_out_with_the_reason():
+    work, run = pipeline()
+    inference = replace(run, training=False, gradient_accumulation=1, device_iterations=8)
+    found = what_ifs(simulate(work, inference, system_spec("mk2", num_ipus=4)))
+    reasons = dict(found.left_out)
+    assert reasons["four times the gradient accumulation"] == \
+        "an inference model accumulates no gradients"
+    assert reasons["twice the replicas"] == "twice the replicas need 8 IPUs; the system has 4"
+    assert reasons["an infinitely fast data loader"] == "the data loader's rate was not measured"
+    assert reasons["the optimizer state off chip"] == "the model keeps no optimizer state"
+    one = Work((work.stages[0],), micro_batch_size=4)
+    found = what_ifs(simulate(one, RunConfig(), system_spec("mk2", num_ipus=2)))
+    assert dict(found.left_out)["every pipeline stage as fast as their mean"] == \
+        "one model stage: nothing to balance"
+    assert by_change(found)["twice the replicas"].speedup > 1.5
+
+
+def test_a_change_that_would_not_fit_is_left_out():
+    work, run = pipeline()
+    heavy = replace(work, stages=tuple(replace(s, optimizer_bytes=900 * 2**20)
+                                       for s in work.stages))
+    offloaded = replace(run, offload=replace(run.offload, optimizer=True))
+    found = what_ifs(simulate(heavy, offloaded, system_spec("mk2", num_ipus=4)))
+    reason = dict(found.left_out)["the optimizer state on chip"]
+    assert reason.startswith("does not fit: IPU ") and " MB of " in reason
