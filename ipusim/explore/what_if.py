@@ -191,13 +191,16 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
         Change("syncs that cost nothing", None, "sync", _syncs),
         Change("every pipeline stage as fast as their mean", "stage_placement",
                "imbalance", _balanced),
+        # A pipeline's bubble shrinks with more micro-batches per run; elsewhere more
+        # accumulation, like more device iterations, spreads the call's fixed costs.
         Change("four times the gradient accumulation", "gradient_accumulation",
-               "pipeline_bubble", _accumulation),
+               "pipeline_bubble" if run.execution is Execution.PIPELINED else "host_round_trip",
+               _accumulation),
         Change("four times the device iterations", "device_iterations", "host_round_trip",
                _device_iterations),
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
-        Change("twice the replicas", "replicas", "replication", _replicas),
+        Change("twice the replicas", "replicas", "unused_ipus", _replicas),
         Change("inter-IPU copies that cost nothing", None, "ipu_links", _ipu_links,
                actionable=False),
         Change("compute twice as fast", None, "compute", _compute_twice_as_fast,

@@ -96,3 +96,30 @@ def test_a_change_that_would_not_fit_is_left_out():
     found = what_ifs(simulate(heavy, offloaded, system_spec("mk2", num_ipus=4)))
     reason = dict(found.left_out)["the optimizer state on chip"]
     assert reason.startswith("does not fit: IPU ") and " MB of " in reason
+
+
+def test_the_diagnosis_names_the_slow_stage_not_the_bubble_or_the_syncs():
+    from ipusim.explore.diagnosis import diagnose
+    work, run = pipeline()
+    diagnosis = diagnose(simulate(work, run, system_spec("mk2", num_ipus=4)))
+    assert diagnosis.kind == "imbalance"
+    assert diagnosis.proof.change == "every pipeline stage as fast as their mean"
+    assert diagnosis.proof is diagnosis.what_ifs.tried[0]
+
+
+def test_the_diagnosis_of_a_slow_loader_is_the_loader():
+    from ipusim.explore.diagnosis import diagnose
+    work, run = pipeline()
+    timeline = simulate(work, run, system_spec("mk2", num_ipus=4))
+    assert diagnose(timeline, timeline.throughput() / 3).kind == "data_loader"
+
+
+def test_a_run_no_setting_speeds_up_is_limited_by_its_compute():
+    from ipusim.explore.diagnosis import SIGNIFICANT_SPEEDUP, diagnose
+    big = Work((Stage("model", 0, Cost(time_ps=10**11), Cost(time_ps=2 * 10**11)),),
+               micro_batch_size=4)
+    diagnosis = diagnose(simulate(big, RunConfig(device_iterations=4), system_spec("mk2", 1)))
+    assert diagnosis.kind == "compute"
+    assert all(w.speedup < SIGNIFICANT_SPEEDUP for w in diagnosis.what_ifs.tried
+               if w.actionable)
+    assert diagnosis.proof.speedup > 1.9  # compute twice as fast nearly halves the step

@@ -1,0 +1,54 @@
+"""The diagnosis of a run: what limits it, proven by simulating the run without it.
+
+The limit is the change of :mod:`ipusim.explore.what_if` a user can make that
+speeds the run up most, when it speeds it up by at least
+:data:`SIGNIFICANT_SPEEDUP`; otherwise the physical limit that no setting
+lifts (the compute, or the IPU-Links), the largest of those what-ifs. The
+figures behind it (:class:`~ipusim.analysis.bottleneck.Bottleneck`) come with
+it, for the words and the reports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ipusim.analysis.bottleneck import Bottleneck
+from ipusim.analysis.timeline import Timeline
+from ipusim.explore.what_if import WhatIf, WhatIfs, what_ifs
+
+# A change that gains less than this is within what a model of the machine can tell apart.
+SIGNIFICANT_SPEEDUP = 1.05
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What limits the run (``figures.kind``), the change that proves it, and every
+    change tried."""
+
+    figures: Bottleneck
+    what_ifs: WhatIfs
+
+    @property
+    def kind(self) -> str:
+        return self.figures.kind
+
+    @property
+    def proof(self) -> WhatIf | None:
+        """The what-if of the limit: the run simulated without it (None when nothing
+        was tried)."""
+        return next((w for w in self.what_ifs.tried if w.limit == self.kind), None)
+
+
+def limit(found: WhatIfs) -> str:
+    """The limit :func:`diagnose` names for the changes ``found``."""
+    best = found.best(actionable=True)
+    if best is not None and best.speedup >= SIGNIFICANT_SPEEDUP:
+        return best.limit
+    physical = [w for w in found.tried if not w.actionable]
+    return max(physical, key=lambda w: w.speedup).limit if physical else "compute"
+
+
+def diagnose(timeline: Timeline, loader_items_per_s: float | None = None) -> Diagnosis:
+    """Simulate ``timeline``'s calls once per change and name what limits them."""
+    found = what_ifs(timeline, loader_items_per_s)
+    figures = timeline.bottleneck(loader_items_per_s)
+    return Diagnosis(replace(figures, kind=limit(found)), found)
