@@ -22,7 +22,17 @@ density it is scaled by, wall clock per step of a 2,000-step
 ``poptorch.for_loop`` on the Bow IPU the notebook names; they are printed
 and counted apart.
 
-Usage: ``python benchmarks/bench_operators.py [--csv PATH] [--extra PATH]``.
+Held out too, ``operator_benchmarks_vertex.csv`` beside this script holds six
+single popops vector vertices timed by the tile's cycle counter
+(graphcore-research/tessellate-ipu: a float ``BinaryOp1D`` add and a float
+``ScaledAddSupervisor``, 10 to 1,024 elements a tile; the CSV's header says
+where each row comes from). Each is priced by ``ipusim.operator_cycles`` as
+an element-wise operator whose elements all sit on one tile, its vertex
+cycles (the ``vector`` part) against the published count less the 45 cycles
+the counter costs; printed in cycles and counted apart.
+
+Usage: ``python benchmarks/bench_operators.py [--csv PATH] [--extra PATH]
+[--vertex PATH]``.
 """
 from __future__ import annotations
 
@@ -43,7 +53,13 @@ from ipusim.engine.event_kinds import FORWARD  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "operator_benchmarks.csv"
 EXTRA_CSV = Path(__file__).resolve().parent / "operator_benchmarks_extra.csv"
+VERTEX_CSV = Path(__file__).resolve().parent / "operator_benchmarks_vertex.csv"
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+IPUS = {"bow": ipusim.BOW, "mk2": ipusim.MK2_GC200, "mk1": ipusim.MK1_GC2}
+#: What one read of the tile's cycle counter adds to a measured interval
+#: (graphcore-research/tessellate-ipu,
+#: tessellate_ipu/core/tile_interpreter_hw_primitives.py:110-115).
+CYCLE_COUNTER_OVERHEAD = 45
 
 
 class MatMul(torch.nn.Module):
@@ -77,6 +93,39 @@ def simulated_tile_amp_s(rows: int, partials: str) -> float:
     cycles = ipusim.amp_vertex_cycles(rows, 1, 1, 1, 2, ipu, model, partials == "fp16",
                                       weight_load_bytes_per_cycle=16)
     return cycles / ipu.clock_hz
+
+
+def simulated_vertex_cycles(elements: int, dtype: str, hardware: str) -> float:
+    """Cycles of one popops vector vertex over ``elements`` on one tile: an
+    element-wise operator on an IPU of one tile, its vertex without the compute
+    set's sync."""
+    one_tile = replace(IPUS[hardware], tiles=1)
+    width = DTYPES[dtype].itemsize
+    kernel = ipusim.Kernel(ipusim.KernelKind.ELEMENTWISE, width, elements=elements,
+                           bytes=3 * elements * width)
+    return ipusim.operator_cycles(kernel, one_tile, ipusim.CALIBRATED_MK2).vector
+
+
+def run_vertex(csv: Path) -> pd.DataFrame:
+    table = pd.read_csv(csv, comment="#")
+    table["measured_cycles"] = table["published_cycles"] - CYCLE_COUNTER_OVERHEAD
+    table["simulated_cycles"] = [simulated_vertex_cycles(row.elements, row.dtype, row.hardware)
+                                 for row in table.itertuples()]
+    table["error"] = table["simulated_cycles"] / table["measured_cycles"] - 1
+    return table
+
+
+def report_vertex(table: pd.DataFrame, title: str) -> None:
+    print(title)
+    print(f"{'source':18} {'hardware':8} {'dtype':5} {'vertex':15} {'elements':>8} "
+          f"{'published':>9} {'less 45':>7} {'simulated':>9} {'error':>7}")
+    for row in table.itertuples():
+        print(f"{row.source:18} {row.hardware:8} {row.dtype:5} {row.vertex:15} {row.elements:8} "
+              f"{row.published_cycles:9} {row.measured_cycles:7} {row.simulated_cycles:9.0f} "
+              f"{row.error:+7.1%}")
+    errors = table["error"].abs()
+    print(f"median |error| {statistics.median(errors):.1%}, worst {errors.max():.1%}, "
+          f"{len(table)} rows (cycles)\n")
 
 
 def run(csv: Path) -> pd.DataFrame:
@@ -113,10 +162,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--extra", type=Path, default=EXTRA_CSV)
+    parser.add_argument("--vertex", type=Path, default=VERTEX_CSV)
     args = parser.parse_args()
     report(run(args.csv), f"The shared operator table ({args.csv.name})")
     if args.extra.exists():
         report(run(args.extra), f"Held out ({args.extra.name})")
+    if args.vertex.exists():
+        report_vertex(run_vertex(args.vertex), f"Held out, single vertices ({args.vertex.name})")
 
 
 if __name__ == "__main__":
