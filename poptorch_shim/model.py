@@ -19,6 +19,7 @@ import torch
 
 import ipusim
 from poptorch_shim import enums
+from poptorch_shim._core import simulated_clock
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.batching import (
     StepShape,
@@ -38,7 +39,7 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
-from poptorch_shim._run import profiling, simulated_clock
+from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, recording

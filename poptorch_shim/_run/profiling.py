@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipusim.cost_model import PS_PER_US
-from poptorch_shim._run import run_settings
+from poptorch_shim._core import run_settings
 
 JOB_ID_FILE = "job-id.txt"
 
