@@ -42,6 +42,7 @@ class Simulation:
         shifted in time (see :mod:`ipusim.engine.step_replay`); False simulates each."""
         self.work, self.run, self.spec, self.cost_model = work, run, system, cost_model
         self.plan = EnginePlan.build(work, run, system, cost_model)
+        run.validate(work, system.num_ipus, scheduled=self.plan.work)  # merged once, above
         self.instance = instance
         self.folded = folding_enabled(fold_replicas) and fold_blocker(work, run, system) is None
         self.recorder = Recorder()

@@ -4,9 +4,11 @@ Run an unmodified PopTorch script with ``python -m poptorch_shim SCRIPT.py``:
 ``import poptorch`` then resolves to this package. The public API is
 re-exported here from thin modules; the machinery lives in one private
 package per subsystem (``_data``, ``_options``, ``_optim``, ``_execution``,
-``_distributed``, ``_run``; ARCHITECTURE.md has the map).
+``_distributed``, ``_run``), over ``_core``, what several of them share
+(ARCHITECTURE.md has the map).
 """
 from poptorch_shim import optim, poptorch_core, profiling
+from poptorch_shim._core import run_settings as _run_settings
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.annotations import (
@@ -65,8 +67,7 @@ def _alias_modules(alias: str, package: str) -> None:
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     """Whether the simulated machine has at least ``num_ipus`` IPUs."""
-    from poptorch_shim._run.run_settings import available_ipus
-    return num_ipus <= available_ipus()
+    return num_ipus <= _run_settings.available_ipus()
 
 
 __all__ = [

@@ -3,7 +3,7 @@
 They live with the shim, the layer that runs torch code; :func:`add_commands`
 adds them to the parser of :mod:`ipusim.cli` (which reads saved profiles),
 and :func:`main` is the ``ipusim`` console script: both together. The
-command-line flags become the run's :class:`~poptorch_shim._run.run_settings.RunSettings`,
+command-line flags become the run's :class:`~poptorch_shim._core.run_settings.RunSettings`,
 handed to the runner as an argument. ``python -m poptorch_shim.commands`` is the
 same command without the console script. From Python, :func:`run_script` with a
 :class:`RunSettings` does what ``ipusim run`` does, and :func:`install_aliases`
@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ipusim import cli
-from poptorch_shim._run.run_settings import (
+from poptorch_shim._core.run_settings import (
     REPORT_DIR_ENV,
     SIMULATED_CLOCK_ENV,
     TIMING_ONLY_ENV,

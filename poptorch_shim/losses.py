@@ -1,20 +1,18 @@
 """The loss of a training model: ``poptorch.identity_loss`` marks it, and
 :func:`find_loss` finds it among the model's outputs as PopTorch does, by the
-operator that made it.
+operator that made it (the executor keeps where it found it, in
+``_execution/loss_finder.py``).
 """
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import TreeSpec, tree_flatten
-
-from poptorch_shim._execution.batching import flatten
+from torch.utils._pytree import tree_flatten
 
 
 class _IdentityLoss(torch.autograd.Function):
@@ -146,27 +144,3 @@ def find_loss(output: Any, losses: LossRecorder | None = None) -> torch.Tensor:
             "grad, alone or among the model's outputs, e.g. "
             "`return output, self.loss(output, target)`")
     return candidates[-1]
-
-
-class LossFinder:
-    """Finds a training model's loss in its outputs: on the first call by the
-    operator that made it (:func:`find_loss`), afterwards at the same place in
-    the outputs, as PopTorch fixes the loss when it compiles. Watching the loss
-    functions costs every torch call a little, so only the first call does."""
-
-    def __init__(self) -> None:
-        self._where: tuple[TreeSpec, int] | None = None  # output structure, leaf index
-
-    def watching(self) -> AbstractContextManager[LossRecorder | None]:
-        """Record the loss functions' results while the forward runs (``with
-        finder.watching() as losses``), until the loss has been found once."""
-        return nullcontext() if self._where is not None else LossRecorder()
-
-    def find(self, output: Any, losses: LossRecorder | None) -> torch.Tensor:
-        """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
-        leaves, spec = flatten(output)
-        if self._where is not None and self._where[0] == spec:
-            return leaves[self._where[1]]
-        loss = find_loss(output, losses)
-        self._where = (spec, next(i for i, leaf in enumerate(leaves) if leaf is loss))
-        return loss

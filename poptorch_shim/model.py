@@ -19,6 +19,8 @@ import torch
 
 import ipusim
 from poptorch_shim import enums
+from poptorch_shim._core import simulated_clock
+from poptorch_shim._core.compile_hooks import compile_hooks
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.batching import (
     StepShape,
@@ -38,11 +40,10 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
-from poptorch_shim._run import profiling, simulated_clock
+from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, recording
-from poptorch_shim.compile_hooks import compile_hooks
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
+from poptorch_shim._core.run_settings import current as current_settings
 from poptorch_shim._options.groups import (
     _DistributedOptions,
     _JitOptions,
@@ -45,7 +46,6 @@ from poptorch_shim._options.store import (
     setter,
 )
 from poptorch_shim._options.tensor_locations import TensorLocationSettings, _TensorLocationOptions
-from poptorch_shim._run.run_settings import current as current_settings
 from poptorch_shim.errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.

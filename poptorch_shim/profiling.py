@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ipusim.cost.cost_model import PS_PER_US
-from poptorch_shim._run import simulated_clock
+from poptorch_shim._core import simulated_clock
 
 TRACE_FILE = "tracepoints.json"
 _NS_PER_US = 1000

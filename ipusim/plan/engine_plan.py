@@ -105,11 +105,8 @@ class EnginePlan:
     @classmethod
     def build(cls, work: Work, run: RunConfig, system: SystemSpec,
               cost: CostModel = DEFAULT) -> EnginePlan:
-        """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``: the
-        stages merged once, the run checked against them and the system
-        (:meth:`RunConfig.validate`), then priced."""
+        """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``."""
         scheduled = run.scheduled(work, cost.update_cost)
-        run.validate(work, system.num_ipus, scheduled=scheduled)
         compute_ipu = run.compute_ipu(system.ipu)
         forward_stages = len(scheduled.stages)
         pipelined = run.execution is Execution.PIPELINED

@@ -1,7 +1,7 @@
 """The sweep report: one offline HTML page to choose a configuration from.
 
 It reads a sweep's results table (a row per point, and its Pareto front: see
-:mod:`ipusim.design_point`) and draws what people choose by: throughput
+:mod:`ipusim.explore.design_point`) and draws what people choose by: throughput
 against IPUs, the Pareto front of throughput against memory, and the
 pipeline bubble against gradient accumulation, above the table of every
 point. A point with its own timeline report links to it, from the table
@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ipusim.design_point import outcomes, pareto_front
+from ipusim.explore.design_point import outcomes, pareto_front
 from ipusim.report.html import PLOT_CONFIG, STYLE
 
 THROUGHPUT, MEMORY, GA = "throughput(items/s)", "memory_max(MB)", "Training.gradientAccumulation"

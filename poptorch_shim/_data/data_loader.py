@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
+from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.shard_sampler import ShardSampler
-from poptorch_shim._execution.batching import StepShape
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.options import Options
 
@@ -99,8 +99,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"(Sync, Async or AsyncRebatched), got {mode!r}.")
         options._freeze()
         self._options = options
-        self._shape = StepShape.of(options)
-        self._combined_batch_size = _combined_batch_size(self._shape, batch_size)
+        self._counts = MicroBatchCounts.of(options)
+        self._combined_batch_size = _combined_batch_size(self._counts, batch_size)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         shuffle = bool(shuffle)
@@ -251,12 +251,12 @@ class DataLoader(torch.utils.data.DataLoader):
         combined = self._combined_batch_size
         if combined is None or samples >= combined:
             return
-        shape = self._shape
+        counts = self._counts
         factors = (f"batch_size {batch_size} x deviceIterations "
-                   f"{shape.device_iterations} x (replicationFactor "
-                   f"{shape.replicas} / input_group_size "
-                   f"{shape.input_group_size}) x gradientAccumulation "
-                   f"{shape.gradient_accumulation}")
+                   f"{counts.device_iterations} x (replicationFactor "
+                   f"{counts.replicas} / input_group_size "
+                   f"{counts.input_group_size}) x gradientAccumulation "
+                   f"{counts.gradient_accumulation}")
         where = f"the dataset has {dataset_len} elements"
         if processes > 1:
             where += (f", and split between {processes} processes in whole "
@@ -300,7 +300,7 @@ def measured_loader_rate(options: Options) -> float | None:
     return rates[-1] if rates else None
 
 
-def _combined_batch_size(shape: StepShape,
+def _combined_batch_size(counts: MicroBatchCounts,
                          batch_size: int | None) -> int | None:
     """Samples in one step: ``batch_size`` for each of the step's micro-batches
     of data (replicas in one input group read the same data, so they count once)."""
@@ -311,7 +311,7 @@ def _combined_batch_size(shape: StepShape,
         raise ValueError(
             f"poptorch.DataLoader: batch_size must be an int >= 1 (or None to "
             f"disable batching), got {batch_size!r}.")
-    return batch_size * shape.micro_batches
+    return batch_size * counts.micro_batches
 
 
 def _check_iterable(partition: bool, processes: int, num_workers: int,

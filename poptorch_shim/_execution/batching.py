@@ -4,12 +4,14 @@ A call to a PopTorch model receives one step's data: the combined batch of
 ``deviceIterations x replicas x gradientAccumulation`` micro-batches. On the
 IPU the host streams it as ``[deviceIterations, gradientAccumulation,
 replicas, micro-batch, ...]``; the outputs come back in the same order,
-filtered by the output mode.
+filtered by the output mode. How many micro-batches that is, the core
+package counts (``_core/batching.py``); :class:`StepShape` adds their order
+and which outputs return.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from itertools import repeat
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim.plan.run_config import returned_micro_batches
+from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim.enums import CommGroupType, OutputMode
 
 # The output modes as ipusim's output period: every N micro-batches, or 0 for only the
@@ -25,20 +28,16 @@ _OUTPUT_PERIOD = {OutputMode.All: 1, OutputMode.Final: 0, OutputMode.Sum: 0}
 
 
 @dataclass(frozen=True)
-class StepShape:
+class StepShape(MicroBatchCounts):
     """How many micro-batches one call holds, in which order, and which outputs return.
 
     With input replica grouping, the replicas of a group share one input
     micro-batch: a call carries ``replicas / input_group_size`` distinct
-    micro-batches per iteration and gradient-accumulation step. Built once
-    from the options (:meth:`of`), it is what the DataLoader, the model and
-    the simulated run configuration all read.
+    micro-batches per iteration and gradient-accumulation step (the counts
+    are :class:`MicroBatchCounts`'). Built once from the options (:meth:`of`),
+    it is what the model, the anchors and the simulated run configuration read.
     """
 
-    device_iterations: int
-    gradient_accumulation: int
-    replicas: int
-    input_group_size: int = 1
     orthogonal_groups: bool = False
     output_mode: OutputMode = OutputMode.All
     output_return_period: int = 1
@@ -47,27 +46,10 @@ class StepShape:
     def of(cls, options, training: bool = False) -> StepShape:
         """The shape of a call under ``options`` (``poptorch.Options``), for a
         training or an inference model (whose ``Default`` output modes differ)."""
-        return cls(options.device_iterations, options.Training.gradient_accumulation,
-                   options.replication_factor, options.input_group_size,
+        return cls(*astuple(MicroBatchCounts.of(options)),
                    orthogonal_groups=options.input_group_type == CommGroupType.Orthogonal,
                    output_mode=options.resolved_output_mode(training),
                    output_return_period=options.output_return_period)
-
-    @property
-    def input_groups(self) -> int:
-        """Distinct input micro-batches per row of replicas."""
-        return self.replicas // self.input_group_size
-
-    @property
-    def rows(self) -> int:
-        """Micro-batches each replica runs in one call: a row of replicas per
-        device iteration and gradient-accumulation step."""
-        return self.device_iterations * self.gradient_accumulation
-
-    @property
-    def micro_batches(self) -> int:
-        """Distinct input micro-batches in one call."""
-        return self.rows * self.input_groups
 
     def input_of(self, replica: int) -> int:
         """Which of a row's input micro-batches ``replica`` computes on."""

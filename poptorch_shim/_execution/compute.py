@@ -13,7 +13,7 @@ import torch
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
-from poptorch_shim.losses import LossFinder
+from poptorch_shim._execution.loss_finder import LossFinder
 
 
 def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,

@@ -18,8 +18,8 @@ import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
 from ipusim.cost.cost_model import PS_PER_MS, PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
+from poptorch_shim._core import run_settings
 from poptorch_shim._execution.engine_config import cost_model, instance_system
-from poptorch_shim._run import run_settings
 from poptorch_shim._run.profiling import model_name
 
 

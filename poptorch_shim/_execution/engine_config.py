@@ -15,8 +15,8 @@ import torch
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
 from poptorch_shim import enums, strategies
+from poptorch_shim._core import run_settings
 from poptorch_shim._execution.batching import StepShape
-from poptorch_shim._run import run_settings
 from poptorch_shim.errors import InvalidUseError
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun

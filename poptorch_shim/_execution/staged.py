@@ -33,8 +33,8 @@ from ipusim import Cost, Stage
 from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
+from poptorch_shim._execution.loss_finder import LossFinder
 from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
-from poptorch_shim.losses import LossFinder
 from poptorch_shim.strategies import ExecutionStrategy, PlacedStage
 
 _TENSOR = object()   # marks a tensor leaf among the constant leaves of a call

@@ -1,2 +1,2 @@
-"""A user's run: a script run as ``__main__``, its settings, the simulated clock
-the script may read, and the reports and figures written at exit."""
+"""A user's run: a script run as ``__main__`` and the reports and figures written
+at exit (its settings and the clock it reads are in ``_core``)."""

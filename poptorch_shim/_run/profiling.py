@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipusim.cost.cost_model import PS_PER_US
-from poptorch_shim._run import run_settings
+from poptorch_shim._core import run_settings
+from poptorch_shim._data.data_loader import measured_loader_rate
+from poptorch_shim.options import Options
 
 JOB_ID_FILE = "job-id.txt"
 
@@ -140,7 +142,6 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
-    from poptorch_shim._data.data_loader import measured_loader_rate
     # The model has its own copy of the options; loaders know the user's.
     loader_rate = options.sim_loader_rate or measured_loader_rate(executor._given_options)
     plain = user_options(options)
@@ -207,7 +208,6 @@ def user_options(options) -> dict:
     """The options the script set, under the names it set them by (``deviceIterations``,
     ``Training.gradientAccumulation``, ``_Popart.engineOptions``...), as JSON-friendly
     values: what a report's summary lists."""
-    from poptorch_shim.options import Options
     out = {}
     groups = [("", options)] + [(f"{name}.", group) for name, group in options._groups().items()]
     for prefix, group in groups:

@@ -15,9 +15,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from poptorch_shim._run import run_settings
-from poptorch_shim._run.run_settings import SIMULATED_CLOCK_ENV, RunSettings
-from poptorch_shim._run.simulated_clock import watching as watching_clock
+from poptorch_shim import profiling as tracepoints
+from poptorch_shim._core import run_settings
+from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
+from poptorch_shim._core.simulated_clock import watching as watching_clock
+from poptorch_shim._run import profiling
+from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
 
 ALIASES = Path(__file__).resolve().parents[1] / "_aliases"
 
@@ -36,7 +39,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``.
 
     ``settings``: where reports go, timing-only, the progress bar and the
-    simulated clock (see :mod:`poptorch_shim._run.run_settings`); None: as the
+    simulated clock (see :mod:`poptorch_shim._core.run_settings`); None: as the
     ``IPUSIM_*`` environment variables say.
     """
     script = Path(path)
@@ -46,9 +49,6 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
-    from poptorch_shim import profiling as tracepoints
-    from poptorch_shim._run import profiling
-    from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
     finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     if settings is None:
         settings = RunSettings.from_environment()

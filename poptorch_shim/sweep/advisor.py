@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.backends import InProcess
 from poptorch_shim.sweep.measure import Measurements, micro_batch_size
@@ -73,9 +74,7 @@ def search_space(measurements: Measurements, ipus: int, system: str) -> tuple[di
     space: dict[str, list] = {"replicationFactor": replicas, sweep_settings.MICRO_BATCH:
                               micro_batches}
     if training:
-        samples = (options.replication_factor * options.Training.gradient_accumulation
-                   * micro_batch)
-        fixed["global_batch"] = samples
+        fixed["global_batch"] = MicroBatchCounts.of(options).micro_batches_per_update * micro_batch
         pipelined = per_replica > 1
         space[sweep_settings.RECOMPUTATION] = ["NoRecompute",
                                                "Pipeline" if pipelined else "RecomputeAll"]
@@ -94,10 +93,12 @@ def _points(fixed: dict, space: dict, combos: list[tuple]) -> list[dict]:
         point = dict(zip(names, combo))
         settings = {key: value for key, value in fixed.items() if key != "global_batch"}
         if "global_batch" in fixed:
-            per_update = point["replicationFactor"] * point[sweep_settings.MICRO_BATCH]
-            if fixed["global_batch"] % per_update:
+            accumulation = gradient_accumulation_for(
+                fixed["global_batch"], point["replicationFactor"],
+                point[sweep_settings.MICRO_BATCH])
+            if accumulation is None:
                 continue
-            point["Training.gradientAccumulation"] = fixed["global_batch"] // per_update
+            point["Training.gradientAccumulation"] = accumulation
         points.append({**settings, **point})
     return points
 

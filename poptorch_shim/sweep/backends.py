@@ -2,7 +2,7 @@
 
 Every backend takes ``(point id, design point)`` pairs and yields ``(point
 id, row, seconds)`` as points finish, in whatever order they finish. Workers
-run :func:`ipusim.design_point.evaluate`, which imports only ipusim (but a
+run :func:`ipusim.explore.design_point.evaluate`, which imports only ipusim (but a
 spawned worker imports the parent's main script, so a script that calls
 :func:`~poptorch_shim.sweep.sweep` keeps it under ``if __name__ == "__main__":``). A
 bounded number of points is in flight at a time, so an interrupted sweep
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from ipusim.design_point import DesignPoint, evaluate, evaluate_parts
+from ipusim.explore.design_point import DesignPoint, evaluate, evaluate_parts
 
 Task = tuple[str, DesignPoint]
 Result = tuple[str, dict, float]

@@ -2,14 +2,14 @@
 
 This is where a point's settings meet PopTorch's checks, worded as PopTorch
 words them; a point that fails them is recorded with the error, and the rest
-become :class:`ipusim.design_point.DesignPoint` values that any worker can
+become :class:`ipusim.explore.design_point.DesignPoint` values that any worker can
 simulate without torch.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ipusim.design_point import DesignPoint
+from ipusim.explore.design_point import DesignPoint
 from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import (
     check_inference_options,

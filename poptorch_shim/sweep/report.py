@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ipusim.design_point import simulate_point
+from ipusim.explore.design_point import simulate_point
 from ipusim.report import write_html
 from ipusim.report.sweep import pareto_front, write_sweep_html
 from poptorch_shim.sweep.measure import Measurements

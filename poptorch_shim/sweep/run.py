@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from ipusim.design_point import FIGURES
+from ipusim.explore.design_point import FIGURES
 from poptorch_shim.sweep import spec as sweep_spec
 from poptorch_shim.sweep import store as store_module
 from poptorch_shim.sweep.backends import LocalProcesses, Task

@@ -13,7 +13,7 @@ import pytest
 from ipusim import RunConfig, Simulation, Work, system_spec
 from ipusim.cli import main
 from ipusim.report import load_autoreport, text_summary, write_autoreport
-from poptorch_shim._run.run_settings import REPORT_DIR_ENV
+from poptorch_shim._core.run_settings import REPORT_DIR_ENV
 from poptorch_shim.commands import main as ipusim_main
 
 from report_timelines import stages
@@ -119,7 +119,7 @@ def test_run_passes_the_arguments_and_the_report_directory(tmp_path, monkeypatch
     # The report directory reaches the shim as an argument, not through the environment.
     script.write_text(
         "import json, os, sys\n"
-        "from poptorch_shim._run import run_settings\n"
+        "from poptorch_shim._core import run_settings\n"
         "json.dump({'argv': sys.argv[1:], 'report': run_settings.current().report_dir,\n"
         f"           'environment': os.environ.get({REPORT_DIR_ENV!r})}}, "
         f"open({str(record)!r}, 'w'))\n")

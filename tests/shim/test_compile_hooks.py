@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim.compile_hooks import compiling
+from poptorch_shim._core.compile_hooks import compiling
 
 
 def model():
@@ -48,7 +48,7 @@ def test_a_hook_must_be_callable():
 
 
 def test_the_sweep_captures_a_scripts_first_model_through_a_pre_compile_hook(tmp_path):
-    from poptorch_shim import compile_hooks
+    from poptorch_shim._core import compile_hooks
     from poptorch_shim.sweep.measure import from_script
     from poptorch_shim.sweep.spec import ModelSource
     after = tmp_path / "after_compile"

@@ -5,8 +5,8 @@ import pytest
 
 import poptorch_shim as poptorch
 from ipusim.cli import build_parser
-from poptorch_shim._run import run_settings
-from poptorch_shim._run.run_settings import RunSettings
+from poptorch_shim._core import run_settings
+from poptorch_shim._core.run_settings import RunSettings
 from poptorch_shim.commands import add_commands, run_settings_of
 
 

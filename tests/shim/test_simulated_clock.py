@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import poptorch_shim
-from poptorch_shim._run.simulated_clock import NAMES, ScriptClock, model_call
+from poptorch_shim._core.simulated_clock import NAMES, ScriptClock, model_call
 from poptorch_shim.commands import main as ipusim_main
 
 pytestmark = [pytest.mark.slow]  # runs scripts in their own processes

@@ -4,6 +4,7 @@ import pytest
 
 import poptorch_shim as poptorch
 from ipusim import Stage, Work
+from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
 from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import run_config
 
@@ -53,6 +54,18 @@ def test_the_data_loader_reads_a_step_of_the_shape():
     opts = options()
     loader = poptorch.DataLoader(opts, list(range(240)), batch_size=5)
     assert loader.combinedBatchSize == 5 * StepShape.of(opts).micro_batches == 60
+
+
+def test_the_counts_of_a_call_and_an_update_are_the_shapes():
+    opts = options()
+    counts = MicroBatchCounts.of(opts)
+    shape = StepShape.of(opts, training=True)
+    assert (counts.rows, counts.micro_batches) == (shape.rows, shape.micro_batches) == (6, 12)
+    assert counts.micro_batches_per_update == 3 * 4  # every replica's accumulated steps
+    # the advisor keeps a global batch of 12 micro-batches of 8 items
+    assert gradient_accumulation_for(12 * 8, replicas=4, micro_batch_size=8) == 3
+    assert gradient_accumulation_for(12 * 8, replicas=2, micro_batch_size=16) == 3
+    assert gradient_accumulation_for(12 * 8, replicas=8, micro_batch_size=8) is None
 
 
 @pytest.mark.parametrize("ipus, strategy, set_to, expected", [

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from ipusim.design_point import outcomes, pareto_front
+from ipusim.explore.design_point import outcomes, pareto_front
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import (
     InProcess,

@@ -1,0 +1,40 @@
+"""Where a training model's loss is among its outputs, found once and then reused.
+
+PopTorch fixes the loss when it compiles; the executor does the same: the
+first call finds the loss by the operator that made it (:func:`find_loss`),
+later calls take the output at the same place.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch.utils._pytree import TreeSpec
+
+from poptorch_shim._execution.batching import flatten
+from poptorch_shim.losses import LossRecorder, find_loss
+
+
+class LossFinder:
+    """Finds a training model's loss in its outputs: on the first call by the
+    operator that made it (:func:`find_loss`), afterwards at the same place in
+    the outputs, as PopTorch fixes the loss when it compiles. Watching the loss
+    functions costs every torch call a little, so only the first call does."""
+
+    def __init__(self) -> None:
+        self._where: tuple[TreeSpec, int] | None = None  # output structure, leaf index
+
+    def watching(self) -> AbstractContextManager[LossRecorder | None]:
+        """Record the loss functions' results while the forward runs (``with
+        finder.watching() as losses``), until the loss has been found once."""
+        return nullcontext() if self._where is not None else LossRecorder()
+
+    def find(self, output: Any, losses: LossRecorder | None) -> torch.Tensor:
+        """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
+        leaves, spec = flatten(output)
+        if self._where is not None and self._where[0] == spec:
+            return leaves[self._where[1]]
+        loss = find_loss(output, losses)
+        self._where = (spec, next(i for i, leaf in enumerate(leaves) if leaf is loss))
+        return loss
