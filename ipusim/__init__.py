@@ -8,7 +8,7 @@ PopTorch; ``poptorch_shim`` builds the work from real torch models.
 from ipusim.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
 from ipusim.operator_model import OperatorCycles, amp_vertex_cycles, operator_cycles
-from ipusim.run_config import Offload, RunConfig
+from ipusim.run_config import Offload, RunConfig, SettingNames
 from ipusim.simulation import Simulation, Timeline, job_timeline, simulate
 from ipusim.sync_groups import SyncPattern
 from ipusim.work import Cost, Execution, Kernel, KernelKind, Stage, Work
@@ -16,7 +16,7 @@ from ipusim.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 __all__ = [
     "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",
     "Cost", "CostModel", "Execution", "IPUSpec", "Kernel", "KernelKind", "Offload",
-    "OperatorCycles", "RunConfig",
+    "OperatorCycles", "RunConfig", "SettingNames",
     "Simulation", "Stage", "SyncPattern", "SystemSpec", "Timeline", "Work", "job_timeline",
     "amp_vertex_cycles", "operator_cycles", "simulate", "system_spec",
 ]

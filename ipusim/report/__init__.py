@@ -17,9 +17,10 @@ from ipusim.report.figures import memory_figure, timeline_figure, utilisation_fi
 from ipusim.report.html import render_html, write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
+from ipusim.run_config import SettingNames
 
 __all__ = [
-    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace",
+    "OUTPUT_FILES", "SettingNames", "Verdict", "bottleneck", "chrome_trace",
     "load_autoreport", "load_profile", "memory_figure",
     "outputs_from_engine_options", "render_html",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",

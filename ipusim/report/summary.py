@@ -12,6 +12,7 @@ import textwrap
 from ipusim.analysis import cycles_by_kind, grouped_steps
 from ipusim.memory import MB, MEMORY_PARTS
 from ipusim.report.verdict import Verdict, bottleneck
+from ipusim.run_config import SettingNames
 from ipusim.simulation import Timeline
 from ipusim.work import Execution
 
@@ -19,9 +20,11 @@ MAX_STEP_ROWS = 20
 
 
 def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
-                 options: dict | None = None, verdict: Verdict | None = None) -> str:
-    """The whole summary as text."""
-    verdict = verdict or bottleneck(timeline, loader_items_per_s)
+                 options: dict | None = None, verdict: Verdict | None = None,
+                 names: SettingNames | None = None) -> str:
+    """The whole summary as text; the verdict's advice names the settings by
+    ``names`` (default: ipusim's names)."""
+    verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     sections = [
         "ipusim profile summary (simulated timings, not measured on hardware)",
         _target(timeline), _engine(timeline, options), _memory(timeline),
