@@ -10,13 +10,13 @@ from ipusim.cost.operator_model import OperatorCycles, amp_vertex_cycles, operat
 from ipusim.cost.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
-from ipusim.plan.run_config import Offload, RunConfig
+from ipusim.plan.run_config import Offload, RunConfig, SettingNames
 from ipusim.simulation import Simulation, Timeline, job_timeline, simulate
 
 __all__ = [
     "BOW", "CALIBRATED_MK2", "DEFAULT", "MK1_GC2", "MK2_GC200", "PRESETS", "PROFILES",
     "Cost", "CostModel", "Execution", "IPUSpec", "Kernel", "KernelKind", "Offload",
-    "OperatorCycles", "RunConfig",
+    "OperatorCycles", "RunConfig", "SettingNames",
     "Simulation", "Stage", "SyncPattern", "SystemSpec", "Timeline", "Work", "job_timeline",
     "amp_vertex_cycles", "operator_cycles", "simulate", "system_spec",
 ]

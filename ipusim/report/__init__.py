@@ -6,6 +6,7 @@ All of them read a :class:`ipusim.Timeline` and the figures it computes
 none of them simulates or computes a figure of its own. The plotting is kept
 here, away from the simulator, so ``ipusim`` itself never needs plotly.
 """
+from ipusim.plan.run_config import SettingNames
 from ipusim.report.autoreport import (
     OUTPUT_FILES,
     load_autoreport,
@@ -20,7 +21,7 @@ from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
 
 __all__ = [
-    "OUTPUT_FILES", "Verdict", "bottleneck", "chrome_trace",
+    "OUTPUT_FILES", "SettingNames", "Verdict", "bottleneck", "chrome_trace",
     "load_autoreport", "load_profile", "memory_figure",
     "outputs_from_engine_options", "render_html",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",

@@ -6,7 +6,8 @@ directory, this module fills it with files named for what they hold:
 
 =================  ===========================================================
 profile.json       system, run, work, options, memory per IPU and per stage,
-                   cycles per program step, the figures and the verdict
+                   cycles per program step, the figures, the verdict and
+                   the names its advice gives the settings
 events.csv.gz      the event table, to re-render the report without simulating
 trace.json         Chrome Trace Event format (Perfetto, chrome://tracing)
 report.html        the HTML report (plotly.js embedded)
@@ -32,7 +33,7 @@ from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
 from ipusim.plan.memory import fits
-from ipusim.plan.run_config import RunConfig
+from ipusim.plan.run_config import RunConfig, SettingNames
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.html import write_html
 from ipusim.report.summary import text_summary
@@ -87,12 +88,16 @@ def outputs_from_engine_options(engine_options: dict) -> set[str]:
 
 def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict | None = None,
                      outputs: set[str] | None = None,
-                     loader_items_per_s: float | None = None) -> Path:
+                     loader_items_per_s: float | None = None,
+                     names: SettingNames | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
-    ``options`` are the engine's options, recorded as given.
+    ``options`` are the engine's options, recorded as given; ``names`` how the
+    verdict's advice names the settings (default: ipusim's names), recorded so
+    that a report rendered again from the profile words them the same way.
     """
+    names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
     unknown = outputs - OUTPUT_FILES
     if unknown:
@@ -100,9 +105,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                          f"a subset of {sorted(OUTPUT_FILES)}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    verdict = bottleneck(timeline, loader_items_per_s)
+    verdict = bottleneck(timeline, loader_items_per_s, names)
     if PROFILE in outputs:
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
+        profile["setting_names"] = names.to_dict()
         profile["files"] = sorted(outputs)
         (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
     if EVENTS in outputs:
@@ -129,6 +135,11 @@ def load_profile(directory: str | Path) -> dict:
         raise ValueError(f"{path} is not an ipusim profile (format {profile.get('format')!r}, "
                          f"expected {FORMAT!r})")
     return profile
+
+
+def profile_names(profile: dict) -> SettingNames:
+    """The names the verdict of a profile gave the settings (ipusim's, if it records none)."""
+    return SettingNames.from_dict(profile.get("setting_names"))
 
 
 def load_autoreport(directory: str | Path) -> Timeline:

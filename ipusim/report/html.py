@@ -21,6 +21,7 @@ from plotly.offline import get_plotlyjs
 
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
+from ipusim.plan.run_config import SettingNames
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
@@ -93,13 +94,14 @@ _RENDER_CHECK = """(function () {
 def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 title: str | None = None, verdict: Verdict | None = None,
                 max_events_per_lane: int = MAX_EVENTS_PER_LANE,
-                detail: Detail | None = None) -> str:
+                detail: Detail | None = None, names: SettingNames | None = None) -> str:
     """The report as one HTML string with plotly.js embedded.
 
     The timeline draws the events ``detail`` shows (default
-    :meth:`Detail.from_environment`) and a grey box labelled aggregated for the rest.
+    :meth:`Detail.from_environment`) and a grey box labelled aggregated for the rest;
+    the verdict's advice names the settings by ``names`` (default: ipusim's names).
     """
-    verdict = verdict or bottleneck(timeline, loader_items_per_s)
+    verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     title = title or ("training" if timeline.run.training else "inference")
     plots = [
         ("timeline", _detailed_timeline_figure(timeline, max_events_per_lane, detail)),

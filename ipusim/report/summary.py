@@ -13,15 +13,18 @@ from ipusim.analysis.headline import cycles_by_kind, grouped_steps
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.plan.memory import MB, MEMORY_PARTS
+from ipusim.plan.run_config import SettingNames
 from ipusim.report.verdict import Verdict, bottleneck
 
 MAX_STEP_ROWS = 20
 
 
 def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
-                 options: dict | None = None, verdict: Verdict | None = None) -> str:
-    """The whole summary as text."""
-    verdict = verdict or bottleneck(timeline, loader_items_per_s)
+                 options: dict | None = None, verdict: Verdict | None = None,
+                 names: SettingNames | None = None) -> str:
+    """The whole summary as text; the verdict's advice names the settings by
+    ``names`` (default: ipusim's names)."""
+    verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     sections = [
         "ipusim profile summary (simulated timings, not measured on hardware)",
         _target(timeline), _engine(timeline, options), _memory(timeline),

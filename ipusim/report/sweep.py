@@ -6,6 +6,10 @@ against IPUs, the Pareto front of throughput against memory, and the
 pipeline bubble against gradient accumulation, above the table of every
 point. A point with its own timeline report links to it, from the table
 and by clicking its marker. plotly.js is embedded, as in the run report.
+
+The table's columns name its settings; the one that holds the gradient
+accumulation is ``gradient_accumulation``, or the column a
+:class:`~ipusim.plan.run_config.SettingNames` gives for it.
 """
 from __future__ import annotations
 
@@ -20,9 +24,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from ipusim.explore.design_point import outcomes, pareto_front
+from ipusim.plan.run_config import SettingNames
 from ipusim.report.html import PLOT_CONFIG, STYLE
 
-THROUGHPUT, MEMORY, GA = "throughput(items/s)", "memory_max(MB)", "Training.gradientAccumulation"
+THROUGHPUT, MEMORY = "throughput(items/s)", "memory_max(MB)"
 
 # A click on a marker that carries a report's address opens it.
 _OPEN_ON_CLICK = """document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
@@ -79,9 +84,12 @@ def _scatter(table: pd.DataFrame, x: str, y: str, names: list[str], links: dict[
     return figure
 
 
-def figures(table: pd.DataFrame, links: dict[str, str]) -> dict[str, go.Figure]:
-    """The report's figures, by name."""
+def figures(table: pd.DataFrame, links: dict[str, str],
+            setting_names: SettingNames | None = None) -> dict[str, go.Figure]:
+    """The report's figures, by name; ``setting_names`` says which column holds
+    which setting (default: each setting's own name)."""
     names = settings_columns(table)
+    ga = (setting_names or SettingNames()).column("gradient_accumulation")
     front = pareto_front(table)
     out = {
         "throughput_vs_ipus": _scatter(table, "ipus", THROUGHPUT, names, links,
@@ -93,8 +101,8 @@ def figures(table: pd.DataFrame, links: dict[str, str]) -> dict[str, go.Figure]:
     if len(capacity):  # what fits lies left of the line
         out["pareto"].add_vline(x=float(capacity.min()), line_dash="dash", line_color="#777",
                                 annotation_text="SRAM of an IPU")
-    if GA in table:
-        out["bubble_vs_ga"] = _scatter(table, GA, "bubble_fraction", names, links,
+    if ga in table:
+        out["bubble_vs_ga"] = _scatter(table, ga, "bubble_fraction", names, links,
                                        "Pipeline bubble against gradient accumulation",
                                        "gradient accumulation", "bubble fraction")
         out["bubble_vs_ga"].update_xaxes(type="log")
@@ -127,13 +135,14 @@ def _format(value) -> str:
 
 
 def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
-                      title: str = "sweep") -> str:
+                      title: str = "sweep", names: SettingNames | None = None) -> str:
     """The sweep report as one HTML string; ``links`` maps a point id to the
-    address of its timeline report."""
+    address of its timeline report, ``names`` which column holds which setting
+    (default: each setting's own name)."""
     links = links or {}
     divs = [pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=name,
                         config=PLOT_CONFIG)
-            for name, figure in figures(table, links).items()]
+            for name, figure in figures(table, links, names).items()]
     front = pareto_front(table)
     counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes(table).items())
     summary = f"{len(table)} points: {counts}; {len(front)} on the Pareto front (highlighted)"

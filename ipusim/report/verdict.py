@@ -3,7 +3,9 @@
 Which overhead limits the run, and the figures behind it, is an analysis of
 the timeline (:meth:`ipusim.Timeline.bottleneck`, :mod:`ipusim.analysis.bottleneck`);
 this module only words it: a headline quoting the figure that won, and the
-advice of the tutorials for that kind of bottleneck.
+advice of the tutorials for that kind of bottleneck. The advice names the
+settings to change by ipusim's names, or by the caller's (a
+:class:`~ipusim.plan.run_config.SettingNames`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from ipusim.analysis.bottleneck import Bottleneck
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.engine.sync_groups import SyncPattern
+from ipusim.plan.run_config import SettingNames
 
 
 @dataclass(frozen=True)
@@ -29,51 +32,55 @@ class Verdict(Bottleneck):
         return out
 
 
-def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> Verdict:
-    """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own throughput."""
+def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
+               names: SettingNames | None = None) -> Verdict:
+    """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own
+    throughput, ``names`` how the advice names the settings (default: ipusim's names)."""
     found = timeline.bottleneck(loader_items_per_s)
-    headline, advice = _ADVICE[found.kind](timeline, found)
+    headline, advice = _ADVICE[found.kind](timeline, found, names or SettingNames())
     return Verdict(**asdict(found), headline=headline, advice=tuple(advice))
 
 
-def _data_loader(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _data_loader(timeline: Timeline, n: Bottleneck,
+                 names: SettingNames) -> tuple[str, list[str]]:
     return (f"The data loader ({n.loader_items_per_s:,.0f} items/s) is slower than the "
             f"simulated IPUs ({n.device_items_per_s:,.0f} items/s): the IPUs wait for data.", [
-        "Use the asynchronous mode: poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async) "
-        "loads the next batches in a worker process while the IPUs run.",
+        f"Use the asynchronous mode: {names.word('async_loader')} loads the next batches in a "
+        "worker process while the IPUs run.",
         "Increase the global batch size or the number of device iterations "
-        "(opts.deviceIterations) so that each step loads more samples per host round trip.",
-        "Adjust the number of workers (num_workers).",
+        f"({names.word('device_iterations')}) so that each step loads more samples per host "
+        "round trip.",
+        f"Adjust the number of workers ({names.word('loader_workers')}).",
         "In asynchronous mode with few elements per step, try "
-        "async_options={'miss_sleep_time_in_ms': 0}.",
-        "If throughput drops at the start of each epoch: persistent_workers=True, "
-        "load_indefinitely=True (the default), a larger buffer_size or early_preload=True.",
+        f"{names.word('loader_miss_sleep')}.",
+        f"If throughput drops at the start of each epoch: {names.word('loader_epoch_start')}.",
     ])
 
 
-def _round_trip_advice(n: Bottleneck) -> str:
+def _round_trip_advice(n: Bottleneck, names: SettingNames) -> str:
     return (f"Each call to the model costs a host round trip ({n.host_call_share:.0%} of "
-            "the time here): more device iterations (opts.deviceIterations) run more of the "
-            "loop on the IPU per call and pay it once.")
+            f"the time here): more device iterations ({names.word('device_iterations')}) run "
+            "more of the loop on the IPU per call and pay it once.")
 
 
-_SYNTHETIC_ADVICE = ("Compare with synthetic data (opts.enableSyntheticData(True)): the "
-                     "difference is the cost of the host-to-device stream copies and their "
-                     "syncs with the host.")
+def _synthetic_advice(names: SettingNames) -> str:
+    return (f"Compare with synthetic data ({names.word('synthetic_data')}): the difference is "
+            "the cost of the host-to-device stream copies and their syncs with the host.")
 
 
-def _host_round_trip(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _host_round_trip(timeline: Timeline, n: Bottleneck,
+                     names: SettingNames) -> tuple[str, list[str]]:
     return (f"The host round trip between calls is the bottleneck: the IPUs spend "
             f"{n.host_call_share:.0%} of the time waiting for the host between calls and "
             f"{n.host_io_share:.0%} in stream copies.", [
-        _round_trip_advice(n),
+        _round_trip_advice(n, names),
         "A larger global batch (micro-batch size, gradient accumulation, replicas) also "
         "spreads each round trip over more samples.",
-        _SYNTHETIC_ADVICE,
+        _synthetic_advice(names),
     ])
 
 
-def _host_link(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
     per_link = timeline.system.ipus_per_host_link
     if n.host_link_occupancy >= n.host_io_share:
         headline = (f"The host link is the bottleneck: the busiest link is occupied "
@@ -83,28 +90,30 @@ def _host_link(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
         headline = (f"Host I/O is the bottleneck: the IPUs spend {n.host_io_share:.0%} of "
                     f"the time in stream copies (the busiest host link is occupied "
                     f"{n.host_link_occupancy:.0%} of the time).")
-    advice = [_round_trip_advice(n)] if n.host_call_share >= 0.05 else []
+    advice = [_round_trip_advice(n, names)] if n.host_call_share >= 0.05 else []
     return (headline, [
-        _SYNTHETIC_ADVICE,
+        _synthetic_advice(names),
         f"{per_link} IPUs share each host link here ({timeline.run.replicas} replica(s)): fewer "
         "replicas per host link, or more hosts / IPU-M2000s, gives each replica more bandwidth.",
         "Replication stops scaling once the shared host link is saturated: more replicas only "
         "queue on the link (seed 002: 4 replicas reach 136k items/s with synthetic data but "
         "36k with real data).",
         "Move fewer bytes per sample: send compact inputs (uint8 or half) and preprocess on the "
-        "IPU; return fewer outputs (OutputMode.Final or EveryN).",
+        f"IPU; return fewer outputs ({names.word('output_period')}).",
     ] + advice)
 
 
-def _pipeline_bubble(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _pipeline_bubble(timeline: Timeline, n: Bottleneck,
+                     names: SettingNames) -> tuple[str, list[str]]:
     p, m = timeline.plan.pipeline_depth, timeline.plan.micro_batches_per_run
     advice = [
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
         f"{n.bubble_fraction:.0%}: raise the gradient accumulation "
-        "(opts.Training.gradientAccumulation) to widen the main phase."
+        f"({names.word('gradient_accumulation')}) to widen the main phase."
         if timeline.run.training else
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
-        f"{n.bubble_fraction:.0%}: raise the device iterations (opts.deviceIterations).",
+        f"{n.bubble_fraction:.0%}: raise the device iterations "
+        f"({names.word('device_iterations')}).",
         "Fewer pipeline stages (fewer IPUs per replica, more replicas) also shrink the bubble.",
     ]
     advice.append(_balance_advice(timeline))
@@ -125,19 +134,19 @@ def _balance_advice(timeline: Timeline) -> str:
             f"per micro-batch, {balance.ratio:.1f}x stage {balance.fastest}; {why}.")
 
 
-def _sync(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _sync(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
     run = timeline.run
     advice = []
     if run.execution is Execution.SHARDED and timeline.work.ipus_per_replica > 1:
         advice.append("In sharded execution one IPU computes while the others wait: pipeline "
-                      "the model (poptorch.PipelinedExecution) with gradient accumulation.")
+                      f"the model ({names.word('pipelined')}) with gradient accumulation.")
     if run.sync_pattern is SyncPattern.FULL:
         advice.append("Under SyncPattern.Full every host transfer stalls every IPU: "
-                      "opts.syncPattern(poptorch.SyncPattern.SinglePipeline) lets each IPU meet "
-                      "the host on its own while the others compute.")
+                      f"{names.word('sync_pattern', SyncPattern.SINGLE_PIPELINE)} lets each IPU "
+                      "meet the host on its own while the others compute.")
     if run.execution is Execution.PHASED and timeline.work.ipus_per_replica > 1:
         advice.append("Serial phased execution streams each phase's state in while its IPUs "
-                      "wait: poptorch.ParallelPhasedExecution with SyncPattern.ReplicaAndLadder "
+                      f"wait: {names.word('parallel_phased')} with SyncPattern.ReplicaAndLadder "
                       "streams the next phase into the other half of the IPUs while this one "
                       "computes (ping-pong).")
     elif run.execution is Execution.PARALLEL_PHASED and \
@@ -150,7 +159,7 @@ def _sync(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
             f"(sync pattern {run.sync_pattern.value}).", advice)
 
 
-def _compute(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
+def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
     if n.utilisation >= 0.5:
         headline = f"Compute-bound: the IPUs compute {n.utilisation:.0%} of the time."
     else:
@@ -158,8 +167,8 @@ def _compute(timeline: Timeline, n: Bottleneck) -> tuple[str, list[str]]:
                     f"the time, with {n.host_io_share + n.host_call_share:.0%} on the host, "
                     f"{n.sync_wait_share:.0%} in syncs and the rest in copies or idle.")
     return (headline, [
-        "Throughput scales with more replicas (opts.replicationFactor) as long as the host "
-        "link and the data loader keep up: check both after replicating.",
+        f"Throughput scales with more replicas ({names.word('replicas')}) as long as the "
+        "host link and the data loader keep up: check both after replicating.",
         "For training, prefer a larger global batch over more device iterations: it raises "
         "the IPU utilisation, device iterations only amortise the host round trip.",
         "Larger micro-batches and half precision raise the arithmetic efficiency per IPU.",

@@ -16,6 +16,7 @@ import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
 from poptorch_shim import enums, strategies
 from poptorch_shim._core import run_settings
+from poptorch_shim._core.option_names import ERROR_NAMES, OPTION_CALLS
 from poptorch_shim._execution.batching import StepShape
 from poptorch_shim.errors import InvalidUseError
 
@@ -30,7 +31,7 @@ def execution_of(strategy) -> Execution:
 
 
 NO_IO_TILES_ERR = ("No IO tiles allocated. You must allocate at least 32 IO tiles using "
-                   "poptorch.Options().TensorLocations.numIOTiles, or leave out "
+                   f"{OPTION_CALLS['io_tiles'].in_errors}, or leave out "
                    "poptorch.set_overlap_for_input and set_overlap_for_output.")
 
 
@@ -99,15 +100,6 @@ def overlapped(run: RunConfig, overlap: tuple[bool, bool]) -> RunConfig:
     return replace(run, overlap_inputs=overlap[0], overlap_outputs=overlap[1])
 
 
-# PopTorch's names for the settings ipusim checks, so its messages speak PopTorch.
-_POPTORCH_NAMES = {
-    "gradient_accumulation": "poptorch.Options().Training.gradientAccumulation",
-    "device_iterations": "poptorch.Options().deviceIterations",
-    "replicas": "poptorch.Options().replicationFactor",
-    "pipelined": "poptorch.PipelinedExecution",
-}
-
-
 def check_layout(options, shape: StepShape, training: bool, layout: list[tuple[str, int]],
                  strategy=None) -> RunConfig:
     """The run configuration of the stages' placement (name, IPU) under
@@ -124,7 +116,7 @@ def checked_run_config(options, shape: StepShape, training: bool, work: Work, st
     """:func:`run_config` for ``work``, checked against the simulated system with
     PopTorch's names for the settings."""
     run = run_config(options, shape, training, work, strategy, overlap)
-    run.validate(work, system_spec(options).num_ipus, names=_POPTORCH_NAMES)
+    run.validate(work, system_spec(options).num_ipus, names=ERROR_NAMES)
     return run
 
 
@@ -166,12 +158,12 @@ def check_inference_options(options) -> None:
     when the model is wrapped, and for each point of a sweep)."""
     if options.Training.gradient_accumulation == 1:
         return
-    message = ("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it "
+    message = (f"You must set {ERROR_NAMES['gradient_accumulation']} to 1 or leave it "
                "as its default value (1) when running a poptorch.inferenceModel().")
     strategy = options.execution_strategy   # None: PopTorch's default, pipelined
     if strategy is None or (isinstance(strategy, strategies.PipelinedExecution)
                             and strategy.execution_kind == "pipelined"):
-        message += (" Use poptorch.Options().deviceIterations to process a sufficient number "
+        message += (f" Use {ERROR_NAMES['device_iterations']} to process a sufficient number "
                     "of batches each run for pipelined execution instead.")
     raise InvalidUseError(message + f" (got gradientAccumulation("
                                     f"{options.Training.gradient_accumulation}))")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._core import run_settings
+from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._data.data_loader import measured_loader_rate
 from poptorch_shim.options import Options
 
@@ -146,7 +147,7 @@ def write_report(executor) -> Path | None:
     loader_rate = options.sim_loader_rate or measured_loader_rate(executor._given_options)
     plain = user_options(options)
     written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                               loader_items_per_s=loader_rate)
+                               loader_items_per_s=loader_rate, names=REPORT_NAMES)
     if options.Distributed.num_processes > 1:
         (directory / JOB_ID_FILE).write_text(run_settings.current().job_id, encoding="utf-8")
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
@@ -171,7 +172,8 @@ def _write_job_report(directory: Path, instances: int, options: dict,
         if _job_of(directory) == job or any(_job_of(part) != job for part in parts):
             return  # written already, or an instance of this job is still running
         timeline = job_timeline([load_autoreport(part) for part in parts])
-        write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate)
+        write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate,
+                         names=REPORT_NAMES)
         (directory / JOB_ID_FILE).write_text(job, encoding="utf-8")
     finally:
         os.close(lock)

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
+from poptorch_shim._core.option_names import sweep_key
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.backends import InProcess
 from poptorch_shim.sweep.measure import Measurements, micro_batch_size
@@ -24,9 +25,12 @@ from poptorch_shim.sweep.run import THROUGHPUT, run_points
 from poptorch_shim.sweep.spec import ModelSource, SweepSpec
 from poptorch_shim.sweep.store import normalised
 
-_ORDER = ["Simulation.system", "replicationFactor", "deviceIterations",
-          "Training.gradientAccumulation", sweep_settings.MICRO_BATCH,
-          sweep_settings.RECOMPUTATION, "TensorLocations.setOptimizerLocation"]
+# The settings searched, by their sweep keys (PopTorch's calls).
+SYSTEM, REPLICAS, DEVICE_ITERATIONS, ACCUMULATION, OPTIMIZER_LOCATION = (
+    sweep_key(setting) for setting in ("system", "replicas", "device_iterations",
+                                       "gradient_accumulation", "offload.optimizer"))
+_ORDER = [SYSTEM, REPLICAS, DEVICE_ITERATIONS, ACCUMULATION, sweep_settings.MICRO_BATCH,
+          sweep_settings.RECOMPUTATION, OPTIMIZER_LOCATION]
 # Off chip, the optimizer state is also sharded across the replicas (replicated
 # tensor sharding), as Graphcore's BERT runs it; with one replica that changes nothing.
 OFF_CHIP = {"useOnChipStorage": False, "useReplicatedTensorSharding": True}
@@ -68,19 +72,18 @@ def search_space(measurements: Measurements, ipus: int, system: str) -> tuple[di
         raise ValueError(f"--ipus {ipus}: the model's stages need {per_replica} IPUs per "
                          "replica")
     machine = [system, ipus] + ([dict(options.sim_overrides)] if options.sim_overrides else [])
-    fixed: dict[str, Any] = {"Simulation.system": machine}
+    fixed: dict[str, Any] = {SYSTEM: machine}
     replicas = _divisors(ipus // per_replica)
     micro_batches = sorted({m for m in (micro_batch // 2, micro_batch, micro_batch * 2) if m >= 1})
-    space: dict[str, list] = {"replicationFactor": replicas, sweep_settings.MICRO_BATCH:
-                              micro_batches}
+    space: dict[str, list] = {REPLICAS: replicas, sweep_settings.MICRO_BATCH: micro_batches}
     if training:
         fixed["global_batch"] = MicroBatchCounts.of(options).micro_batches_per_update * micro_batch
         pipelined = per_replica > 1
         space[sweep_settings.RECOMPUTATION] = ["NoRecompute",
                                                "Pipeline" if pipelined else "RecomputeAll"]
-        space["TensorLocations.setOptimizerLocation"] = [ON_CHIP, OFF_CHIP]
+        space[OPTIMIZER_LOCATION] = [ON_CHIP, OFF_CHIP]
     else:
-        space["deviceIterations"] = [1, 4, 16, 64]
+        space[DEVICE_ITERATIONS] = [1, 4, 16, 64]
     return fixed, space
 
 
@@ -94,11 +97,10 @@ def _points(fixed: dict, space: dict, combos: list[tuple]) -> list[dict]:
         settings = {key: value for key, value in fixed.items() if key != "global_batch"}
         if "global_batch" in fixed:
             accumulation = gradient_accumulation_for(
-                fixed["global_batch"], point["replicationFactor"],
-                point[sweep_settings.MICRO_BATCH])
+                fixed["global_batch"], point[REPLICAS], point[sweep_settings.MICRO_BATCH])
             if accumulation is None:
                 continue
-            point["Training.gradientAccumulation"] = accumulation
+            point[ACCUMULATION] = accumulation
         points.append({**settings, **point})
     return points
 
@@ -193,9 +195,9 @@ def describe(advice: Advice, ipus: int, system: str, top: int = 5) -> str:
         f"  memory {best['memory_max(MB)']:.1f} MB of {best['capacity(MB)']:.1f} MB on the "
         "fullest IPU",
         "", advice.code(), "", "Runners-up:"]
-    shown = ["replicationFactor", "Training.gradientAccumulation", "deviceIterations",
-             sweep_settings.MICRO_BATCH, sweep_settings.RECOMPUTATION,
-             "TensorLocations.setOptimizerLocation", THROUGHPUT, "memory_max(MB)", "fits"]
+    shown = [REPLICAS, ACCUMULATION, DEVICE_ITERATIONS, sweep_settings.MICRO_BATCH,
+             sweep_settings.RECOMPUTATION, OPTIMIZER_LOCATION, THROUGHPUT, "memory_max(MB)",
+             "fits"]
     runners = table.iloc[1:top + 1][[c for c in shown if c in table]]
     lines.append(runners.to_string(float_format=lambda v: f"{v:,.1f}"))
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 The page itself comes from :mod:`ipusim.report.sweep`; here the chosen
 points (the Pareto front by default) are simulated again from their
 settings, one measurement per signature as in the sweep, and each gets the
-run report of :mod:`ipusim.report.html` under ``points/``.
+run report of :mod:`ipusim.report.html` under ``points/``. Both name the
+settings as PopTorch does (:mod:`poptorch_shim._core.option_names`): the
+table's columns are the spec's keys, PopTorch's calls.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pandas as pd
 from ipusim.explore.design_point import simulate_point
 from ipusim.report import write_html
 from ipusim.report.sweep import pareto_front, write_sweep_html
+from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim.sweep.measure import Measurements
 from poptorch_shim.sweep.points import design_point, point_options
 from poptorch_shim.sweep.spec import SweepSpec
@@ -29,7 +32,7 @@ def write_point_report(spec: SweepSpec, settings: dict, path: Path,
     point = design_point(measured, point_options(measurements.case(settings).options, settings),
                          spec.steps)
     title = ", ".join(f"{name}={value}" for name, value in settings.items())
-    return write_html(simulate_point(point), path, title=title)
+    return write_html(simulate_point(point), path, title=title, names=REPORT_NAMES)
 
 
 def write_sweep_report(spec: SweepSpec, table: pd.DataFrame, directory: str | Path,
@@ -50,7 +53,7 @@ def write_sweep_report(spec: SweepSpec, table: pd.DataFrame, directory: str | Pa
         write_point_report(spec, json.loads(row["config"]), directory / relative, measurements)
         links[row["point_id"]] = relative
     return write_sweep_html(table, directory / "sweep.html", links=links,
-                            title=_title(spec))
+                            title=_title(spec), names=REPORT_NAMES)
 
 
 def _title(spec: SweepSpec) -> str:

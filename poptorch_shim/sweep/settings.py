@@ -8,6 +8,12 @@ other value its one argument. Strings naming a poptorch enum member
 become that member or dtype; a table given to a ``set...Location`` call
 becomes a ``TensorLocationSettings`` with those calls made on it.
 
+The results table keeps these names as its columns. Where ipusim has a name
+of its own for a setting (``gradient_accumulation``), the shim's table
+(:mod:`poptorch_shim._core.option_names`) pairs the two: it gives the key
+(:func:`~poptorch_shim._core.option_names.sweep_key`) the advisor searches
+over, and tells ipusim's sweep page which column holds the setting.
+
 A few settings are not ``Options`` calls and are named plainly:
 
 - ``micro_batch``: the micro-batch size (the DataLoader's ``batch_size``);

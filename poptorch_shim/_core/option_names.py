@@ -1,0 +1,97 @@
+"""The one table from ipusim's names for a run's settings to PopTorch's option calls.
+
+ipusim names the settings of a run by its own terms (``RunConfig``'s fields:
+``gradient_accumulation``, ``device_iterations``...). A PopTorch user sets them
+through ``poptorch.Options`` and reads that API in everything the shim writes,
+so every PopTorch word for them comes from here:
+
+- :data:`REPORT_NAMES`: the verdict's advice (``opts.Training.gradientAccumulation``)
+  in the reports, their summary and their profile, and which column of a sweep
+  table holds a setting;
+- :data:`ERROR_NAMES`: ipusim's run-configuration errors
+  (``poptorch.Options().Training.gradientAccumulation``);
+- :func:`sweep_key`: a setting as a sweep spec and its results table name it,
+  the call without ``opts.`` (``Training.gradientAccumulation``), which the
+  advisor searches over.
+
+It imports nothing from the shim's other packages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ipusim.plan.run_config import SETTING_WORDS, SettingNames
+
+
+@dataclass(frozen=True)
+class OptionCall:
+    """The ``poptorch.Options`` call that makes a setting."""
+
+    call: str  # on the options, without ``opts.``: "Training.gradientAccumulation"
+    # What advice passes it, a ``str.format`` template of the suggested ``value``
+    # (None: advice names the call alone).
+    argument: str | None = None
+
+    @property
+    def code(self) -> str:
+        """The call as a script writes it: ``opts.enableSyntheticData(True)``."""
+        arguments = "" if self.argument is None else f"({self.argument})"
+        return f"opts.{self.call}{arguments}"
+
+    @property
+    def in_errors(self) -> str:
+        """The option as PopTorch's errors name it: ``poptorch.Options().deviceIterations``."""
+        return f"poptorch.Options().{self.call}"
+
+
+#: ipusim's setting -> the ``poptorch.Options`` call that makes it.
+OPTION_CALLS: MappingProxyType[str, OptionCall] = MappingProxyType({
+    "device_iterations": OptionCall("deviceIterations"),
+    "gradient_accumulation": OptionCall("Training.gradientAccumulation"),
+    "replicas": OptionCall("replicationFactor"),
+    "synthetic_data": OptionCall("enableSyntheticData", "True"),
+    "sync_pattern": OptionCall("syncPattern", "poptorch.SyncPattern.{value.value}"),
+    "io_tiles": OptionCall("TensorLocations.numIOTiles"),
+    # The shim's own options: the simulated machine, where the optimizer state lives.
+    "system": OptionCall("Simulation.system"),
+    "offload.optimizer": OptionCall("TensorLocations.setOptimizerLocation"),
+})
+
+#: ipusim's setting -> PopTorch's words for what no single ``Options`` call makes:
+#: an execution strategy, an output mode, the DataLoader's arguments.
+OTHER_WORDS: MappingProxyType[str, str] = MappingProxyType({
+    "pipelined": "poptorch.PipelinedExecution",
+    "parallel_phased": "poptorch.ParallelPhasedExecution",
+    "output_period": "OutputMode.Final or EveryN",
+    "async_loader": "poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async)",
+    "loader_workers": "num_workers",
+    "loader_miss_sleep": "async_options={{'miss_sleep_time_in_ms': 0}}",
+    "loader_epoch_start": ("persistent_workers=True, load_indefinitely=True (the default), a "
+                           "larger buffer_size or early_preload=True"),
+})
+
+
+def sweep_key(setting: str) -> str:
+    """The name of ipusim's ``setting`` in a sweep spec and its results table:
+    the PopTorch call that makes it (``Training.gradientAccumulation``)."""
+    return OPTION_CALLS[setting].call
+
+
+def _report_names() -> SettingNames:
+    named = [setting for setting in OPTION_CALLS if setting in SETTING_WORDS]
+    return SettingNames(
+        words=MappingProxyType({**{setting: OPTION_CALLS[setting].code for setting in named},
+                                **OTHER_WORDS}),
+        columns=MappingProxyType({setting: sweep_key(setting) for setting in named}))
+
+
+#: How ipusim's reports word the settings for a PopTorch user.
+REPORT_NAMES: SettingNames = _report_names()
+
+#: How ipusim's run-configuration errors (``RunConfig.validate``) name the settings.
+ERROR_NAMES: MappingProxyType[str, str] = MappingProxyType({
+    **{setting: OPTION_CALLS[setting].in_errors
+       for setting in ("gradient_accumulation", "device_iterations", "replicas")},
+    "pipelined": OTHER_WORDS["pipelined"],
+})
