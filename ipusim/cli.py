@@ -162,7 +162,7 @@ def _load(directory: str):
 
 def _report(args: argparse.Namespace) -> int:
     from ipusim.report import write_html
-    from ipusim.report.autoreport import profile_names
+    from ipusim.report.autoreport import profile_names, saved_verdict
 
     if args.max_events_per_lane < 1:
         raise ValueError(f"--max-events-per-lane must be a positive integer, got "
@@ -172,18 +172,18 @@ def _report(args: argparse.Namespace) -> int:
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
                title=Path(args.profile_dir).resolve().name,
                max_events_per_lane=args.max_events_per_lane, detail=_detail(args),
-               names=profile_names(profile))
+               names=profile_names(profile), verdict=saved_verdict(profile))
     print(output)
     return 0
 
 
 def _summary(args: argparse.Namespace) -> int:
     from ipusim.report import text_summary
-    from ipusim.report.autoreport import profile_names
+    from ipusim.report.autoreport import profile_names, saved_verdict
 
     timeline, profile = _load(args.profile_dir)
     print(text_summary(timeline, profile.get("loader_items_per_s"), profile.get("options"),
-                       names=profile_names(profile)), end="")
+                       verdict=saved_verdict(profile), names=profile_names(profile)), end="")
     return 0
 
 

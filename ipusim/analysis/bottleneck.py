@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 BOTTLENECKS = ("data_loader", "host_link", "host_round_trip", "sync", "compute",
                "pipeline_bubble")
+# What the diagnosis (ipusim.explore.diagnosis) can name besides: the limits a
+# what-if proves that no threshold here scores.
+DIAGNOSED = BOTTLENECKS + ("imbalance", "step_overhead", "optimizer_state", "unused_ipus",
+                           "ipu_links")
 HOST_LINK_THRESHOLD = 0.25   # busiest host link occupied (or IPUs copying) a quarter of the time
 ROUND_TRIP_THRESHOLD = 0.25  # IPUs waiting for the host between calls a quarter of the time
 BUBBLE_THRESHOLD = 0.2       # a fifth of the pipeline's (stage, cycle) slots idle

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Cost, Execution, Work
+from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, fits, memory_per_ipu
@@ -178,6 +179,32 @@ def _replicas(setup: Setup, plan: EnginePlan) -> Setup | str:
     return setup._replace(run=replace(setup.run, replicas=setup.run.replicas * 2))
 
 
+def _single_pipeline(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if setup.run.sync_pattern is not SyncPattern.FULL:
+        return f"the run already syncs as {setup.run.sync_pattern.value}"
+    return setup._replace(run=replace(setup.run, sync_pattern=SyncPattern.SINGLE_PIPELINE))
+
+
+def _pipelined(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if setup.run.execution is not Execution.SHARDED or plan.ipus_per_replica < 2:
+        return "only a sharded model over several IPUs can be pipelined instead"
+    stages = len(plan.stages)
+    run = setup.run
+    run = (replace(run, execution=Execution.PIPELINED,
+                   gradient_accumulation=max(run.gradient_accumulation, 2 * stages - 1))
+           if run.training else
+           replace(run, execution=Execution.PIPELINED,
+                   device_iterations=max(run.device_iterations, stages)))
+    return setup._replace(run=run)
+
+
+def _parallel_phased(setup: Setup, plan: EnginePlan) -> Setup | str:
+    if setup.run.execution is not Execution.PHASED:
+        return "only serial phased execution can run its phases in parallel instead"
+    return setup._replace(run=replace(setup.run, execution=Execution.PARALLEL_PHASED,
+                                      sync_pattern=SyncPattern.REPLICA_AND_LADDER))
+
+
 def _loader(setup: Setup, plan: EnginePlan) -> Setup:
     return setup  # the loader is not simulated: the device's own rate is the change
 
@@ -187,20 +214,26 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
     optimizer = "on chip" if run.offload.optimizer else "off chip"
     return (
         Change("an infinitely fast host link", None, "host_link", _host_link),
-        Change("an infinitely fast data loader", "data_loader", "data_loader", _loader),
+        Change("an infinitely fast data loader", "async_loader", "data_loader", _loader),
         Change("syncs that cost nothing", None, "sync", _syncs),
         Change("every pipeline stage as fast as their mean", "stage_placement",
                "imbalance", _balanced),
         # A pipeline's bubble shrinks with more micro-batches per run; elsewhere more
-        # accumulation, like more device iterations, spreads the call's fixed costs.
+        # accumulation spreads the weight update, the all-reduce and streamed phases.
         Change("four times the gradient accumulation", "gradient_accumulation",
-               "pipeline_bubble" if run.execution is Execution.PIPELINED else "host_round_trip",
+               "pipeline_bubble" if run.execution is Execution.PIPELINED else "step_overhead",
                _accumulation),
-        Change("four times the device iterations", "device_iterations", "host_round_trip",
-               _device_iterations),
+        # An inference pipeline runs a call's micro-batches through one fill and drain.
+        Change("four times the device iterations", "device_iterations",
+               "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
+               else "host_round_trip", _device_iterations),
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
         Change("twice the replicas", "replicas", "unused_ipus", _replicas),
+        Change("the SinglePipeline sync pattern", "sync_pattern", "sync", _single_pipeline),
+        Change("pipelined execution", "pipelined", "sync", _pipelined),
+        Change("parallel phased execution with the ReplicaAndLadder sync pattern",
+               "parallel_phased", "sync", _parallel_phased),
         Change("inter-IPU copies that cost nothing", None, "ipu_links", _ipu_links,
                actionable=False),
         Change("compute twice as fast", None, "compute", _compute_twice_as_fast,
@@ -243,10 +276,14 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
             continue
         made = change.apply(setup, plan)
         reason = made if isinstance(made, str) else (_does_not_fit(made) if fitted else None)
+        if not reason:
+            try:
+                changed = base if made is setup else _simulate(made, steps)
+            except ValueError as refused:  # the run's own checks: e.g. the phases' IPUs
+                reason = f"refused: {refused}"
         if reason:
             left_out.append(LeftOut(change.change, reason))
             continue
-        changed = base if made is setup else _simulate(made, steps)
         rate, step_ms = delivered(changed, loader=change.limit != "data_loader")
         tried.append(WhatIf(change.change, change.setting, change.limit, change.actionable,
                             rate, step_ms, rate / recorded))

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ipusim.cost.work import Execution, Work
+from ipusim.cost.work import Execution, Stage, Work
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
-from ipusim.plan.run_config import RunConfig
+from ipusim.plan.run_config import RunConfig, SettingNames
 
 MB = 1e6
 # What an IPU's memory holds, by category: the columns of :func:`memory_per_ipu`.
@@ -117,14 +117,28 @@ def fits(table: pd.DataFrame) -> bool:
     return bool((table["total"] <= table["capacity"]).all())
 
 
-def check_fits(table: pd.DataFrame) -> None:
-    """Raise :class:`OutOfMemoryError` naming the first IPU that does not fit."""
+def check_fits(table: pd.DataFrame, stages: tuple[Stage, ...] = (),
+               names: SettingNames | None = None) -> None:
+    """Raise :class:`OutOfMemoryError` for the first IPU that does not fit: its model
+    stages (of ``stages``, the plan's), what its bytes are, and what would help,
+    worded by ``names``."""
     for ipu, row in table.iterrows():
         if row["total"] > row["capacity"]:
-            parts = ", ".join(f"{name} {row[name] / MB:.1f} MB" for name in MEMORY_PARTS)
-            raise OutOfMemoryError(
-                f"Out of memory on IPU {ipu}: the model needs {row['total'] / MB:.1f} MB "
-                f"({parts}) but the IPU has {row['capacity'] / MB:.1f} MB of SRAM. Try "
-                "spreading the blocks over more IPUs, recomputation "
-                "(RecomputationType.Pipeline), offloading weights or optimizer state to "
-                "streaming memory (TensorLocations), or a smaller micro-batch")
+            raise OutOfMemoryError(out_of_memory_message(ipu, row, stages, names))
+
+
+def out_of_memory_message(ipu: int, row: pd.Series, stages: tuple[Stage, ...] = (),
+                          names: SettingNames | None = None) -> str:
+    """Why IPU ``ipu`` (a row of :func:`memory_per_ipu`) does not fit, and what would help."""
+    names = names or SettingNames()
+    held = [stage.name for stage in stages if stage.ipu == ipu]
+    where = f" (model stage{'s' if len(held) > 1 else ''} {', '.join(held)})" if held else ""
+    parts = ", ".join(f"{name} {row[name] / MB:,.1f} MB" for name in MEMORY_PARTS if row[name])
+    over = row["total"] / row["capacity"]
+    return (f"Out of memory on IPU {ipu}{where}: it needs {row['total'] / MB:,.1f} MB "
+            f"({parts}) but has {row['capacity'] / MB:,.1f} MB of SRAM ({over:.0%}). "
+            f"Try recomputation ({names.word('recompute')}), the optimizer state off chip "
+            f"({names.word('optimizer_location')}), more pipeline stages "
+            f"({names.word('stage_placement')}), or a smaller micro-batch "
+            f"({names.word('micro_batch')}); {names.word('allow_out_of_memory')} simulates "
+            "it anyway and reports by how much it does not fit.")

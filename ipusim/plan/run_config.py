@@ -35,6 +35,11 @@ SETTING_WORDS: Mapping[str, str] = MappingProxyType({
     "output_period": "RunConfig.output_period",
     "pipelined": "Execution.PIPELINED",
     "parallel_phased": "Execution.PARALLEL_PHASED",
+    "stage_placement": "Stage.ipu, the IPU each model stage runs on",
+    "optimizer_location": "RunConfig.offload.optimizer",
+    "recompute": "RunConfig.recompute",
+    "micro_batch": "Work.micro_batch_size",
+    "allow_out_of_memory": "simulating without memory_per_ipu's check",
     # The data loader whose throughput the caller measured (loader_items_per_s).
     "async_loader": "an asynchronous data loader",
     "loader_workers": "worker processes loading in parallel",

@@ -29,15 +29,17 @@ import pandas as pd
 
 from ipusim.analysis.headline import reported_figures
 from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
+from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import fits
 from ipusim.plan.run_config import RunConfig, SettingNames
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.html import write_html
 from ipusim.report.summary import text_summary
-from ipusim.report.verdict import bottleneck
+from ipusim.report.verdict import Verdict, bottleneck
 
 FORMAT = "ipusim-profile"
 VERSION = 1
@@ -89,7 +91,8 @@ def outputs_from_engine_options(engine_options: dict) -> set[str]:
 def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict | None = None,
                      outputs: set[str] | None = None,
                      loader_items_per_s: float | None = None,
-                     names: SettingNames | None = None) -> Path:
+                     names: SettingNames | None = None,
+                     verdict: Verdict | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
@@ -105,7 +108,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                          f"a subset of {sorted(OUTPUT_FILES)}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    verdict = bottleneck(timeline, loader_items_per_s, names)
+    verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     if PROFILE in outputs:
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
@@ -153,9 +156,27 @@ def load_autoreport(directory: str | Path) -> Timeline:
     dtypes = profile["event_dtypes"]
     events = pd.read_csv(path, dtype={c: t for c, t in dtypes.items() if c != "kind"})
     events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
-    return Timeline(events[list(dtypes)], decode(Work, profile["work"]),
-                    decode(RunConfig, profile["run"]), decode(SystemSpec, profile["system"]),
-                    profile["steps"], profile["instance"])
+    work, run = decode(Work, profile["work"]), decode(RunConfig, profile["run"])
+    system = decode(SystemSpec, profile["system"])
+    # The run's own cost model, so that the stages are priced (and a diagnosis of the
+    # loaded timeline simulates) as the run did; older profiles keep none.
+    cost = decode(CostModel, profile["cost_model"]) if "cost_model" in profile else None
+    plan = EnginePlan.build(work, run, system, cost) if cost is not None else None
+    return Timeline(events[list(dtypes)], work, run, system, profile["steps"],
+                    profile["instance"], plan)
+
+
+def saved_verdict(profile: dict) -> Verdict | None:
+    """The verdict a profile recorded, so that a report rendered again from it says what
+    the run's own outputs said (None for a profile that records none)."""
+    data = profile.get("verdict")
+    if not isinstance(data, dict):
+        return None
+    fields = {f.name for f in dataclasses.fields(Verdict)}
+    if not fields <= set(data):
+        return None  # written by an older ipusim: let the caller work it out again
+    return Verdict(**{**data, "advice": tuple(data["advice"]),
+                      "what_if": tuple(data["what_if"]), "left_out": tuple(data["left_out"])})
 
 
 def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
@@ -165,7 +186,8 @@ def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None
     return {
         "format": FORMAT, "version": VERSION,
         "system": encode(timeline.system), "run": encode(timeline.run),
-        "work": encode(timeline.work), "steps": timeline.steps, "instance": timeline.instance,
+        "work": encode(timeline.work), "cost_model": encode(timeline.plan.cost),
+        "steps": timeline.steps, "instance": timeline.instance,
         "options": options, "loader_items_per_s": loader_items_per_s,
         "memory": {
             "per_ipu": per_ipu.reset_index().to_dict("records"),

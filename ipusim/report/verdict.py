@@ -1,11 +1,12 @@
-"""The bottleneck verdict: what limits a run, in words, and the tutorial's advice for it.
+"""The verdict: what limits a run, proven by simulating it without, in words.
 
-Which overhead limits the run, and the figures behind it, is an analysis of
-the timeline (:meth:`ipusim.Timeline.bottleneck`, :mod:`ipusim.analysis.bottleneck`);
-this module only words it: a headline quoting the figure that won, and the
-advice of the tutorials for that kind of bottleneck. The advice names the
-settings to change by ipusim's names, or by the caller's (a
-:class:`~ipusim.plan.run_config.SettingNames`).
+What limits the run is the diagnosis of :mod:`ipusim.explore.diagnosis`: the
+recorded calls simulated again once per change (:mod:`ipusim.explore.what_if`),
+the change a user can make that gains most naming the limit. This module
+words it: a headline saying what limits the run and, in numbers, what
+lifting it gains; the advice of the tutorials for that limit; and every
+change tried, fastest first. The advice names the settings by ipusim's names,
+or by the caller's (a :class:`~ipusim.plan.run_config.SettingNames`).
 """
 from __future__ import annotations
 
@@ -15,30 +16,74 @@ from ipusim.analysis.bottleneck import Bottleneck
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.engine.sync_groups import SyncPattern
+from ipusim.explore.diagnosis import Diagnosis, diagnose
+from ipusim.explore.what_if import WhatIf
 from ipusim.plan.run_config import SettingNames
 
 
 @dataclass(frozen=True)
 class Verdict(Bottleneck):
-    """What limits the run, why, and what to try (the numbers behind it included)."""
+    """What limits the run, why, what to try, and what each change tried gains."""
 
     headline: str
     advice: tuple[str, ...]
+    what_if: tuple[dict, ...] = ()   # each change tried, fastest first (see what_if_entry)
+    left_out: tuple[dict, ...] = ()  # {"change", "reason"} of the changes the run cannot make
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (advice as a list)."""
+        """A JSON-ready dict (advice, what-ifs and changes left out as lists)."""
         out = asdict(self)
-        out["advice"] = list(self.advice)
+        for key in ("advice", "what_if", "left_out"):
+            out[key] = [dict(item) if isinstance(item, dict) else item for item in out[key]]
         return out
 
 
 def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
                names: SettingNames | None = None) -> Verdict:
     """The verdict on ``timeline``; ``loader_items_per_s`` is the data loader's own
-    throughput, ``names`` how the advice names the settings (default: ipusim's names)."""
-    found = timeline.bottleneck(loader_items_per_s)
-    headline, advice = _ADVICE[found.kind](timeline, found, names or SettingNames())
-    return Verdict(**asdict(found), headline=headline, advice=tuple(advice))
+    throughput, ``names`` how the advice names the settings (default: ipusim's names).
+
+    The one function every output's verdict comes from: it simulates the
+    recorded calls once per change, so a caller that shows the verdict in
+    several places computes it once and hands it on."""
+    names = names or SettingNames()
+    diagnosis = diagnose(timeline, loader_items_per_s)
+    found = diagnosis.figures
+    headline, advice = _ADVICE[found.kind](timeline, found, names)
+    proof = _proof(diagnosis)
+    return Verdict(**asdict(found), headline=f"{headline} {proof}" if proof else headline,
+                   advice=tuple(advice),
+                   what_if=tuple(what_if_entry(w, timeline, names)
+                                 for w in diagnosis.what_ifs.tried),
+                   left_out=tuple({"change": c, "reason": r}
+                                  for c, r in diagnosis.what_ifs.left_out))
+
+
+def _proof(diagnosis: Diagnosis) -> str:
+    """The limit in numbers: what the run would gain without it."""
+    proof, recorded = diagnosis.proof, diagnosis.what_ifs.items_per_s
+    if proof is None or proof.speedup <= 1:
+        return ""
+    return (f"With {proof.change}, the same samples would take {1 - 1 / proof.speedup:.0%} "
+            f"less time ({recorded:,.0f} to {proof.items_per_s:,.0f} items/s, "
+            f"{proof.speedup:.2f}x).")
+
+
+def what_if_entry(what_if: WhatIf, timeline: Timeline, names: SettingNames) -> dict:
+    """One change tried, as ``profile.json`` keeps it under ``verdict.what_if``: the
+    change, the call that makes it (``option``, in the caller's words; None where no
+    setting does) and the value it sets, its throughput, step time and speed-up."""
+    run = timeline.run
+    values = {"gradient_accumulation": run.gradient_accumulation * 4,
+              "device_iterations": run.device_iterations * 4, "replicas": run.replicas * 2,
+              "sync_pattern": SyncPattern.SINGLE_PIPELINE}
+    value = values.get(what_if.setting)
+    return {"change": what_if.change,
+            "option": names.word(what_if.setting, value) if what_if.setting else None,
+            "value": value.value if isinstance(value, SyncPattern) else value,
+            "limit": what_if.limit, "actionable": what_if.actionable,
+            "items_per_s": what_if.items_per_s, "step_time_ms": what_if.step_time_ms,
+            "speedup": what_if.speedup}
 
 
 def _data_loader(timeline: Timeline, n: Bottleneck,
@@ -136,6 +181,15 @@ def _balance_advice(timeline: Timeline) -> str:
 
 def _sync(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
     run = timeline.run
+    advice = _execution_advice(timeline, names)
+    advice.append(_balance_advice(timeline))
+    return (f"The IPUs spend {n.sync_wait_share:.0%} of the time waiting in syncs "
+            f"(sync pattern {run.sync_pattern.value}).", advice)
+
+
+def _execution_advice(timeline: Timeline, names: SettingNames) -> list[str]:
+    """What the execution and the sync pattern could do instead, where they let IPUs wait."""
+    run = timeline.run
     advice = []
     if run.execution is Execution.SHARDED and timeline.work.ipus_per_replica > 1:
         advice.append("In sharded execution one IPU computes while the others wait: pipeline "
@@ -154,9 +208,7 @@ def _sync(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, 
         advice.append("SyncPattern.ReplicaAndLadder lets the two halves of the IPUs alternate "
                       "between host I/O and compute, the ping-pong parallel phased execution "
                       "is made for.")
-    advice.append(_balance_advice(timeline))
-    return (f"The IPUs spend {n.sync_wait_share:.0%} of the time waiting in syncs "
-            f"(sync pattern {run.sync_pattern.value}).", advice)
+    return advice
 
 
 def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
@@ -175,6 +227,66 @@ def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[st
     ])
 
 
-_ADVICE = {"data_loader": _data_loader, "host_link": _host_link,
+def _imbalance(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+    times = timeline.stage_times_us()
+    slowest = max(times, key=times.get)
+    mean = sum(times.values()) / len(times)
+    stage = timeline.plan.stages[slowest]
+    idle = timeline.per_ipu()["utilisation"]
+    idlest = int(idle.idxmin())
+    return (f"The pipeline stages are out of balance: model stage {slowest} ({stage.name}) on "
+            f"IPU {stage.ipu} takes {times[slowest]:,.1f} µs per micro-batch against a mean of "
+            f"{mean:,.1f} µs, and sets the pace of every pipeline cycle; IPU {idlest} computes "
+            f"only {idle[idlest]:.0%} of the time.", [
+        f"Move layers off model stage {slowest} onto the lighter stages "
+        f"({names.word('stage_placement')}) until each takes about {mean:,.1f} µs.",
+        _balance_advice(timeline),
+        "Recomputation on the lighter stages, or a different split of the model, moves "
+        "memory and time between the IPUs.",
+    ])
+
+
+def _optimizer_state(timeline: Timeline, n: Bottleneck,
+                     names: SettingNames) -> tuple[str, list[str]]:
+    where = "on chip" if timeline.run.offload.optimizer else "off chip"
+    return (f"Where the optimizer state lives limits the run: keeping it {where} is faster.", [
+        f"Keep the optimizer state {where} ({names.word('optimizer_location')}) while the "
+        "memory allows it.",
+    ])
+
+
+def _unused_ipus(timeline: Timeline, n: Bottleneck,
+                 names: SettingNames) -> tuple[str, list[str]]:
+    used, available = timeline.num_ipus, timeline.system.num_ipus
+    return (f"The run uses {used} of the system's {available} IPUs.", [
+        f"Replicate the model over the idle IPUs ({names.word('replicas')}), then check that "
+        "the host link and the data loader keep up.",
+    ])
+
+
+def _ipu_links(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+    return ("Copies over the IPU-Links (activations between the stages, the gradients' "
+            "all-reduce) limit the run.", [
+        "Place the stages so that fewer or smaller tensors cross between IPUs.",
+        "Fewer IPUs per replica, or accumulating more micro-batches per weight update "
+        f"({names.word('gradient_accumulation')}), spreads the all-reduce over more samples.",
+    ])
+
+
+def _step_overhead(timeline: Timeline, n: Bottleneck,
+                   names: SettingNames) -> tuple[str, list[str]]:
+    return ("The fixed costs of each weight update (the update itself, the gradients' "
+            "all-reduce, streaming phases in and out) limit the run.", [
+        "Accumulate more micro-batches per weight update "
+        f"({names.word('gradient_accumulation')}): each update's fixed costs are then "
+        "spread over more samples.",
+        "Keeping the optimizer state where it is cheapest to update, and sharding it over "
+        "the replicas, shortens each update.",
+    ] + [line for line in _execution_advice(timeline, names) if timeline.run.execution.phased])
+
+
+_ADVICE = {"data_loader": _data_loader, "step_overhead": _step_overhead, "host_link": _host_link,
            "host_round_trip": _host_round_trip, "sync": _sync,
-           "compute": _compute, "pipeline_bubble": _pipeline_bubble}
+           "compute": _compute, "pipeline_bubble": _pipeline_bubble,
+           "imbalance": _imbalance, "optimizer_state": _optimizer_state,
+           "unused_ipus": _unused_ipus, "ipu_links": _ipu_links}

@@ -66,6 +66,14 @@ OTHER_WORDS: MappingProxyType[str, str] = MappingProxyType({
     "output_period": "OutputMode.Final or EveryN",
     "async_loader": "poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async)",
     "loader_workers": "num_workers",
+    "stage_placement": "poptorch.BeginBlock(layer, ipu_id=...) or poptorch.Block(ipu_id=...)",
+    "recompute": ("opts._Popart.set('autoRecomputation', int(poptorch.RecomputationType."
+                  "Pipeline)) with poptorch.recomputationCheckpoint"),
+    "micro_batch": "a smaller batch_size of the poptorch.DataLoader",
+    "allow_out_of_memory": ("opts._Popart.set('engineOptions', "
+                            "{{'debug.allowOutOfMemory': 'true'}})"),
+    "optimizer_location": ("opts.TensorLocations.setOptimizerLocation("
+                           "poptorch.TensorLocationSettings().useOnChipStorage(...))"),
     "loader_miss_sleep": "async_options={{'miss_sleep_time_in_ms': 0}}",
     "loader_epoch_start": ("persistent_workers=True, load_indefinitely=True (the default), a "
                            "larger buffer_size or early_preload=True"),

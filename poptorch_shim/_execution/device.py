@@ -19,13 +19,14 @@ from ipusim import RunConfig, Simulation, Stage, Work
 from ipusim.cost.cost_model import PS_PER_MS, PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from poptorch_shim._core import run_settings
+from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._execution.engine_config import cost_model, instance_system
 from poptorch_shim._run.profiling import model_name
 
 
-def _warn_if_out_of_memory(memory: pd.DataFrame) -> None:
+def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...]) -> None:
     try:
-        check_fits(memory)
+        check_fits(memory, stages, REPORT_NAMES)
     except OutOfMemoryError as error:
         warnings.warn(f"{error} (debug.allowOutOfMemory is set: simulating anyway)",
                       stacklevel=3)
@@ -53,9 +54,9 @@ class SimulatedDevice:
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the
             # memory goes; here the simulation runs and the report shows the excess.
-            _warn_if_out_of_memory(self.memory)
+            _warn_if_out_of_memory(self.memory, self.simulation.plan.stages)
         else:
-            check_fits(self.memory)
+            check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES)
         self.step_durations: list[int] = []
         # `ipusim run` asks for a progress bar of the simulated calls.
         name = model_name(options, run.training)

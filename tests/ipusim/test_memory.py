@@ -152,11 +152,20 @@ def test_out_of_memory_names_the_ipu_and_the_numbers():
     with pytest.raises(OutOfMemoryError) as caught:
         check_fits(table)
     message = str(caught.value)
-    assert message.startswith("Out of memory on IPU 1: the model needs ")
-    assert f"{table['total'][1] / 1e6:.1f} MB" in message
-    assert "weights 1000.0 MB" in message
-    assert f"the IPU has {SPEC.ipu.sram_bytes / 1e6:.1f} MB of SRAM" in message
+    assert message.startswith("Out of memory on IPU 1: it needs ")
+    assert f"{table['total'][1] / 1e6:,.1f} MB" in message
+    assert "weights 1,000.0 MB" in message
+    assert f"but has {SPEC.ipu.sram_bytes / 1e6:,.1f} MB of SRAM" in message
     assert isinstance(caught.value, ValueError)
+    with pytest.raises(OutOfMemoryError) as caught:
+        check_fits(table, huge.stages)
+    message = str(caught.value)
+    assert message.startswith("Out of memory on IPU 1 (model stage b): it needs ")
+    over = table["total"][1] / table["capacity"][1]
+    assert f"({over:.0%})" in message
+    for help_ in ("RunConfig.recompute", "RunConfig.offload.optimizer", "Stage.ipu",
+                  "Work.micro_batch_size"):
+        assert help_ in message
 
 
 def test_the_out_of_memory_threshold_is_the_sram_capacity_exactly():

@@ -334,8 +334,13 @@ def tiny_ipu_options():
 
 def test_a_model_that_does_not_fit_names_the_ipu_and_the_bytes():
     shim = poptorch.inferenceModel(torch.nn.Linear(1000, 1000), tiny_ipu_options())
-    with pytest.raises(ValueError, match=r"Out of memory on IPU 0: the model needs \d+\.\d MB"):
+    with pytest.raises(ValueError, match=r"Out of memory on IPU 0 \(model stage .*\): it needs "
+                                         r"[\d,]+\.\d MB") as caught:
         shim(torch.zeros(1, 1000))
+    message = str(caught.value)  # what would help, in PopTorch's words
+    for option in ("autoRecomputation", "setOptimizerLocation", "poptorch.BeginBlock",
+                   "batch_size", "debug.allowOutOfMemory"):
+        assert option in message
 
 
 def test_profiling_with_allow_out_of_memory_simulates_and_reports_the_excess(tmp_path):
