@@ -90,13 +90,19 @@ class CostModel:
                                                 "(poplibs' IPU model, syncLatencyPerHop, "
                                                 "lib/poplibs_test/Util.cpp:432-438)"})
     host_sync_ps: int = field(
-        default=to_ps(5e-6), metadata={"help": "a sync with the host before a stream copy (GS1)"})
+        default=to_ps(1485e-6 / 4095),
+        metadata={"help": "a sync with the host before a stream copy (GS1): 0.36 us, Graphcore's "
+                          "gc-hostsynclatencytest example (Command Line Tools guide): 4,095 "
+                          "syncs through the host sync proxy, each followed by 32 delays of "
+                          "5 cycles, took 1,485 us (the delays included)"})
     host_link_efficiency: float = field(
         default=0.265, metadata={"help": "fraction of the host link's raw bandwidth that stream "
                                          "copies reach (host-side buffer handling, RDMA through "
                                          "the gateway)"})
     host_transfer_latency_ps: int = field(
-        default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy"})
+        default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy or streaming-"
+                                               "memory transfer: an assumption, no public "
+                                               "figure found (neither sourced nor calibrated)"})
     call_overhead_ps: int = field(
         default=to_ps(15.7e-3), metadata={"help": "calibrated: the host round trip of one call "
                                                 "to the model (PopTorch's call path, the "
@@ -181,11 +187,14 @@ class CostModel:
         (lib/poplibs_test/Util.cpp:432-438), so a larger device syncs slower."""
         return (1 + num_ipus // 4) * self.ipu_sync_hop_ps
 
-    def host_transfer_ps(self, nbytes: float, system: SystemSpec) -> int:
-        """One stream copy of ``nbytes`` over a host link (excluding the sync)."""
+    def host_transfer_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None) -> int:
+        """One stream copy of ``nbytes`` over a host link (excluding the sync) while
+        ``ipus`` IPUs stream: the link's efficiency-limited rate, or its share of the
+        host servers' NICs where a switched Pod's links divide them, if less."""
         if nbytes <= 0:
             return 0
-        rate = system.host_link_bandwidth * self.host_link_efficiency
+        rate = min(system.host_link_bandwidth * self.host_link_efficiency,
+                   system.host_link_share(ipus))
         return self.host_transfer_latency_ps + to_ps(nbytes / rate)
 
     def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
