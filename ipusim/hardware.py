@@ -216,6 +216,18 @@ class SystemSpec:
         metadata={"help": "bandwidth of one host server's NIC each way, bytes/s, shared by "
                           "the host links it serves in a switched Pod (a dual-port 100 GbE "
                           "ConnectX-5: 2 x 12.5 GB/s)"})
+    # Beyond one IPU-Link domain (the 2D torus of a Pod64: IPU-POD64 datasheet 2.1;
+    # PopLibs' collectives count IPU-Link domains, getIpuLinkDomainSize,
+    # lib/popops/ReplicatedCollectives.cpp before commit 887b9d3) the Pods are joined by
+    # each machine's two GW-Links ("2x 100Gbps Gateway-Links for communication between
+    # Bow Pods", Bow-2000 datasheet 1; east and west, Switched GW-Links guide 1.2).
+    ipus_per_link_domain: int = field(
+        default=64, metadata={"help": "IPUs joined by IPU-Links (a Pod64); larger systems "
+                                      "join their domains by GW-Links"})
+    gw_link_bandwidth: float = field(
+        default=25 * GB,
+        metadata={"help": "GW-Link bandwidth of one machine each way, bytes/s, east and west "
+                          "together (2 x 100 Gbps), shared by its IPUs"})
     streaming_memory_bandwidth: float = field(
         default=20 * GB,
         metadata={"help": "bandwidth between an IPU and streaming memory (DDR "
@@ -225,11 +237,11 @@ class SystemSpec:
 
     def __post_init__(self) -> None:
         for name in ("num_ipus", "ipus_per_host_link", "direct_attach_ipus",
-                     "ipus_per_host_server"):
+                     "ipus_per_host_server", "ipus_per_link_domain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
-        for name in ("host_link_bandwidth", "host_server_bandwidth",
+        for name in ("host_link_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
                      "streaming_memory_bandwidth"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"SystemSpec.{name} must be positive, got {getattr(self, name)!r}")

@@ -105,7 +105,8 @@ class ProgramBuilder:
             grads = [0] * self.ipus_per_replica
             for index in indices:
                 grads[self.stages[index].ipu] += self.stages[index].weight_bytes
-            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
+            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu,
+                                             self.spec, self.ipus_per_replica)
                      for g in grads]
             self._collective(ALL_REDUCE, max(times), times, grads, cycle)
         for index in indices:

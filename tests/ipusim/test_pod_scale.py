@@ -1,8 +1,10 @@
-"""From Pod16 to Pod64: where the host links end, and what a Pod16 keeps.
+"""From Pod16 to Pod64 and beyond: where the host links end, what a Pod16 keeps,
+and how Pod64s all-reduce over GW-Links.
 
 A Pod16 attaches each machine's host link directly to its server; a Pod64 is
 switched, and its 16 machines share the host servers' NICs (one dual-port
-100 GbE server by default). Simulated time is exact, so the figures are too.
+100 GbE server by default). Beyond a Pod64's IPU-Link domain the all-reduce adds
+a ring over the machines' GW-Links. Simulated time is exact, so the figures are too.
 """
 from dataclasses import replace
 
@@ -105,6 +107,48 @@ def test_the_new_fields_are_overrides_and_are_checked():
                          ({"direct_attach_ipus": 1.5}, "direct_attach_ipus must be a positive"),
                          ({"host_server_bandwidth": 0}, "host_server_bandwidth must be positive"),
                          ({"host_server_bandwidth": float("nan")},
-                          "host_server_bandwidth must be positive")]:
+                          "host_server_bandwidth must be positive"),
+                         ({"ipus_per_link_domain": 0}, "ipus_per_link_domain must be a positive"),
+                         ({"gw_link_bandwidth": -1}, "gw_link_bandwidth must be positive")]:
         with pytest.raises(ValueError, match=message):
             SystemSpec(**bad)
+
+
+GRADS = 51 * 10**6  # ResNet-50's fp16 gradients
+
+
+def test_within_one_ipu_link_domain_the_all_reduce_is_the_ring_over_the_ipu_links():
+    pod64 = system_spec("bow", 64)
+    for replicas, per_replica in [(4, 1), (16, 1), (64, 1), (16, 4)]:
+        assert DEFAULT.all_reduce_ps(GRADS, replicas, pod64.ipu, pod64, per_replica) == (
+            DEFAULT.all_reduce_ps(GRADS, replicas, pod64.ipu))
+
+
+def test_beyond_a_pod64_the_domains_reduce_over_the_gw_links():
+    pod256 = system_spec("bow", 256)
+    ring = DEFAULT.all_reduce_ps(GRADS, 64, pod256.ipu)  # inside each Pod64
+    # Four domains: each IPU's 1/64 share goes 2 x 3/4 of the way round, at 25 GB/s
+    # of GW-Links a machine shared by its 4 IPUs, in 6 steps that each end in a sync.
+    across = 6 * DEFAULT.ipu_sync_ps(256) + to_ps(1.5 * GRADS / 64 / (25e9 / 4))
+    assert DEFAULT.all_reduce_ps(GRADS, 256, pod256.ipu, pod256, 1) == ring + across
+    # 64 four-IPU replicas: 16 a domain, each IPU's 1/16 share crosses.
+    ring = DEFAULT.all_reduce_ps(GRADS, 16, pod256.ipu)
+    across = 6 * DEFAULT.ipu_sync_ps(256) + to_ps(1.5 * GRADS / 16 / (25e9 / 4))
+    assert DEFAULT.all_reduce_ps(GRADS, 64, pod256.ipu, pod256, 4) == ring + across
+
+
+def test_a_pod256_all_reduce_takes_longer_than_a_pod64s():
+    pod64, pod256 = system_spec("bow", 64), system_spec("bow", 256)
+    assert (DEFAULT.all_reduce_ps(GRADS, 256, pod256.ipu, pod256, 1)
+            > DEFAULT.all_reduce_ps(GRADS, 64, pod64.ipu, pod64, 1))
+
+
+def test_a_simulated_pod256_charges_the_gw_link_phase():
+    work = Work((Stage("s", 0, Cost(time_ps=10**9), Cost(time_ps=2 * 10**9),
+                       weight_bytes=GRADS),))
+    run = RunConfig(replicas=256, gradient_accumulation=2, synthetic_data=True)
+    pod256 = system_spec("bow", 256)
+    events = simulate(work, run, pod256, DEFAULT).events
+    reduces = events[events["kind"] == "all_reduce"]
+    durations = set((reduces["end_ps"] - reduces["start_ps"]).tolist())
+    assert durations == {DEFAULT.all_reduce_ps(GRADS, 256, pod256.ipu, pod256, 1)}
