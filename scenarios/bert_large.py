@@ -31,8 +31,9 @@ SIZES = {"large": (1024, 24, 16, 4096, 30528, (3, 7, 7, 7)),
 
 
 def options(replicas: int = 4, gradient_accumulation: int = 2048) -> poptorch.Options:
-    """Graphcore's phase-1 options for a Bow Pod16."""
-    opts = bow_pod16_options(replicas, gradient_accumulation)
+    """Graphcore's phase-1 options for a Bow Pod16, or the Pod (16 or more
+    IPUs) that ``replicas`` four-IPU replicas fill."""
+    opts = bow_pod16_options(replicas, gradient_accumulation, max(16, 4 * replicas))
     opts.Training.accumulationAndReplicationReductionType(poptorch.ReductionType.Mean)
     opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
     opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.Pipeline))

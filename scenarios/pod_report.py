@@ -15,12 +15,13 @@ import torch
 import poptorch
 
 
-def bow_pod16_options(replicas: int, gradient_accumulation: int):
-    """Timing-only training on a simulated Bow Pod16, one device iteration a
-    step, half partials and only the last micro-batch's outputs returned:
-    what both of Graphcore's configurations share."""
+def bow_pod16_options(replicas: int, gradient_accumulation: int, num_ipus: int = 16):
+    """Timing-only training on a simulated Bow Pod16 (or a Pod of ``num_ipus``:
+    64 for Graphcore's Pod64 configurations), one device iteration a step, half
+    partials and only the last micro-batch's outputs returned: what both of
+    Graphcore's configurations share."""
     opts = poptorch.Options()
-    opts.Simulation.system("bow", 16)
+    opts.Simulation.system("bow", num_ipus)
     opts.Simulation.timingOnly(True)
     opts.replicationFactor(replicas)
     opts.deviceIterations(1)

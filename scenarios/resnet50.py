@@ -53,8 +53,9 @@ def checkpoint_residuals(model: nn.Module) -> None:
 
 
 def options(replicas: int = 16, gradient_accumulation: int = 57) -> poptorch.Options:
-    """Graphcore's ResNet-50 training options for a Bow Pod16."""
-    opts = bow_pod16_options(replicas, gradient_accumulation)
+    """Graphcore's ResNet-50 training options for a Bow Pod16, or the Pod
+    (16 or more IPUs) that ``replicas`` one-IPU replicas fill."""
+    opts = bow_pod16_options(replicas, gradient_accumulation, max(16, replicas))
     opts._Popart.set("autoRecomputation", int(poptorch.RecomputationType.RecomputeAll))
     return opts
 

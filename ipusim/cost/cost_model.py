@@ -90,13 +90,19 @@ class CostModel:
                                                 "(poplibs' IPU model, syncLatencyPerHop, "
                                                 "lib/poplibs_test/Util.cpp:432-438)"})
     host_sync_ps: int = field(
-        default=to_ps(5e-6), metadata={"help": "a sync with the host before a stream copy (GS1)"})
+        default=to_ps(1485e-6 / 4095),
+        metadata={"help": "a sync with the host before a stream copy (GS1): 0.36 us, Graphcore's "
+                          "gc-hostsynclatencytest example (Command Line Tools guide): 4,095 "
+                          "syncs through the host sync proxy, each followed by 32 delays of "
+                          "5 cycles, took 1,485 us (the delays included)"})
     host_link_efficiency: float = field(
         default=0.265, metadata={"help": "fraction of the host link's raw bandwidth that stream "
                                          "copies reach (host-side buffer handling, RDMA through "
                                          "the gateway)"})
     host_transfer_latency_ps: int = field(
-        default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy"})
+        default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy or streaming-"
+                                               "memory transfer: an assumption, no public "
+                                               "figure found (neither sourced nor calibrated)"})
     call_overhead_ps: int = field(
         default=to_ps(15.7e-3), metadata={"help": "calibrated: the host round trip of one call "
                                                 "to the model (PopTorch's call path, the "
@@ -181,11 +187,14 @@ class CostModel:
         (lib/poplibs_test/Util.cpp:432-438), so a larger device syncs slower."""
         return (1 + num_ipus // 4) * self.ipu_sync_hop_ps
 
-    def host_transfer_ps(self, nbytes: float, system: SystemSpec) -> int:
-        """One stream copy of ``nbytes`` over a host link (excluding the sync)."""
+    def host_transfer_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None) -> int:
+        """One stream copy of ``nbytes`` over a host link (excluding the sync) while
+        ``ipus`` IPUs stream: the link's efficiency-limited rate, or its share of the
+        host servers' NICs where a switched Pod's links divide them, if less."""
         if nbytes <= 0:
             return 0
-        rate = system.host_link_bandwidth * self.host_link_efficiency
+        rate = min(system.host_link_bandwidth * self.host_link_efficiency,
+                   system.host_link_share(ipus))
         return self.host_transfer_latency_ps + to_ps(nbytes / rate)
 
     def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
@@ -195,18 +204,40 @@ class CostModel:
             return 0
         return to_ps(nbytes / (ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
 
-    def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec) -> int:
+    def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec,
+                      system: SystemSpec | None = None, ipus_per_replica: int = 1) -> int:
         """A ring all-reduce of ``nbytes`` across ``replicas`` IPUs over all their IPU-Links.
 
         Each IPU sends 2(n-1)/n of the buffer in 2(n-1) steps, each ending in a
         sync of the ring's IPUs. Half of it goes round the ring each way, so
         every full-duplex IPU-Link carries traffic in both directions at once.
+        Replicas of ``ipus_per_replica`` IPUs that fill more than one IPU-Link
+        domain of ``system`` reduce in two levels (:meth:`gw_all_reduce_ps`).
         """
         if replicas <= 1 or nbytes <= 0:
             return 0
+        if system is not None:
+            per_domain = max(1, system.ipus_per_link_domain // ipus_per_replica)
+            if replicas > per_domain:
+                return self.gw_all_reduce_ps(nbytes, replicas, per_domain, ipu, system,
+                                             ipus_per_replica)
         volume = 2 * (replicas - 1) / replicas * nbytes
         rate = 2 * ipu.ipu_links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency
         return 2 * (replicas - 1) * self.ipu_sync_ps(replicas) + to_ps(volume / rate)
+
+    def gw_all_reduce_ps(self, nbytes: float, replicas: int, per_domain: int, ipu: IPUSpec,
+                         system: SystemSpec, ipus_per_replica: int) -> int:
+        """An all-reduce across IPU-Link domains: a ring within each domain (its
+        reduce-scatter and all-gather), and between them a ring all-reduce of each
+        IPU's 1/``per_domain`` share over the machines' GW-Links, which a
+        machine's IPUs share."""
+        domains = -(-replicas // per_domain)
+        share = nbytes / per_domain
+        volume = 2 * (domains - 1) / domains * share
+        rate = system.gw_link_bandwidth / system.ipus_per_host_link  # both ways: east and west
+        across = (2 * (domains - 1) * self.ipu_sync_ps(replicas * ipus_per_replica)
+                  + to_ps(volume / rate))
+        return self.all_reduce_ps(nbytes, per_domain, ipu) + across
 
     def streaming_ps(self, nbytes: float, system: SystemSpec) -> int:
         """Moving ``nbytes`` between an IPU and streaming memory."""

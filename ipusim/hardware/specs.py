@@ -197,6 +197,37 @@ class SystemSpec:
         default=12.5 * GB,
         metadata={"help": "raw bandwidth of one host link each way, bytes/s "
                           "(IPU-M2000: 100 GbE RoCEv2 to the host)"})
+    # Where the host links end: a Pod4 or Pod16 attaches its machines directly to
+    # one host server, a port each ("4 Bow-2000 machines directly attach to a single
+    # host server", Bow-2000 datasheet 2.1); a larger Pod is switched, its machines
+    # reaching 1 to 4 host servers per Pod64 through a ToR switch (IPU-POD64
+    # datasheet 2.1: "Default number of servers is 1"; Bow Pod256: 4 to 16), each
+    # server with a "single/dual port Mellanox ConnectX-5 EN 100Gb/s" NIC (IPU-POD64
+    # Build and Test Guide 4.1.1). There the servers' NICs bound the host I/O.
+    direct_attach_ipus: int = field(
+        default=16, metadata={"help": "largest system whose machines attach directly to the "
+                                      "host server, one NIC port each (Pod16 DA); larger "
+                                      "ones are switched and share the servers' NICs"})
+    ipus_per_host_server: int = field(
+        default=64, metadata={"help": "IPUs one host server serves in a switched Pod (one "
+                                      "server per Pod64, the IPU-POD64 datasheet's default)"})
+    host_server_bandwidth: float = field(
+        default=25 * GB,
+        metadata={"help": "bandwidth of one host server's NIC each way, bytes/s, shared by "
+                          "the host links it serves in a switched Pod (a dual-port 100 GbE "
+                          "ConnectX-5: 2 x 12.5 GB/s)"})
+    # Beyond one IPU-Link domain (the 2D torus of a Pod64: IPU-POD64 datasheet 2.1;
+    # PopLibs' collectives count IPU-Link domains, getIpuLinkDomainSize,
+    # lib/popops/ReplicatedCollectives.cpp before commit 887b9d3) the Pods are joined by
+    # each machine's two GW-Links ("2x 100Gbps Gateway-Links for communication between
+    # Bow Pods", Bow-2000 datasheet 1; east and west, Switched GW-Links guide 1.2).
+    ipus_per_link_domain: int = field(
+        default=64, metadata={"help": "IPUs joined by IPU-Links (a Pod64); larger systems "
+                                      "join their domains by GW-Links"})
+    gw_link_bandwidth: float = field(
+        default=25 * GB,
+        metadata={"help": "GW-Link bandwidth of one machine each way, bytes/s, east and west "
+                          "together (2 x 100 Gbps), shared by its IPUs"})
     streaming_memory_bandwidth: float = field(
         default=20 * GB,
         metadata={"help": "bandwidth between an IPU and streaming memory (DDR "
@@ -205,11 +236,13 @@ class SystemSpec:
         default=128 * 2**30, metadata={"help": "streaming memory per IPU-M2000"})
 
     def __post_init__(self) -> None:
-        for name in ("num_ipus", "ipus_per_host_link"):
+        for name in ("num_ipus", "ipus_per_host_link", "direct_attach_ipus",
+                     "ipus_per_host_server", "ipus_per_link_domain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
-        for name in ("host_link_bandwidth", "streaming_memory_bandwidth"):
+        for name in ("host_link_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
+                     "streaming_memory_bandwidth"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"SystemSpec.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -222,18 +255,31 @@ class SystemSpec:
         """Index of the host link that serves IPU ``ipu`` (an index, or an array of them)."""
         return ipu // self.ipus_per_host_link
 
+    def host_link_share(self, ipus: int | None = None) -> float:
+        """Bandwidth each way one host link gets when ``ipus`` IPUs (all of the
+        system by default) stream at once: its own, or in a switched Pod its
+        share of the host servers' NICs, which all the links in use divide."""
+        if self.num_ipus <= self.direct_attach_ipus:
+            return self.host_link_bandwidth
+        ipus = self.num_ipus if ipus is None else min(max(ipus, 1), self.num_ipus)
+        servers = -(-ipus // self.ipus_per_host_server)
+        links = -(-ipus // self.ipus_per_host_link)
+        return min(self.host_link_bandwidth, servers * self.host_server_bandwidth / links)
+
     def per_instance(self, instances: int, instance_ipus: int) -> SystemSpec:
         """The system as one of ``instances`` host processes (poprun instances)
         of ``instance_ipus`` IPUs each sees it.
 
-        Each instance simulates only its own IPUs, so a host link's bandwidth is
-        divided among the instances co-located on it (fair sharing, where one
-        process's simulation queues the copies first come, first served).
+        Each instance simulates only its own IPUs, so a host link's bandwidth
+        (and its share of a host server's NIC) is divided among the instances
+        co-located on it (fair sharing, where one process's simulation queues
+        the copies first come, first served).
         """
         co_located = min(instances, max(1, self.ipus_per_host_link // instance_ipus))
         if co_located == 1:
             return self
-        return replace(self, host_link_bandwidth=self.host_link_bandwidth / co_located)
+        return replace(self, host_link_bandwidth=self.host_link_bandwidth / co_located,
+                       host_server_bandwidth=self.host_server_bandwidth / co_located)
 
 
 def system_spec(preset: str = "mk2", num_ipus: int = 1, **overrides) -> SystemSpec:

@@ -106,7 +106,8 @@ class ProgramBuilder:
             grads = [0] * self.ipus_per_replica
             for index in indices:
                 grads[self.stages[index].ipu] += self.stages[index].weight_bytes
-            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu)
+            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu,
+                                             self.spec, self.ipus_per_replica)
                      for g in grads]
             self._collective(ALL_REDUCE, max(times), times, grads, cycle)
         for index in indices:
@@ -165,8 +166,9 @@ class ProgramBuilder:
             return
         pattern, n = self.run.sync_pattern, self.num_ipus
         active = set(self._physical[logical_ipu])
-        h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec)
-        d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec)
+        streaming = self.run.total_replicas * self.ipus_per_replica  # share the host servers
+        h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec, streaming)
+        d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec, streaming)
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
             # The I/O tiles meet the host alone: no sync holds the compute tiles.
             prefetch = h2d_bytes > 0 and micro_batch < self.plan.micro_batches_per_step - 1
