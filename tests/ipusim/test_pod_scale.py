@@ -21,8 +21,8 @@ from ipusim import (
     simulate,
     system_spec,
 )
-from ipusim.cost_model import to_ps
-from ipusim.event_kinds import HOST_TO_DEVICE
+from ipusim.cost.cost_model import to_ps
+from ipusim.engine.event_kinds import HOST_TO_DEVICE
 
 IMAGES = 18 * 150_528  # a ResNet-50 micro-batch of 8-bit 224x224 images
 
