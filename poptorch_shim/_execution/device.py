@@ -18,6 +18,7 @@ import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
 from ipusim.cost.cost_model import PS_PER_MS, PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
+from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._execution.engine_config import cost_model, instance_system
@@ -58,6 +59,7 @@ class SimulatedDevice:
         else:
             check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES)
         self.step_durations: list[int] = []
+        self._verdict: tuple[tuple, Verdict] | None = None
         # `ipusim run` asks for a progress bar of the simulated calls.
         name = model_name(options, run.training)
         self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
@@ -76,6 +78,15 @@ class SimulatedDevice:
     @property
     def timeline(self) -> ipusim.Timeline:
         return self.simulation.timeline
+
+    def verdict(self, loader_items_per_s: float | None = None) -> Verdict:
+        """What limits the calls so far, in PopTorch's words: the one verdict the exit
+        line and every report of this model show. It simulates the calls once per
+        what-if, so it is worked out once for each number of calls and loader rate."""
+        key = (self.simulation.steps, loader_items_per_s)
+        if self._verdict is None or self._verdict[0] != key:
+            self._verdict = key, bottleneck(self.timeline, loader_items_per_s, REPORT_NAMES)
+        return self._verdict[1]
 
     def cycle_count(self) -> int:
         """Cycles of the last call at the IPU clock."""

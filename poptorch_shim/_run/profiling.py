@@ -40,6 +40,7 @@ class _Figures:
     name: str
     device: object | None  # the SimulatedDevice, until its figures are taken
     directory: Path | None
+    executor: weakref.ref
     line: str | None = None
 
 
@@ -93,7 +94,8 @@ def register(executor) -> None:
     for one, for the report the runner must write at the end."""
     if collecting:
         name = model_name(executor.options, executor.training)
-        _compiled.append(_Figures(name, executor.device, report_directory(executor)))
+        _compiled.append(_Figures(name, executor.device, report_directory(executor),
+                                  weakref.ref(executor)))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -110,10 +112,27 @@ def _figures_line(entry: _Figures) -> str | None:
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
+    executor = entry.executor()
+    verdict = device.verdict(loader_rate(executor) if executor is not None else None)
     where = f"; report {entry.directory}" if entry.directory is not None else ""
     return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
             f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
-            f"{timeline.bottleneck().kind}{where}")
+            f"{verdict.kind}{_gain(verdict)}{where}")
+
+
+def _gain(verdict) -> str:
+    """What lifting the verdict's limit gains, as the exit line words it."""
+    proof = next((w for w in verdict.what_if if w["limit"] == verdict.kind), None)
+    if proof is None or proof["speedup"] <= 1:
+        return ""
+    return f" ({proof['change']}: {proof['speedup']:.2f}x)"
+
+
+def loader_rate(executor) -> float | None:
+    """The data loader's rate for ``executor``'s verdict: the one the script gave
+    (``Options.Simulation.loaderRate``), else the one measured on its loader."""
+    # The model has its own copy of the options; loaders know the user's.
+    return executor.options.sim_loader_rate or measured_loader_rate(executor._given_options)
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:
@@ -143,15 +162,15 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
-    # The model has its own copy of the options; loaders know the user's.
-    loader_rate = options.sim_loader_rate or measured_loader_rate(executor._given_options)
+    rate = loader_rate(executor)
     plain = user_options(options)
     written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                               loader_items_per_s=loader_rate, names=REPORT_NAMES)
+                               loader_items_per_s=rate, names=REPORT_NAMES,
+                               verdict=executor.device.verdict(rate))
     if options.Distributed.num_processes > 1:
         (directory / JOB_ID_FILE).write_text(run_settings.current().job_id, encoding="utf-8")
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
-                          loader_rate)
+                          rate)
     return written
 
 
