@@ -115,7 +115,9 @@ class ModelCall:
 
 
 _clock: ScriptClock | None = None
+_host_perf_counter_ns = time.perf_counter_ns  # the host's, whatever the script's clock reads
 _calls_ps = 0   # simulated time of every outermost model call this process made
+_host_calls_ns = 0  # and the host's time inside them: the real compute on this CPU
 _in_call = False
 
 
@@ -125,12 +127,18 @@ def simulated_calls_ps() -> int:
     return _calls_ps
 
 
+def host_calls_s() -> float:
+    """This host's seconds inside every model call this process has made: what
+    computing the models for real cost, which a timing-only run does not pay."""
+    return _host_calls_ns / 1e9
+
+
 @contextmanager
 def model_call() -> Iterator[ModelCall]:
     """Time one call to a model: the script's clock replaces the host's time
     inside it by the simulated time the model reports (outside the runner only
     :func:`simulated_calls_ps` counts it)."""
-    global _calls_ps, _in_call
+    global _calls_ps, _host_calls_ns, _in_call
     call = ModelCall()
     if _in_call:  # a call made inside a call
         yield call
@@ -138,11 +146,13 @@ def model_call() -> Iterator[ModelCall]:
     clock, _in_call = _clock, True
     if clock is not None:
         clock.call_started()
+    started = _host_perf_counter_ns()
     try:
         yield call
     finally:
         _in_call = False
         _calls_ps += call.simulated_ps
+        _host_calls_ns += _host_perf_counter_ns() - started
         if clock is not None:
             clock.call_ended(call.simulated_ps)
 

@@ -24,10 +24,13 @@ from pathlib import Path
 from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
+from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._data.data_loader import measured_loader_rate
 from poptorch_shim.options import Options
 
 JOB_ID_FILE = "job-id.txt"
+# Seconds of real compute after which the exit line suggests a timing-only run.
+SLOW_COMPUTE_S = 30.0
 
 # Compiled executors whose report is still to be written.
 _pending: list = []
@@ -148,6 +151,11 @@ def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:
     if lines:
         print(f"\nipusim: simulated figures ({whose}):", *lines, sep="\n",
               file=stream or sys.stderr)
+        computed = host_calls_s()
+        if computed > SLOW_COMPUTE_S:
+            print(f"ipusim: computing the models took {computed:,.0f} s on this CPU; "
+                  "--timing-only (opts.Simulation.timingOnly(True)) gives the same simulated "
+                  "timeline without computing.", file=stream or sys.stderr)
 
 
 def write_report(executor) -> Path | None:
