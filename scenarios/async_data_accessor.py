@@ -1,4 +1,4 @@
-"""AsynchronousDataAccessor (seed 001, listing 4.1): is the data loader the bottleneck?
+"""AsynchronousDataAccessor (the batching guide, listing 4.1): is the loader the bottleneck?
 
 Feeds the guide's ExampleModelWithLoss, as an inference model, from a
 poptorch.DataLoader wrapped in an AsynchronousDataAccessor, for a few batch
@@ -6,7 +6,7 @@ sizes and device-iteration counts. The loader really runs, so its items/s
 is measured on the wall clock (from the first item on, so the worker's
 start-up is not counted); the IPU's items/s comes from the simulated
 timeline. Whichever is lower sets the pace: when the loader is slower the
-IPUs would wait for data (seed 002).
+IPUs would wait for data ("Efficient data loading with PopTorch").
 """
 import argparse
 import time

@@ -1,4 +1,4 @@
-"""Device iterations and batch size (seed 001, listing 4.2), as a PopTorch user writes it.
+"""Device iterations and batch size (the batching guide, listing 4.2), as a user writes it.
 
 Trains the guide's ExampleModelWithLoss on its ExampleDataset with a model
 batch size of 2, once for each device-iteration count asked for. Every call

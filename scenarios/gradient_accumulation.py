@@ -1,4 +1,4 @@
-"""Gradient accumulation (seed 001, listing 4.4), as a PopTorch user writes it.
+"""Gradient accumulation (PopTorch's batching guide, listing 4.4), as a PopTorch user writes it.
 
 Trains the guide's ExampleModelWithLoss with batch size 2, 400 device
 iterations and the gradients of 8 micro-batches accumulated before each

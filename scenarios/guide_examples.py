@@ -1,4 +1,4 @@
-"""The PopTorch user guide's example model, dataset and training loop (seed 001).
+"""The PopTorch user guide's example model, dataset and training loop (PopTorch's batching guide).
 
 Listings 4.1-4.4 share them: the device-iterations, replication,
 gradient-accumulation and asynchronous-accessor scenarios import them from

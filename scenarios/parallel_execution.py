@@ -1,4 +1,4 @@
-"""The batching guide's four-block Network (seed 001, listings 4.5 and 4.6).
+"""The batching guide's four-block Network (PopTorch's batching guide, listings 4.5 and 4.6).
 
 Trains the Network with the pipelined, sharded or serial phased execution
 strategy, optionally with tensors offloaded to streaming memory and with

@@ -1,10 +1,10 @@
-"""Replication factor (seed 001, listing 4.3), as a PopTorch user writes it.
+"""Replication factor (PopTorch's batching guide, listing 4.3), as a PopTorch user writes it.
 
 Trains the guide's ExampleModelWithLoss with 100 device iterations of batch
 size 2 on 4 replicas, then compares 1, 2 and 4 replicas with synthetic and
 with real data. Replicas multiply the samples each call processes; with
 real data they also share the host link, so they scale less than with
-synthetic data (the data-loading tutorial's lesson, seed 002).
+synthetic data (the data-loading tutorial's lesson, "Efficient data loading with PopTorch").
 """
 import argparse
 import sys

@@ -1,4 +1,4 @@
-"""Sync patterns (seed 003): the same pipeline under Full, SinglePipeline and ReplicaAndLadder.
+"""Sync patterns (PopART's performance notes): one pipeline, Full, SinglePipeline, ReplicaAndLadder.
 
 Trains a four-block model pipelined over four IPUs (one stage each) on real
 data, once per sync pattern set with ``opts.syncPattern(...)``. Host I/O

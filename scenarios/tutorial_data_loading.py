@@ -1,4 +1,4 @@
-"""The data-loading tutorial (seed 002), as a PopTorch user writes it.
+"""The data-loading tutorial ("Efficient data loading with PopTorch"), as a PopTorch user writes it.
 
 Run it on the simulator with ``python -m poptorch_shim
 scenarios/tutorial_data_loading.py`` (or ``ipusim run``). It measures the

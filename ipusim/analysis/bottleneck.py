@@ -6,7 +6,7 @@ share of time in stream copies), the IPUs' wait for the host's round trip
 between calls, the pipeline bubble and the time IPUs wait in syncs beyond the
 bubble (IPUs idle through a pipeline's bubble at its exchange syncs). The
 largest score at or above its limit is the bottleneck; a data loader slower
-than the simulated device beats them all (seed 002: compare the loader's
+than the simulated device beats them all (the data-loading tutorial: compare the loader's
 throughput with the model's), and with no score over its limit the run is
 compute-bound. Reached through :meth:`ipusim.Timeline.bottleneck`; the report's
 verdict (:mod:`ipusim.report.verdict`) words it and adds the tutorial's advice.

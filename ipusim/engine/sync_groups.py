@@ -1,7 +1,7 @@
 """Sync groups GS1 and GS2, and the barrier that makes IPUs meet.
 
 Every IPU belongs to one GS1 group (used for host I/O) and to GS2 (all IPUs,
-used for IPU-to-IPU exchange). The sync pattern decides GS1 (seed 003):
+used for IPU-to-IPU exchange). The sync pattern decides GS1 (PopART's performance notes):
 
 | pattern          | GS1                         | GS2      |
 |------------------|-----------------------------|----------|

@@ -141,8 +141,8 @@ def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[
         f"{per_link} IPUs share each host link here ({timeline.run.replicas} replica(s)): fewer "
         "replicas per host link, or more hosts / IPU-M2000s, gives each replica more bandwidth.",
         "Replication stops scaling once the shared host link is saturated: more replicas only "
-        "queue on the link (seed 002: 4 replicas reach 136k items/s with synthetic data but "
-        "36k with real data).",
+        "queue on the link (in the data-loading tutorial 4 replicas reach 136k items/s with "
+        "synthetic data but 36k with real data).",
         "Move fewer bytes per sample: send compact inputs (uint8 or half) and preprocess on the "
         f"IPU; return fewer outputs ({names.word('output_period')}).",
     ] + advice)

@@ -88,7 +88,7 @@ def scenario(tmp_path_factory):
     return get
 
 
-# -- seed 001, listing 4.2: device iterations ------------------------------------------------
+# -- the batching guide, listing 4.2: device iterations --------------------------------------------
 DEVICE_ITERATIONS = ("device_iterations.py", "--device-iterations", "1", "10", "100",
                      "--samples", "1000", "--max-steps", "4")
 
@@ -110,7 +110,7 @@ def test_device_iterations_amortise_the_host_round_trip(scenario):
     result.assert_reports([f"device_iterations_{n}" for n in (1, 10, 100)])
 
 
-# -- seed 001, listing 4.3: replication ---------------------------------------------------------
+# -- the batching guide, listing 4.3: replication --------------------------------------------------
 REPLICATION = ("replication.py", "--replicas", "1", "2", "4", "--device-iterations", "10",
                "--samples", "1000", "--max-steps", "2")
 
@@ -130,7 +130,7 @@ def test_more_replicas_process_more_items_and_synthetic_beats_real(scenario):
                          for d in ("synthetic", "real")])
 
 
-# -- seed 001, listing 4.4: gradient accumulation -------------------------------------------------
+# -- the batching guide, listing 4.4: gradient accumulation ----------------------------------------
 GRADIENT_ACCUMULATION = ("gradient_accumulation.py", "--gradient-accumulation", "1", "8",
                          "--device-iterations", "10", "--samples", "1000", "--max-steps", "2")
 
@@ -146,7 +146,7 @@ def test_gradient_accumulation_updates_once_per_device_iteration(scenario):
     result.assert_reports(["gradient_accumulation_1", "gradient_accumulation_8"])
 
 
-# -- seed 001, listing 4.1: AsynchronousDataAccessor ----------------------------------------------
+# -- the batching guide, listing 4.1: AsynchronousDataAccessor -------------------------------------
 ASYNC = ("async_data_accessor.py", "--batch-size", "16", "--device-iterations", "50",
          "--samples", "4000", "--max-steps", "2")
 
@@ -162,7 +162,7 @@ def test_async_accessor_compares_the_loader_with_the_simulated_ipus(scenario):
     result.assert_reports(["async_bs16_di50_r1"])
 
 
-# -- seed 003: sync patterns ---------------------------------------------------------------------
+# -- PopART's performance notes: sync patterns -----------------------------------------------------
 SYNC_PATTERNS = ("sync_patterns.py", "--gradient-accumulation", "8", "--samples", "128",
                  "--max-steps", "1")
 
@@ -193,7 +193,7 @@ def test_parallel_phases_ping_pong_unless_a_full_sync_holds_them(scenario):
     result.assert_reports([f"sync_{pattern}_parallel_phased" for pattern in rows])
 
 
-# -- seed 002: the data-loading tutorial ---------------------------------------------------------
+# -- the data-loading tutorial: the data-loading tutorial ------------------------------------------
 TUTORIAL = ("tutorial_data_loading.py", "--samples", "640", "--max-steps", "1", "--workers", "1",
             "--device-iterations", "5")
 
@@ -212,7 +212,7 @@ def test_tutorial_synthetic_beats_real_and_replicas_scale(scenario):
     result.assert_reports([f"tutorial_r{r}_{d}" for r in (1, 4) for d in ("synthetic", "real")])
 
 
-# -- seed 001, listings 4.5 and 4.6: parallel execution strategies --------------------------------
+# -- the batching guide, listings 4.5 and 4.6: parallel execution strategies -----------------------
 def parallel(scenario, strategy: str, *extra: str) -> tuple[dict, list, Scenario]:
     """The parallel-execution scenario's headline figures and memory per IPU."""
     result = scenario("parallel_execution.py", "--strategy", strategy, "--samples", "256",

@@ -1,4 +1,4 @@
-"""The DataLoader times itself, and a slow one is named the bottleneck (seed 002's question)."""
+"""The DataLoader times itself, and a slow one is the bottleneck (the data-loading tutorial)."""
 import json
 import time
 

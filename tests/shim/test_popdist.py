@@ -116,7 +116,7 @@ def test_a_malformed_variable_is_named(monkeypatch):
 
 
 @pytest.mark.parametrize("replicas, instances, batch, steps, step_size", [
-    (8, 4, 32, 195, 64),   # seed 004, step 3
+    (8, 4, 32, 195, 64),   # the distributed data-loading chapter, step 3
     (4, 4, 32, 390, 32),
     (6, 3, 5, 1666, 10),
 ])

@@ -141,7 +141,7 @@ def test_only_output_from_one_instance(capsys):
     assert capsys.readouterr().out.splitlines() == ["[1,1]<stdout>:1"]
 
 
-# -- seed 004 ------------------------------------------------------------------------------
+# -- the distributed data-loading chapter ---------------------------------------------------------
 SEED_LINES = ["* dataset size: 50000", "* dataloader size: {size}", "* batch size: {batch}"]
 
 

@@ -1,6 +1,6 @@
 """Stage-by-stage compute gives plain torch's numbers, and profiles each stage.
 
-The batching guide's four-block Network (seed 001, listing 4.5, as the
+The batching guide's four-block Network (the batching guide, listing 4.5, as the
 parallel-execution scenario writes it) is trained
 with each execution strategy on 8 micro-batches of 2 and compared with plain
 torch on the concatenated batch of 16. AdamW divides each gradient by its
