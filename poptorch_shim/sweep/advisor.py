@@ -44,6 +44,15 @@ class Advice:
     results: pd.DataFrame  # every simulated point, fastest fitting first
     settings: dict[str, Any] | None  # the best point's settings (None: nothing fits)
     searched: str  # "exhaustive" or "optuna"
+    yours: int | None = None  # the row of ``results`` that runs as the script does
+
+    @property
+    def your_rank(self) -> int | None:
+        """The script's own configuration's place among those that fit (1 = the
+        best), or None when it does not fit or PopTorch refuses it."""
+        if self.yours is None or not _fits(self.results).iloc[self.yours]:
+            return None
+        return self.yours + 1
 
     @property
     def best(self) -> pd.Series | None:
@@ -87,6 +96,22 @@ def search_space(measurements: Measurements, ipus: int, system: str) -> tuple[di
     return fixed, space
 
 
+def your_point(measurements: Measurements, fixed: dict) -> dict:
+    """The script's own configuration as a point of the search: its replicas,
+    micro-batch and gradient accumulation (training) or device iterations
+    (inference); what the search does not set stays as the script sets it."""
+    case = measurements.case({})
+    counts = MicroBatchCounts.of(case.options)
+    point = {key: value for key, value in fixed.items() if key != "global_batch"}
+    point[REPLICAS] = counts.replicas
+    point[sweep_settings.MICRO_BATCH] = micro_batch_size(case)
+    if case.training:
+        point[ACCUMULATION] = counts.gradient_accumulation
+    else:
+        point[DEVICE_ITERATIONS] = counts.device_iterations
+    return point
+
+
 def _points(fixed: dict, space: dict, combos: list[tuple]) -> list[dict]:
     """Settings of each combination; in training the gradient accumulation
     keeps the global batch (combinations where it cannot are left out)."""
@@ -126,14 +151,24 @@ def advise(source: ModelSource, ipus: int = 16, system: str = "bow", top: int = 
     else:
         rows = _optuna_search(spec, fixed, space, trials, seed, backend, progress, measurements)
         searched = "optuna"
-    return _advice(rows, searched)
+    yours = your_point(measurements, fixed)
+    yours_id = spec.point_id(yours)
+    if all(row["point_id"] != yours_id for row in rows):
+        rows += run_points(spec, [yours], None, backend, False, measurements=measurements,
+                           first_index=len(rows))
+    return _advice(rows, searched, yours_id)
 
 
-def _advice(rows: list[dict], searched: str) -> Advice:
+def _fits(table: pd.DataFrame) -> pd.Series:
+    """Which points PopTorch accepts and fit in memory."""
+    return table["error"].isna() & table["fits"].fillna(False).astype(bool)
+
+
+def _advice(rows: list[dict], searched: str, yours_id: str | None = None) -> Advice:
     import json
 
     table = normalised(pd.DataFrame(rows))
-    fitting = table["error"].isna() & table["fits"].fillna(False).astype(bool)
+    fitting = _fits(table)
     table = table.assign(_fits=fitting).sort_values(
         ["_fits", THROUGHPUT], ascending=[False, False], kind="stable",
         ignore_index=True, na_position="last").drop(columns="_fits")
@@ -141,7 +176,8 @@ def _advice(rows: list[dict], searched: str) -> Advice:
     if best is not None:  # in the order a person writes them
         best = dict(sorted(best.items(), key=lambda item: _ORDER.index(item[0])
                            if item[0] in _ORDER else len(_ORDER)))
-    return Advice(table, best, searched)
+    mine = table.index[table["point_id"] == yours_id]
+    return Advice(table, best, searched, int(mine[0]) if len(mine) else None)
 
 
 def _optuna_search(spec: SweepSpec, fixed: dict, space: dict, trials: int, seed: int,
@@ -182,8 +218,19 @@ def describe(advice: Advice, ipus: int, system: str, top: int = 5) -> str:
     lines = [f"Searched {len(table)} configurations ({advice.searched}) on {ipus} "
              f"{system} IPUs."]
     if advice.settings is None:
-        lines.append("None fits in memory; the errors and memory needs of the closest:")
-        lines.append(table.head(top)[["config", "memory_max(MB)", "error"]].to_string())
+        refused = table["error"].notna()
+        if refused.all():
+            reasons = table["error"].value_counts()
+            lines.append(f"PopTorch refuses every configuration tried; the most common reason "
+                         f"({reasons.iloc[0]} of {len(table)}):")
+            lines.append(f"  {reasons.index[0]}")
+            lines.append("Change the script's options as the reason says (for a pipeline: a "
+                         "gradient accumulation of at least 2F - 1 for F stages), then ask again.")
+        else:
+            lines.append("None fits in memory; the memory needs of the closest, and why "
+                         "PopTorch refuses the others:")
+            lines.append(table.head(top)[["config", "memory_max(MB)", "error"]].to_string())
+        lines.append(_yours(advice))
         return "\n".join(lines)
     best = advice.best
     lines += [
@@ -194,10 +241,29 @@ def describe(advice: Advice, ipus: int, system: str, top: int = 5) -> str:
         f"{best['host_io_share']:.1%}, sync wait {best['sync_wait_share']:.1%}",
         f"  memory {best['memory_max(MB)']:.1f} MB of {best['capacity(MB)']:.1f} MB on the "
         "fullest IPU",
-        "", advice.code(), "", "Runners-up:"]
+        _yours(advice), "", advice.code(), "", "Runners-up:"]
     shown = [REPLICAS, ACCUMULATION, DEVICE_ITERATIONS, sweep_settings.MICRO_BATCH,
              sweep_settings.RECOMPUTATION, OPTIMIZER_LOCATION, THROUGHPUT, "memory_max(MB)",
              "fits"]
     runners = table.iloc[1:top + 1][[c for c in shown if c in table]]
     lines.append(runners.to_string(float_format=lambda v: f"{v:,.1f}"))
     return "\n".join(lines)
+
+
+def _yours(advice: Advice) -> str:
+    """Where the script's own configuration stands among those tried."""
+    table = advice.results
+    if advice.yours is None:
+        return "Yours: not among those tried."
+    row = table.iloc[advice.yours]
+    if isinstance(row["error"], str):
+        return f"Yours: refused by PopTorch: {row['error']}"
+    if advice.your_rank is None:
+        return (f"Yours: does not fit ({row['memory_max(MB)']:,.1f} MB on the fullest IPU of "
+                f"{row['capacity(MB)']:,.1f} MB).")
+    fitting = int(_fits(table).sum())
+    best = table.iloc[0][THROUGHPUT]
+    slower = ("the best" if advice.your_rank == 1 else
+              f"{best / row[THROUGHPUT]:.1f}x slower than the best")
+    return (f"Yours: #{advice.your_rank} of {fitting} that fit, {row[THROUGHPUT]:,.0f} items/s, "
+            f"{slower}.")

@@ -37,6 +37,7 @@ from poptorch_shim.strategies import PipelinedExecution, Stage
 MICRO_BATCH, PRECISION, RECOMPUTATION, PIPELINE = "micro_batch", "precision", "recomputation", \
     "pipeline"
 MODEL_PREFIX = "model."
+SIMULATION_PREFIX = "Simulation."  # ipusim's own options (the machine simulated), not PopTorch's
 PRECISIONS = {"float16": torch.float16, "float32": torch.float32}
 # Settings that change what is measured: points that share them share a measurement.
 MEASURED = (MICRO_BATCH, PRECISION, PIPELINE)
@@ -75,16 +76,21 @@ def _location(calls: dict) -> TensorLocationSettings:
     return settings
 
 
+def _split(value: Any) -> tuple[list, dict]:
+    """A setting's value as the positional and keyword arguments of its call: a
+    table last in a list gives keywords (``["mk2", 4, {clock_hz = 1.2e9}]``)."""
+    values = value if isinstance(value, list) else [value]
+    keywords = values[-1] if values and isinstance(values[-1], dict) else {}
+    return (values[:-1] if keywords else values), keywords
+
+
 def _arguments(name: str, value: Any) -> tuple[list, dict]:
-    """Positional and keyword arguments of the call: a table last in a list
-    gives keywords (``["mk2", 4, {clock_hz = 1.2e9}]``)."""
+    """Positional and keyword arguments of the call, converted to the options' types."""
     values = value if isinstance(value, list) else [value]
     if name.endswith("Location") and len(values) == 1 and isinstance(values[0], dict):
         return [_location(values[0])], {}
-    keywords = values[-1] if values and isinstance(values[-1], dict) else {}
-    if keywords:
-        values = values[:-1]
-    return [convert(v) for v in values], {key: convert(v) for key, v in keywords.items()}
+    positional, keywords = _split(value)
+    return [convert(v) for v in positional], {key: convert(v) for key, v in keywords.items()}
 
 
 def _setter(options: Options, name: str):
@@ -162,8 +168,14 @@ def as_code(settings: dict[str, Any]) -> str:
                                for block, ipu in value.items())
             lines.append(f"opts.setExecutionStrategy(poptorch.PipelinedExecution({stages}))")
         elif name == RECOMPUTATION:
+            # PopART's option takes the enum's value (PopTorch documents
+            # `opts._Popart.set("autoRecomputation", 3)  # RecomputationType::Pipeline`).
             lines.append(f'opts._Popart.set("autoRecomputation", '
-                         f'int(poptorch.RecomputationType.{value}))')
+                         f'{int(enums.RecomputationType[value])})  # RecomputationType::{value}')
+        elif name.startswith(SIMULATION_PREFIX):
+            # ipusim's own options: what to simulate, not a PopTorch setting.
+            lines.append(f"# simulated with ipusim's opts.{name}({_call_text(value)}) "
+                         "(not a PopTorch option)")
         else:
             values = value if isinstance(value, list) else [value]
             if name.endswith("Location") and len(values) == 1 and isinstance(values[0], dict):
@@ -171,8 +183,13 @@ def as_code(settings: dict[str, Any]) -> str:
                                 in values[0].items())
                 arguments = f"poptorch.TensorLocationSettings(){calls}"
             else:
-                keywords = values[-1] if values and isinstance(values[-1], dict) else {}
-                arguments = ", ".join([_literal(v) for v in values[:len(values) - bool(keywords)]]
-                                      + [f"{key}={_literal(v)}" for key, v in keywords.items()])
+                arguments = _call_text(value)
             lines.append(f"opts.{name}({arguments})")
     return "\n".join(lines)
+
+
+def _call_text(value: Any) -> str:
+    """A setting's value as the arguments of its call, as code."""
+    positional, keywords = _split(value)
+    return ", ".join([_literal(v) for v in positional]
+                     + [f"{key}={_literal(v)}" for key, v in keywords.items()])

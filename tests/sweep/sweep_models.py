@@ -19,7 +19,7 @@ class Layers(nn.Module):
 
 
 def pipelined(width: int = 32, layers: int = 4, ipus: int = 2, micro_batch: int = 4,
-              sram_per_tile_bytes: int | None = None):
+              sram_per_tile_bytes: int | None = None, accumulation: int = 8):
     """The layers over ``ipus`` IPUs (blocks L0, L1, ...), on 8 simulated Mk2
     IPUs (with less SRAM per tile if asked), SGD with momentum."""
     model = Layers(width, layers)
@@ -28,7 +28,7 @@ def pipelined(width: int = 32, layers: int = 4, ipus: int = 2, micro_batch: int 
     opts = poptorch.Options()
     overrides = {} if sram_per_tile_bytes is None else {"sram_per_tile_bytes": sram_per_tile_bytes}
     opts.Simulation.system("mk2", 8, **overrides)
-    opts.Training.gradientAccumulation(8)
+    opts.Training.gradientAccumulation(accumulation)
     optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     inputs = (torch.randn(micro_batch, width), torch.randint(0, width, (micro_batch,)))
     return model, inputs, opts, optimizer

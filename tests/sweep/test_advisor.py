@@ -10,7 +10,7 @@ import torch
 import poptorch_shim as poptorch
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import InProcess, ModelSource
-from poptorch_shim.sweep.advisor import advise
+from poptorch_shim.sweep.advisor import advise, describe
 
 THROUGHPUT = "throughput(items/s)"
 TILES = 1472  # of a Mk2 IPU: the system's SRAM is set per tile
@@ -52,7 +52,9 @@ def test_the_fastest_that_fits_when_the_fastest_does_not(roomy):
     made = namespace["opts"]
     assert made.replication_factor == tight.settings["replicationFactor"]
     assert made.Training.gradient_accumulation == tight.settings["Training.gradientAccumulation"]
-    assert made.sim_overrides == {"sram_per_tile_bytes": per_tile}
+    assert f"sram_per_tile_bytes={per_tile}" in tight.code()  # a comment: ipusim's machine
+    assert not any("Simulation" in line for line in tight.code().splitlines()
+                   if not line.lstrip().startswith("#"))
 
 
 def test_a_large_space_is_searched_with_optuna(roomy):
@@ -72,3 +74,30 @@ def test_ipusim_advise_prints_the_code_and_the_runners_up(capsys):
     assert status == 0
     assert "Fastest that fits:" in out and "opts.Simulation.system('bow', 4)" in out
     assert "Runners-up:" in out
+
+
+def test_the_scripts_own_configuration_is_ranked_among_those_tried(roomy):
+    mine = roomy.results.iloc[roomy.yours]
+    assert (mine["replicationFactor"], mine["micro_batch"],
+            mine["Training.gradientAccumulation"]) == (1, 4, 8)  # as the script sets them
+    assert roomy.your_rank == roomy.yours + 1
+    text = describe(roomy, 8, "mk2")
+    fitting = int((roomy.results["error"].isna()
+                   & roomy.results["fits"].fillna(False).astype(bool)).sum())
+    slower = roomy.best[THROUGHPUT] / mine[THROUGHPUT]
+    assert f"Yours: #{roomy.your_rank} of {fitting} that fit, {mine[THROUGHPUT]:,.0f} items/s" \
+        in text
+    assert (f"{slower:.1f}x slower than the best" in text) == (roomy.your_rank > 1)
+
+
+def test_when_poptorch_refuses_every_configuration_the_advisor_says_why_not_memory():
+    # A pipeline of 2 model stages trains 3 pipeline stages: an accumulation of 1 is refused
+    # at every replica count and micro-batch that keeps the script's global batch.
+    refused = advise(ModelSource(factory="sweep_models:pipelined", kwargs={"accumulation": 1}),
+                     ipus=8, system="mk2", backend=InProcess())
+    assert refused.settings is None and refused.results["error"].notna().all()
+    text = describe(refused, 8, "mk2")
+    assert "PopTorch refuses every configuration tried" in text
+    assert "must be greater than or equal to the number of pipeline stages" in text
+    assert "2F - 1" in text and "fits in memory" not in text
+    assert "Yours: refused by PopTorch" in text

@@ -192,13 +192,20 @@ def test_settings_become_the_poptorch_code_that_makes_them():
         "opts.replicationFactor(4)",
         "opts.syncPattern(poptorch.SyncPattern.SinglePipeline)",
         "opts.Precision.setPartialsType(torch.float16)",
-        "opts.Simulation.system('bow', 16, clock_hz=1200000000.0)",
+        "# simulated with ipusim's opts.Simulation.system('bow', 16, clock_hz=1200000000.0) "
+        "(not a PopTorch option)",
         'opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("L0").ipu(0), '
         'poptorch.Stage("L1").ipu(1)))']
     # The code runs and makes the options the sweep simulated.
     opts = poptorch.Options()
     exec(code, {"opts": opts, "poptorch": poptorch, "torch": torch})
-    assert opts.replication_factor == 4 and opts.sim_preset == "bow"
+    assert opts.replication_factor == 4
+    # Only PopTorch's own calls are code: what ipusim simulates is a comment.
+    assert not any("Simulation" in line for line in code.splitlines()
+                   if not line.startswith("#"))
+    recompute = as_code({"recomputation": "Pipeline"})
+    assert recompute == ('opts._Popart.set("autoRecomputation", 3)  '
+                         '# RecomputationType::Pipeline')
 
 
 def test_a_pipeline_split_is_a_block_to_ipu_table(tmp_path):
