@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 import ipusim
+from ipusim.plan.memory import OutOfMemoryError
 from poptorch_shim import enums
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.compile_hooks import compile_hooks
@@ -209,10 +210,15 @@ class PoplarExecutor:
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
-        self._device = SimulatedDevice(
-            self._options, run, stages, batch_size_of(first_micro_batch),
-            input_bytes=tensor_bytes((first_args, first_kwargs)), output_bytes=tensor_bytes(output),
-            optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+        try:
+            self._device = SimulatedDevice(
+                self._options, run, stages, batch_size_of(first_micro_batch),
+                input_bytes=tensor_bytes((first_args, first_kwargs)),
+                output_bytes=tensor_bytes(output),
+                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+        except OutOfMemoryError as error:
+            profiling.write_out_of_memory_report(self, error)  # where the memory goes
+            raise
         profiling.register(self)
         # OnDemand attaches when first run; Never stays offline.
         self._attached = self._options.connection_type is enums.ConnectionType.Always

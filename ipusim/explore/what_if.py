@@ -186,8 +186,10 @@ def _single_pipeline(setup: Setup, plan: EnginePlan) -> Setup | str:
 
 
 def _pipelined(setup: Setup, plan: EnginePlan) -> Setup | str:
-    if setup.run.execution is not Execution.SHARDED or plan.ipus_per_replica < 2:
-        return "only a sharded model over several IPUs can be pipelined instead"
+    if plan.ipus_per_replica < 2:
+        return "one IPU per replica: nothing to pipeline"
+    if setup.run.execution is not Execution.SHARDED:
+        return f"the run is {setup.run.execution.value} already"
     stages = len(plan.stages)
     run = setup.run
     run = (replace(run, execution=Execution.PIPELINED,
@@ -200,7 +202,7 @@ def _pipelined(setup: Setup, plan: EnginePlan) -> Setup | str:
 
 def _parallel_phased(setup: Setup, plan: EnginePlan) -> Setup | str:
     if setup.run.execution is not Execution.PHASED:
-        return "only serial phased execution can run its phases in parallel instead"
+        return "the run has no serial phases to run in parallel"
     return setup._replace(run=replace(setup.run, execution=Execution.PARALLEL_PHASED,
                                       sync_pattern=SyncPattern.REPLICA_AND_LADDER))
 

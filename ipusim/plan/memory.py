@@ -34,7 +34,12 @@ class MemoryModel:
 
 
 class OutOfMemoryError(ValueError):
-    """A model that does not fit an IPU's SRAM."""
+    """A model that does not fit an IPU's SRAM; ``memory`` is the table that says so
+    (:func:`memory_per_ipu`), for a report of where the memory goes."""
+
+    def __init__(self, message: str, memory: pd.DataFrame | None = None):
+        super().__init__(message)
+        self.memory = memory
 
 
 def stash_depth(stage: int, num_stages: int, run: RunConfig) -> int:
@@ -124,7 +129,21 @@ def check_fits(table: pd.DataFrame, stages: tuple[Stage, ...] = (),
     worded by ``names``."""
     for ipu, row in table.iterrows():
         if row["total"] > row["capacity"]:
-            raise OutOfMemoryError(out_of_memory_message(ipu, row, stages, names))
+            raise OutOfMemoryError(out_of_memory_message(ipu, row, stages, names), table)
+
+
+def excess(table: pd.DataFrame) -> str | None:
+    """How far the fullest IPU of a :func:`memory_per_ipu` table is over its SRAM, in
+    words (None when every IPU fits): what every output of a run that does not fit
+    says first."""
+    if fits(table):
+        return None
+    shares = table["total"] / table["capacity"]
+    ipu = int(shares.idxmax())
+    over = table.loc[ipu, "total"] - table.loc[ipu, "capacity"]
+    return (f"Does not fit: IPU {ipu} needs {table.loc[ipu, 'total'] / MB:,.1f} MB of its "
+            f"{table.loc[ipu, 'capacity'] / MB:,.1f} MB ({shares[ipu]:.0%}, "
+            f"{over / MB:,.1f} MB over).")
 
 
 def out_of_memory_message(ipu: int, row: pd.Series, stages: tuple[Stage, ...] = (),

@@ -13,6 +13,7 @@ from ipusim.report.autoreport import (
     load_profile,
     outputs_from_engine_options,
     write_autoreport,
+    write_out_of_memory_report,
 )
 from ipusim.report.chrome_trace import chrome_trace, write_chrome_trace
 from ipusim.report.figures import memory_figure, timeline_figure, utilisation_figure
@@ -25,5 +26,6 @@ __all__ = [
     "load_autoreport", "load_profile", "memory_figure",
     "outputs_from_engine_options", "render_html",
     "text_summary", "timeline_figure", "utilisation_figure", "write_autoreport",
+    "write_out_of_memory_report",
     "write_chrome_trace", "write_html",
 ]

@@ -34,10 +34,10 @@ from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan
-from ipusim.plan.memory import fits
+from ipusim.plan.memory import MB, OutOfMemoryError, fits
 from ipusim.plan.run_config import RunConfig, SettingNames
 from ipusim.report.chrome_trace import write_chrome_trace
-from ipusim.report.html import write_html
+from ipusim.report.html import render_out_of_memory_html, write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
 
@@ -124,6 +124,29 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict)
         (directory / SUMMARY).write_text(text, encoding="utf-8")
+    return directory
+
+
+def write_out_of_memory_report(directory: str | Path, error: OutOfMemoryError,
+                               options: dict | None = None) -> Path:
+    """The report of a model that does not fit, written instead of a run's: the error,
+    every IPU's memory against its SRAM (``profile.json``, a page and a summary), so
+    that a run that ends out of memory still shows where the memory goes."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    table = error.memory
+    profile = {"format": FORMAT, "version": VERSION, "out_of_memory": str(error),
+               "options": options or {},
+               "memory": {"per_ipu": table.reset_index().to_dict("records"), "fits": False}}
+    (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
+    (directory / HTML).write_text(render_out_of_memory_html(table, str(error), directory.name),
+                                  encoding="utf-8")
+    shares = table["total"] / table["capacity"]
+    rows = "\n".join(f"  IPU {ipu}: {row['total'] / MB:,.1f} MB of {row['capacity'] / MB:,.1f} MB"
+                     f" ({shares[ipu]:.0%}){'  OVER' if shares[ipu] > 1 else ''}"
+                     for ipu, row in table.iterrows())
+    (directory / SUMMARY).write_text(f"Out of memory\n  {error}\n\nMemory per IPU\n{rows}\n",
+                                     encoding="utf-8")
     return directory
 
 

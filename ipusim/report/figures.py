@@ -298,7 +298,12 @@ def utilisation_figure(timeline: Timeline, max_ipus: int = 64) -> go.Figure:
 
 def memory_figure(timeline: Timeline) -> go.Figure:
     """SRAM needed on each IPU of a replica, by category, against its capacity."""
-    table = timeline.memory_per_ipu()
+    return memory_table_figure(timeline.memory_per_ipu())
+
+
+def memory_table_figure(table: pd.DataFrame) -> go.Figure:
+    """A :func:`~ipusim.plan.memory.memory_per_ipu` table as stacked bars against the
+    SRAM, each IPU's share of it on top, in red where it is over 100%."""
     labels = [f"IPU {ipu}" for ipu in table.index]
     fig = go.Figure()
     for part, colour in zip(MEMORY_PARTS, _MEMORY_COLOURS):
@@ -310,6 +315,11 @@ def memory_figure(timeline: Timeline) -> go.Figure:
         fig.add_hline(y=capacity, line={"color": "#d62728", "dash": "dash", "width": 2},
                       annotation_text=f"SRAM capacity {capacity:,.0f} MB",
                       annotation_position="top left")
+    shares = table["total"] / table["capacity"]
+    fig.add_trace(go.Scatter(
+        x=labels, y=table["total"] / MB, mode="text", showlegend=False, hoverinfo="skip",
+        text=[f"{share:.0%}" for share in shares], textposition="top center",
+        textfont={"color": ["#d62728" if share > 1 else "#444" for share in shares]}))
     fig.update_layout(title=title, barmode="stack", yaxis={"title": "MB", "range": [0, top]},
                       plot_bgcolor="white", height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40})
     return fig

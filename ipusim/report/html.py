@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -27,6 +28,7 @@ from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
     lane_positions,
     memory_figure,
+    memory_table_figure,
     plotted_window,
     timeline_figure,
     timeline_name,
@@ -49,6 +51,14 @@ h2 { font-size: 1.15rem; margin: 1.6rem 0 0.5rem; }
 .badge { display: inline-block; font-weight: 600; font-size: 0.8rem; padding: 0.1rem 0.5rem;
          border-radius: 0.6rem; background: #eee; margin-right: 0.5rem; }
 .verdict ul { margin: 0.5rem 0 0; padding-left: 1.2rem; }
+table.what-if { border-collapse: collapse; background: white; margin-top: 0.8rem; width: 100%;
+                box-shadow: 0 1px 3px rgba(0,0,0,0.12); font-size: 0.9rem; }
+table.what-if caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
+table.what-if td, table.what-if th { padding: 0.2rem 0.7rem; border-bottom: 1px solid #eee;
+                                     text-align: left; }
+table.what-if td:nth-child(n+3) { text-align: right; font-variant-numeric: tabular-nums; }
+table.what-if tr.limit { background: #fff4e5; font-weight: 600; }
+details { margin-top: 0.4rem; color: #555; font-size: 0.9rem; }
 table.figures { border-collapse: collapse; background: white;
                 box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
 table.figures td, table.figures th { padding: 0.2rem 0.9rem; border-bottom: 1px solid #eee;
@@ -193,7 +203,57 @@ def write_html(timeline: Timeline, path: str | Path, **kwargs) -> Path:
 def _verdict_html(verdict: Verdict) -> str:
     advice = "".join(f"<li>{html.escape(line)}</li>" for line in verdict.advice)
     return (f'<div class="verdict {verdict.kind}"><span class="badge">{verdict.kind}</span>'
-            f"{html.escape(verdict.headline)}<ul>{advice}</ul></div>")
+            f"{html.escape(verdict.headline)}<ul>{advice}</ul></div>{_what_if_html(verdict)}")
+
+
+def _what_if_html(verdict: Verdict) -> str:
+    """Every change the verdict tried, fastest first, and those the run cannot make."""
+    if not verdict.what_if:
+        return ""
+    limit = ' class="limit"'
+    rows = "".join(
+        f"<tr{limit if w['limit'] == verdict.kind else ''}>"
+        f"<td>{html.escape(w['change'])}</td>"
+        f"<td><code>{html.escape(w['option'] or '')}</code>"
+        f"{'' if w['value'] is None else ' → ' + html.escape(str(w['value']))}</td>"
+        f"<td>{w['items_per_s']:,.0f}</td><td>{w['step_time_ms']:,.3f}</td>"
+        f"<td>{w['speedup']:.2f}×</td></tr>" for w in verdict.what_if)
+    left = "".join(f"<li>{html.escape(item['change'])}: {html.escape(item['reason'])}</li>"
+                   for item in verdict.left_out)
+    left_out = (f"<details><summary>Not tried ({len(verdict.left_out)})</summary>"
+                f"<ul>{left}</ul></details>") if left else ""
+    return ('<table class="what-if"><caption>What if: the same calls simulated again with '
+            "one change</caption><tr><th>change</th><th>setting</th><th>items/s</th>"
+            f"<th>step (ms)</th><th>speed-up</th></tr>{rows}</table>{left_out}")
+
+
+def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> str:
+    """The page of a model that does not fit: why, and every IPU's memory against its
+    SRAM (over 100% in red). Nothing was simulated, so it has no timeline."""
+    memory = pio.to_html(memory_table_figure(table), include_plotlyjs=False, full_html=False,
+                         div_id="memory", config=PLOT_CONFIG)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>ipusim report — {html.escape(title)}: out of memory</title>
+<style>{STYLE}</style>
+<script>{_ERROR_HOOK}</script>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head>
+<body>
+<h1>ipusim report — {html.escape(title)}</h1>
+<p class="sub">the model does not fit: nothing was simulated</p>
+<section><h2>Out of memory</h2>
+<div class="verdict out_of_memory"><span class="badge">out_of_memory</span>{html.escape(message)}
+</div></section>
+<h2>Memory per IPU</h2>
+<div class="figure">{memory}</div>
+<pre id="render-check" hidden data-status="pending"></pre>
+<script>{_RENDER_CHECK}</script>
+</body>
+</html>
+"""
 
 
 def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:

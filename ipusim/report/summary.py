@@ -146,7 +146,23 @@ def _verdict(verdict: Verdict) -> str:
     advice = (textwrap.fill(line, 96, initial_indent="  - ", subsequent_indent="    ")
               for line in verdict.advice)
     headline = textwrap.fill(verdict.headline, 96, initial_indent="  ", subsequent_indent="  ")
-    return f"Bottleneck: {verdict.kind}\n{headline}\n" + "\n".join(advice)
+    return f"Bottleneck: {verdict.kind}\n{headline}\n" + "\n".join(advice) + _what_if(verdict)
+
+
+def _what_if(verdict: Verdict) -> str:
+    """The changes the verdict tried, fastest first, as a table; those left out below."""
+    if not verdict.what_if:
+        return ""
+    width = max(len(w["change"]) for w in verdict.what_if)
+    lines = ["", "What if (the same calls simulated again with one change):",
+             f"  {'change':<{width}}  {'items/s':>12}  {'step (ms)':>10}  speed-up  setting"]
+    for w in verdict.what_if:
+        setting = "" if w["option"] is None else w["option"] + (
+            "" if w["value"] is None else f" -> {w['value']}")
+        lines.append(f"  {w['change']:<{width}}  {w['items_per_s']:>12,.0f}  "
+                     f"{w['step_time_ms']:>10,.3f}  {w['speedup']:>7.2f}x  {setting}".rstrip())
+    lines += [f"  not tried: {item['change']} ({item['reason']})" for item in verdict.left_out]
+    return "\n".join(lines)
 
 
 def _indent(text: str, spaces: int = 2) -> str:

@@ -18,6 +18,7 @@ from ipusim.cost.work import Execution
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.explore.diagnosis import Diagnosis, diagnose
 from ipusim.explore.what_if import WhatIf
+from ipusim.plan.memory import excess
 from ipusim.plan.run_config import SettingNames
 
 
@@ -50,8 +51,9 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
     diagnosis = diagnose(timeline, loader_items_per_s)
     found = diagnosis.figures
     headline, advice = _ADVICE[found.kind](timeline, found, names)
-    proof = _proof(diagnosis)
-    return Verdict(**asdict(found), headline=f"{headline} {proof}" if proof else headline,
+    headline = " ".join(part for part in (excess(timeline.memory_per_ipu()), headline,
+                                          _proof(diagnosis)) if part)
+    return Verdict(**asdict(found), headline=headline,
                    advice=tuple(advice),
                    what_if=tuple(what_if_entry(w, timeline, names)
                                  for w in diagnosis.what_ifs.tried),

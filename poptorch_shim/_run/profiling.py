@@ -182,6 +182,18 @@ def write_report(executor) -> Path | None:
     return written
 
 
+def write_out_of_memory_report(executor, error) -> Path | None:
+    """Write the report of an executor whose model does not fit, if it asked for one:
+    the error and every IPU's memory against its SRAM, so the run still leaves a report."""
+    directory = report_directory(executor)
+    if directory is None or getattr(error, "memory", None) is None:
+        return None
+    from ipusim.report import write_out_of_memory_report as write
+    written = write(directory, error, user_options(executor.options))
+    print(f"ipusim: the model does not fit; its memory report is in {written}", file=sys.stderr)
+    return written
+
+
 def _write_job_report(directory: Path, instances: int, options: dict,
                       loader_rate: float | None) -> None:
     """Once every instance of a poprun job has written its report, write the

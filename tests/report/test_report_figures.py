@@ -236,8 +236,11 @@ def test_utilisation_stacks_to_the_whole_span(replicated_timeline):
 def test_memory_bars_match_the_memory_model_on_an_axis_scaled_to_them(pipeline_timeline):
     fig = memory_figure(pipeline_timeline)
     table = memory_per_ipu(pipeline_timeline.work, pipeline_timeline.run, pipeline_timeline.system)
-    stacked = np.sum([trace.y for trace in fig.data], axis=0)
+    stacked = np.sum([trace.y for trace in fig.data if trace.type == "bar"], axis=0)
     np.testing.assert_allclose(stacked, table["total"] / 1e6)
+    shares = next(trace for trace in fig.data if trace.type == "scatter")
+    assert list(shares.text) == [f"{s:.0%}" for s in table["total"] / table["capacity"]]
+    assert set(shares.textfont.color) == {"#444"}  # none over its SRAM
     most, capacity = stacked.max(), pipeline_timeline.system.ipu.sram_bytes / 1e6
     assert most < capacity / 10
     top = fig.layout.yaxis.range[1]

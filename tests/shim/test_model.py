@@ -1,5 +1,6 @@
 """trainingModel / inferenceModel: PopTorch's batching semantics on real torch compute."""
 import copy
+import json
 
 import pytest
 import torch
@@ -369,3 +370,38 @@ def test_the_simulated_outputs_go_back_for_the_micro_batches_the_mode_returns(
     events = model.timeline.events
     sent = events[events["kind"] == "device_to_host"]["micro_batch"].tolist()
     assert sorted(sent) == returned
+
+
+def test_a_model_that_does_not_fit_still_leaves_a_report_of_its_memory(tmp_path):
+    opts = tiny_ipu_options()  # a report asked for, out of memory not allowed
+    opts._Popart.set("engineOptions", {"autoReport.all": "true",
+                                       "autoReport.directory": str(tmp_path)})
+    shim = poptorch.inferenceModel(torch.nn.Linear(1000, 1000), opts)
+    with pytest.raises(ValueError, match="Out of memory on IPU 0") as caught:
+        shim(torch.zeros(1, 1000))
+    directory = tmp_path / "inference"
+    profile = json.loads((directory / "profile.json").read_text())
+    assert profile["out_of_memory"] == str(caught.value)
+    (ipu,) = profile["memory"]["per_ipu"]
+    assert ipu["total"] > ipu["capacity"] and profile["memory"]["fits"] is False
+    page = (directory / "report.html").read_text()
+    assert "out_of_memory" in page and "#d62728" in page  # the share over 100% in red
+    assert f"({ipu['total'] / ipu['capacity']:.0%})  OVER" in \
+        (directory / "summary.txt").read_text()
+
+
+def test_allowed_out_of_memory_every_headline_says_by_how_much(tmp_path):
+    opts = tiny_ipu_options().enableProfiling(str(tmp_path))
+    shim = poptorch.inferenceModel(torch.nn.Linear(1000, 1000), opts)
+    with pytest.warns(UserWarning, match="allowOutOfMemory"):
+        shim(torch.zeros(1, 1000))
+    memory = shim.device.memory
+    over = memory["total"].iloc[0] / memory["capacity"].iloc[0]
+    shim.destroy()
+    directory = tmp_path / "inference"
+    said = f"Does not fit: IPU 0 needs {memory['total'].iloc[0] / 1e6:,.1f} MB"
+    profile = json.loads((directory / "profile.json").read_text())
+    assert profile["verdict"]["headline"].startswith(said)
+    assert f"({over:.0%}, " in profile["verdict"]["headline"]
+    assert said in (directory / "summary.txt").read_text().replace("\n  ", " ")
+    assert said in (directory / "report.html").read_text()
