@@ -41,20 +41,27 @@ class Diagnosis:
 def limit(found: WhatIfs) -> str:
     """The limit :func:`diagnose` names for the changes ``found``.
 
-    Four times the gradient accumulation also runs four times the samples per
-    call, as four times the device iterations does: where it gains no more than
-    :data:`SIGNIFICANT_SPEEDUP` beyond what the device iterations gain, the host
-    round trip both spread is the limit, not the pipeline's bubble or the
-    step's own fixed costs.
+    The changes a user can make to how the model runs come first. Twice the
+    replicas on IPUs the run leaves idle names the limit only when none of them
+    gains :data:`SIGNIFICANT_SPEEDUP`: it says how the system is used, not what
+    limits the model. Four times the gradient accumulation also runs four times
+    the samples per call, as four times the device iterations does: where it
+    gains no more than :data:`SIGNIFICANT_SPEEDUP` beyond what the device
+    iterations gain, the host round trip both spread is the limit, not the
+    pipeline's bubble or the step's own fixed costs.
     """
-    best = found.best(actionable=True)
+    own = [w for w in found.tried if w.actionable and w.limit != "unused_ipus"]
+    best = own[0] if own else None
     if best is not None and best.setting == "gradient_accumulation":
-        calls = next((w for w in found.tried if w.setting == "device_iterations"), None)
+        calls = next((w for w in own if w.setting == "device_iterations"), None)
         if calls is not None and calls.speedup >= SIGNIFICANT_SPEEDUP and \
                 best.speedup < calls.speedup * SIGNIFICANT_SPEEDUP:
             best = calls
     if best is not None and best.speedup >= SIGNIFICANT_SPEEDUP:
         return best.limit
+    spare = found.best(actionable=True)
+    if spare is not None and spare.speedup >= SIGNIFICANT_SPEEDUP:
+        return spare.limit
     physical = [w for w in found.tried if not w.actionable]
     return max(physical, key=lambda w: w.speedup).limit if physical else "compute"
 

@@ -53,6 +53,9 @@ class Change:
     limit: str
     apply: Callable[[Setup, EnginePlan], Setup | str]
     actionable: bool = True
+    # False for a change of the samples per weight update (more accumulation, more
+    # replicas): faster, but the training converges differently.
+    keeps_batch: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,15 +66,10 @@ class WhatIf:
     setting: str | None
     limit: str
     actionable: bool
+    keeps_batch: bool
     items_per_s: float
     step_time_ms: float
     speedup: float
-
-    def to_dict(self) -> dict:
-        """JSON-ready: the fields ``profile.json`` keeps under ``verdict.what_if``."""
-        return {"change": self.change, "setting": self.setting, "limit": self.limit,
-                "actionable": self.actionable, "items_per_s": self.items_per_s,
-                "step_time_ms": self.step_time_ms, "speedup": self.speedup}
 
 
 class LeftOut(NamedTuple):
@@ -90,9 +88,11 @@ class WhatIfs:
     items_per_s: float      # the run as recorded (the loader's rate included)
     step_time_ms: float
 
-    def best(self, actionable: bool = True) -> WhatIf | None:
-        """The change with the largest speed-up (among those a user can make)."""
-        return next((w for w in self.tried if w.actionable or not actionable), None)
+    def best(self, actionable: bool = True, keeps_batch: bool = False) -> WhatIf | None:
+        """The change with the largest speed-up (among those a user can make, and
+        that keep the samples per weight update)."""
+        return next((w for w in self.tried if (w.actionable or not actionable)
+                     and (w.keeps_batch or not keeps_batch)), None)
 
 
 # The changes -----------------------------------------------------------------
@@ -224,14 +224,15 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
         # accumulation spreads the weight update, the all-reduce and streamed phases.
         Change("four times the gradient accumulation", "gradient_accumulation",
                "pipeline_bubble" if run.execution is Execution.PIPELINED else "step_overhead",
-               _accumulation),
+               _accumulation, keeps_batch=not run.training),
         # An inference pipeline runs a call's micro-batches through one fill and drain.
         Change("four times the device iterations", "device_iterations",
                "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
                else "host_round_trip", _device_iterations),
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
-        Change("twice the replicas", "replicas", "unused_ipus", _replicas),
+        Change("twice the replicas", "replicas", "unused_ipus", _replicas,
+               keeps_batch=not run.training),
         Change("the SinglePipeline sync pattern", "sync_pattern", "sync", _single_pipeline),
         Change("pipelined execution", "pipelined", "sync", _pipelined),
         Change("parallel phased execution with the ReplicaAndLadder sync pattern",
@@ -288,7 +289,7 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
             continue
         rate, step_ms = delivered(changed, loader=change.limit != "data_loader")
         tried.append(WhatIf(change.change, change.setting, change.limit, change.actionable,
-                            rate, step_ms, rate / recorded))
+                            change.keeps_batch, rate, step_ms, rate / recorded))
     tried.sort(key=lambda w: -w.speedup)
     return WhatIfs(tuple(tried), tuple(left_out), recorded, recorded_ms)
 

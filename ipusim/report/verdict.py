@@ -77,13 +77,12 @@ def what_if_entry(what_if: WhatIf, timeline: Timeline, names: SettingNames) -> d
     setting does) and the value it sets, its throughput, step time and speed-up."""
     run = timeline.run
     values = {"gradient_accumulation": run.gradient_accumulation * 4,
-              "device_iterations": run.device_iterations * 4, "replicas": run.replicas * 2,
-              "sync_pattern": SyncPattern.SINGLE_PIPELINE}
-    value = values.get(what_if.setting)
-    return {"change": what_if.change,
-            "option": names.word(what_if.setting, value) if what_if.setting else None,
-            "value": value.value if isinstance(value, SyncPattern) else value,
+              "device_iterations": run.device_iterations * 4, "replicas": run.replicas * 2}
+    option = (names.word(what_if.setting, SyncPattern.SINGLE_PIPELINE) if what_if.setting
+              else None)  # the sync pattern's word holds the pattern suggested
+    return {"change": what_if.change, "option": option, "value": values.get(what_if.setting),
             "limit": what_if.limit, "actionable": what_if.actionable,
+            "keeps_batch": what_if.keeps_batch,
             "items_per_s": what_if.items_per_s, "step_time_ms": what_if.step_time_ms,
             "speedup": what_if.speedup}
 
