@@ -14,6 +14,7 @@ import pickle
 import tempfile
 from typing import Any
 
+from poptorch_shim._aliases import ipusim_aliases as _aliases
 from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.item_structure import ItemLayout
 from poptorch_shim._data.ring_buffer import SharedRing
@@ -59,8 +60,11 @@ class WorkerHandle:
                 # Kept until the worker has loaded it (after the handshake).
                 source = _pickle_to_file(dataset, stack, strategy)
             host_conn, worker_conn = context.Pipe(duplex=True)
+            # The aliases first: unpickling them in a spawned worker installs
+            # them before the dataset, whose module may `import poptorch`.
             process = context.Process(
-                target=worker_main, args=(worker_conn, [source], config),
+                target=worker_main,
+                args=(_aliases.for_child(), worker_conn, [source], config),
                 name="AsynchronousDataAccessor worker")
             try:
                 process.start()
