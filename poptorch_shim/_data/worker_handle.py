@@ -2,7 +2,8 @@
 process, runs the start-up handshake, reports the worker's failures and, when
 closed, stops the worker and releases the ring buffer.
 
-Starting returns at once, as PopTorch's accessor does: the worker imports,
+Starting returns at once (PopTorch's accessor waits for the worker's first
+item; this one does not): the worker imports,
 unpickles the dataset and loads its first item while the host goes on, and
 a thread of the host runs the handshake (the layout, the ring, its unlinking)
 as soon as the worker is ready for it, so that an early preload fills the

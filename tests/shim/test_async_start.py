@@ -1,8 +1,7 @@
-"""The asynchronous loader's constructor returns at once, as PopTorch's does:
-the worker process starts, unpickles the dataset and preloads in the
-background, and the first ``next()`` waits for it. Graphcore's
-efficient-data-loading tutorial times its loop after building the loader, so
-the preload must not happen inside ``poptorch.DataLoader(...)``.
+"""The asynchronous loader's constructor returns at once: the worker process
+starts, unpickles the dataset and preloads in the background, and the first
+``next()`` waits for it. (PopTorch's own constructor waits for the worker's
+first item; the shim's does not.)
 
 Every failure stays clear: a worker that fails or dies while it starts makes
 the first iteration raise its error, quickly, leaving no process and no
