@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add ``run``, ``sweep`` and ``advise`` to ``ipusim``'s sub-parsers."""
+    """Add ``run``, ``sweep``, ``advise`` and ``alias`` to ``ipusim``'s sub-parsers."""
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
         usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] "

@@ -3,12 +3,12 @@ process, runs the start-up handshake, reports the worker's failures and, when
 closed, stops the worker and releases the ring buffer.
 
 Starting returns at once (PopTorch's accessor waits for the worker's first
-item; this one does not): the worker imports,
-unpickles the dataset and loads its first item while the host goes on, and
-a thread of the host runs the handshake (the layout, the ring, its unlinking)
-as soon as the worker is ready for it, so that an early preload fills the
-ring in the background too. :meth:`WorkerHandle.ready` waits for that thread
-and raises how the start-up failed; nothing else touches the pipe before.
+item; this one does not): the worker imports, unpickles the dataset and loads
+its first item while the host goes on, and a thread of the host runs the
+handshake (the layout, the ring, its unlinking) as soon as the worker is
+ready for it, so that an early preload fills the ring in the background too.
+:meth:`WorkerHandle.ready` waits for that thread and raises how the start-up
+failed; nothing else touches the pipe before.
 
 It is kept apart from the accessor so that ``weakref.finalize`` can close it
 when the accessor is garbage collected or the interpreter exits, without the
