@@ -120,7 +120,7 @@ def test_alias_install_and_remove_a_pth_file(tmp_path, capsys):
     assert pth.read_text().splitlines()[1] == str(_aliases.ALIASES)
     assert "is now ipusim's shim" in capsys.readouterr().out
     assert alias("status", "--site-packages", str(tmp_path)) == 0
-    assert "installed" in capsys.readouterr().out
+    assert "ipusim alias: installed (" in capsys.readouterr().out
     assert alias("remove", "--site-packages", str(tmp_path)) == 0
     assert not pth.exists()
     assert alias("remove", "--site-packages", str(tmp_path)) == 0
