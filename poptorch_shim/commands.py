@@ -1,4 +1,5 @@
-"""The ``ipusim`` commands that run PopTorch scripts: ``run``, ``sweep`` and ``advise``.
+"""The ``ipusim`` commands that run PopTorch scripts: ``run``, ``sweep`` and ``advise``,
+and ``alias``, which makes ``import poptorch`` the shim in a whole environment.
 
 They live with the shim, the layer that runs torch code; :func:`add_commands`
 adds them to the parser of :mod:`ipusim.cli` (which reads saved profiles),
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add ``run``, ``sweep`` and ``advise`` to ``ipusim``'s sub-parsers."""
+    """Add ``run``, ``sweep``, ``advise`` and ``alias`` to ``ipusim``'s sub-parsers."""
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
         usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] "
@@ -90,6 +91,19 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help="configurations Optuna tries in a large space (default: 48)")
     advise.add_argument("--exhaustive-limit", type=int, default=64, metavar="N",
                         help="search exhaustively up to N configurations (default: 64)")
+    alias = commands.add_parser(
+        "alias", help="make `import poptorch` mean the shim in this whole environment",
+        description="install: write a .pth file into this environment's site-packages so that\n"
+                    "every interpreter of it (pytest, notebooks, spawned workers) imports\n"
+                    "ipusim's PopTorch shim as `poptorch` and `popdist`; refused where a real\n"
+                    "PopTorch is installed. remove: delete that file. status: say which is on.",
+        epilog="example: .venv/bin/ipusim alias install && .venv/bin/python -m pytest tests/",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    alias.add_argument("action", choices=("install", "remove", "status"))
+    alias.add_argument("--site-packages", metavar="DIR", default=None,
+                       help="the site-packages folder (default: this interpreter's, "
+                            "the venv's in a venv)")
+    alias.set_defaults(handler=_alias)
     for sub, handler in ((sweep, _sweep), (advise, _advise)):
         sub.add_argument("--workers", type=int, default=None, metavar="N",
                          help="local worker processes (default: one per core; 0: in this "
@@ -148,6 +162,29 @@ def _advise(args: argparse.Namespace) -> int:
     from poptorch_shim.sweep.cli import run_advise
 
     return run_advise(args)
+
+
+def _alias(args: argparse.Namespace) -> int:
+    from poptorch_shim._aliases import ipusim_aliases as _aliases
+
+    site = Path(args.site_packages) if args.site_packages else _aliases.site_packages()
+    pth = site / _aliases.PTH_NAME
+    try:
+        if args.action == "install":
+            _aliases.install_in_site(site)
+            print(f"ipusim alias: `import poptorch` is now ipusim's shim in {site} ({pth.name}; "
+                  "`ipusim alias remove` undoes it)")
+        elif args.action == "remove":
+            removed = _aliases.remove_from_site(site)
+            print(f"ipusim alias: removed {removed}" if removed else
+                  f"ipusim alias: no alias was installed in {site}")
+        else:
+            print(f"ipusim alias: installed ({pth})" if pth.is_file() else
+                  f"ipusim alias: not installed in {site}")
+    except OSError as error:
+        print(f"ipusim alias {args.action}: error: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _check_writable(directory: Path) -> None:

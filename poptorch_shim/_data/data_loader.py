@@ -13,7 +13,9 @@ import torch
 from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.shard_sampler import ShardSampler
+from poptorch_shim.custom_args import parser_for
 from poptorch_shim.enums import DataLoaderMode
+from poptorch_shim.errors import Error
 from poptorch_shim.options import Options
 
 # Loaders of this process, so a model's report can find the one feeding it.
@@ -58,6 +60,7 @@ class DataLoader(torch.utils.data.DataLoader):
                  mode: DataLoaderMode = DataLoaderMode.Sync,
                  async_options: dict[str, Any] | None = None,
                  rebatched_worker_size: int | None = None,
+                 batch_sampler: Any = None,
                  **kwargs):
         """
         :param options: Options that will be used to compile and run the
@@ -86,6 +89,15 @@ class DataLoader(torch.utils.data.DataLoader):
         :param rebatched_worker_size: With ``AsyncRebatched``, the batch size
             the workers load; by default the combined batch size. It must not
             exceed the combined batch size.
+        :param batch_sampler: Draws the indices of each batch, as in
+            ``torch.utils.data.DataLoader``; mutually exclusive with
+            ``batch_size`` and ``shuffle``. As in PopTorch, the sampler's
+            batches (``deviceIterations x (replicationFactor /
+            input_group_size) x gradientAccumulation`` of them) are
+            concatenated into each step's batch, in the sampler's order;
+            ``drop_last`` then drops (or keeps) a last step of fewer batches.
+            The combined batch size is the sampler's ``batch_size`` (1 if it
+            has none) times that number.
         :param kwargs: Other arguments for ``torch.utils.data.DataLoader``.
         """
         if not isinstance(options, Options):
@@ -97,6 +109,13 @@ class DataLoader(torch.utils.data.DataLoader):
             raise TypeError(
                 "poptorch.DataLoader: mode must be a poptorch.DataLoaderMode "
                 f"(Sync, Async or AsyncRebatched), got {mode!r}.")
+        self._batch_sampler_given = batch_sampler is not None
+        if self._batch_sampler_given:
+            batch_size = _check_batch_sampler(options, batch_sampler, batch_size, shuffle,
+                                              auto_distributed_partitioning,
+                                              rebatched_worker_size)
+            # PopTorch's name: whether a last step of fewer sampler batches is dropped.
+            self.batch_sampler_drop_last = drop_last
         options._freeze()
         self._options = options
         self._counts = MicroBatchCounts.of(options)
@@ -112,7 +131,10 @@ class DataLoader(torch.utils.data.DataLoader):
             samples = dataset_len = _length_or_none(dataset)
         else:
             dataset_len = len(dataset)
-            if not drop_last and self._combined_batch_size is not None:
+            if self._batch_sampler_given:
+                if not drop_last:
+                    _warn_last_step_short(batch_sampler, self._counts.micro_batches)
+            elif not drop_last and self._combined_batch_size is not None:
                 _warn_last_batch_short(dataset_len,
                                        self._combined_batch_size * processes)
             if partition:
@@ -122,7 +144,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 samples = len(kwargs["sampler"])
             else:
                 samples = dataset_len
-        if drop_last and samples is not None:
+        if drop_last and samples is not None and not self._batch_sampler_given:
             self._check_not_too_short(batch_size, dataset_len, samples,
                                       processes if partition else 1)
 
@@ -130,6 +152,13 @@ class DataLoader(torch.utils.data.DataLoader):
             mode, rebatched_worker_size)
         # When rebatching, the accessor drops (or keeps) the last short batch.
         self.rebatched_drop_last = drop_last
+        # The sampler's batches joined into steps; not when the accessor
+        # rebatches them to the combined batch size itself.
+        self._batches_to_combine = (
+            self._counts.micro_batches if self._batch_sampler_given
+            and self._rebatched_size is None else 1)
+        if self._batch_sampler_given:  # torch's own batching steps aside, as PopTorch does
+            worker_batch_size, kwargs["batch_sampler"], drop_last = 1, batch_sampler, False
         super().__init__(
             dataset, batch_size=worker_batch_size, shuffle=shuffle,
             num_workers=num_workers,
@@ -162,6 +191,9 @@ class DataLoader(torch.utils.data.DataLoader):
             self._accessor.terminate()
 
     def __len__(self) -> int:
+        if self._batches_to_combine > 1:
+            steps, short = divmod(super().__len__(), self._batches_to_combine)
+            return steps + (1 if short and not self.batch_sampler_drop_last else 0)
         if self._rebatched_size is None:
             return super().__len__()
         if isinstance(self.dataset, torch.utils.data.IterableDataset):
@@ -174,7 +206,13 @@ class DataLoader(torch.utils.data.DataLoader):
         return steps
 
     def __iter__(self):
-        source = iter(self._accessor) if self._accessor is not None else super().__iter__()
+        if self._accessor is not None:
+            source = iter(self._accessor)
+        elif self._batches_to_combine > 1:
+            source = _combined_batches(super().__iter__(), self._batches_to_combine,
+                                       self.batch_sampler_drop_last)
+        else:
+            source = super().__iter__()
         return self._timed(source)
 
     def _timed(self, source: Iterator) -> Iterator:
@@ -312,6 +350,82 @@ def _combined_batch_size(counts: MicroBatchCounts,
             f"poptorch.DataLoader: batch_size must be an int >= 1 (or None to "
             f"disable batching), got {batch_size!r}.")
     return batch_size * counts.micro_batches
+
+
+def _check_batch_sampler(options: Options, batch_sampler: Any, batch_size: Any,
+                         shuffle: bool | None, auto_distributed_partitioning: bool,
+                         rebatched_worker_size: int | None) -> int:
+    """PopTorch's refusals of a ``batch_sampler``; the batch size it stands for."""
+    if batch_size != 1 or shuffle:
+        raise Error(
+            "`batch_sampler` option is mutually exclusive with batch_size, shuffle. "
+            "The sampler draws each batch: leave batch_size and shuffle out (make the "
+            "sampler shuffle, e.g. BatchSampler(RandomSampler(dataset), ...)).")
+    if options.Distributed.num_processes > 1 and auto_distributed_partitioning:
+        raise Error(
+            "`batch_sampler` option is mutually exclusive with "
+            "auto_distributed_partitioning=True. This run has "
+            f"{options.Distributed.num_processes} processes: make the sampler draw only "
+            "this process's part and pass auto_distributed_partitioning=False.")
+    if rebatched_worker_size is not None:
+        raise Error(
+            "`batch_sampler` option is mutually exclusive with rebatched_worker_size: "
+            "the sampler's batches are what the workers load.")
+    size = getattr(batch_sampler, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 \
+        else batch_size
+
+
+def _combined_batches(batches: Iterator, count: int, drop_last: bool) -> Iterator:
+    """Each ``count`` consecutive batches of ``batches`` as one, their tensors
+    concatenated along the first dimension in order (PopTorch's combination
+    of a batch sampler's batches); a last group of fewer unless ``drop_last``."""
+    group: list = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == count:
+            yield _concatenated(group)
+            group = []
+    if group and not drop_last:
+        yield _concatenated(group)
+
+
+def _concatenated(batches: list) -> Any:
+    """The batches' tensors joined leaf by leaf; a value that is no tensor
+    (nor holds one) is the last batch's, as in PopTorch."""
+    last = batches[-1]
+    parser = parser_for(type(last))
+    if parser is not None:
+        columns = zip(*(list(parser.yieldTensors(batch)) for batch in batches))
+        return parser.reconstruct(last, iter([torch.cat(list(c)) for c in columns]))
+    if isinstance(last, torch.Tensor):
+        return torch.cat(batches)
+    if isinstance(last, dict):
+        return type(last)({key: _concatenated([b[key] for b in batches]) for key in last})
+    if isinstance(last, (tuple, list)):
+        joined = [_concatenated(list(column)) for column in zip(*batches)]
+        if hasattr(last, "_fields"):  # a named tuple
+            return type(last)(*joined)
+        return type(last)(joined)
+    return last
+
+
+def _warn_last_step_short(batch_sampler: Any, per_step: int) -> None:
+    try:
+        batches = len(batch_sampler)
+    except (TypeError, NotImplementedError):
+        batches = None
+    if batches is None or batches is NotImplemented:
+        warnings.warn(
+            "The `batch_sampler` has no __len__ and drop_last=False: the last batch may "
+            f"join fewer than {per_step} of its batches. Switch to drop_last=True to "
+            "avoid handling this special case.", stacklevel=3)
+    elif batches % per_step:
+        warnings.warn(
+            f"The number of batches generated by the batch sampler ({batches}) is not "
+            f"divisible by the number of batches processed per step ({per_step}) and "
+            f"drop_last=False: the last batch will join {batches % per_step} of them. "
+            "Switch to drop_last=True to avoid handling this special case.", stacklevel=3)
 
 
 def _check_iterable(partition: bool, processes: int, num_workers: int,

@@ -348,10 +348,13 @@ def _iterate(dataset: Any) -> Iterator:
     return iter(dataset)
 
 
-def worker_main(conn, boxed_source: list, config: WorkerConfig) -> None:
+def worker_main(aliases: Any, conn, boxed_source: list, config: WorkerConfig) -> None:
     """Entry point of the worker process. The dataset comes in a one-item
     list that is emptied here, so that the Process object holds no reference
-    to it and dropping it at exit really frees it."""
+    to it and dropping it at exit really frees it. ``aliases`` did its work
+    when it was unpickled, before the dataset (``poptorch_shim._aliases.for_child``):
+    ``import poptorch`` works here whenever it did in the host."""
+    del aliases
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     multiprocessing.set_start_method(config.start_method, force=True)
     # Like torch's DataLoader workers: one thread, so that copying batches

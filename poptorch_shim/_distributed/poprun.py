@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from poptorch_shim._aliases.ipusim_aliases import ALIASES
 from poptorch_shim._core.run_settings import JOB_ID_ENV, available_ipus
 from poptorch_shim._distributed.poprun_flags import Extras, extras, ignored_notice, parser
-from poptorch_shim._run.runner import ALIASES
 
 GRACE_SECONDS = 5.0  # between asking the instances to stop and killing them
 REAP_SECONDS = 5.0  # how long poprun waits for killed processes to be gone

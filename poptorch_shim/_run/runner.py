@@ -7,7 +7,6 @@ asked for.
 """
 from __future__ import annotations
 
-import os
 import runpy
 import sys
 from collections.abc import Iterator
@@ -16,23 +15,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from poptorch_shim import profiling as tracepoints
+from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._aliases.ipusim_aliases import ALIASES  # noqa: F401  (where it always was)
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
 from poptorch_shim._core.simulated_clock import watching as watching_clock
 from poptorch_shim._run import profiling
 from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
 
-ALIASES = Path(__file__).resolve().parents[1] / "_aliases"
-
 
 def install_aliases() -> None:
     """Make ``poptorch`` importable here and in any process started from here."""
-    path = str(ALIASES)
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    current = os.environ.get("PYTHONPATH", "")
-    if path not in current.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
+    _aliases.install()
 
 
 def run_script(path: str, argv: list[str], settings: RunSettings | None = None) -> None:

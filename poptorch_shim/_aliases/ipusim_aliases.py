@@ -1,0 +1,126 @@
+"""Where ``import poptorch`` (and ``import popdist``) resolve to the shim.
+
+This folder holds two alias packages, ``poptorch/`` and ``popdist/``; putting
+the folder on ``sys.path`` makes those names the shim's. This module
+(``poptorch_shim._aliases.ipusim_aliases``; the folder is no regular package,
+so that walking the shim's packages never imports the aliases) is what the
+rest of the shim uses to do that, and to carry it into the processes the
+shim starts:
+
+- :func:`install`: here and in every process started from here (``sys.path``
+  and ``PYTHONPATH``): the runner, the pytest plugin (``poptorch_shim.testing``),
+  poprun's instances;
+- :func:`in_use`: whether this process resolves ``poptorch`` to the shim,
+  however it came to (the runner, the plugin, a ``.pth`` file, or a
+  ``sys.modules`` entry a conftest made);
+- :func:`for_child`: an object to pass first among a spawned process's
+  arguments: unpickling it installs the aliases there before the rest (a
+  dataset whose module does ``import poptorch``) is unpickled;
+- :func:`install_in_site` / :func:`remove_from_site`: a ``.pth`` file that
+  makes the names the shim's in a whole environment (``ipusim alias``).
+
+The folder goes first on ``sys.path``, so any module here is also a top-level
+module there: this one has a name nothing else uses, and no other may be added.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+ALIASES = Path(__file__).resolve().parent  # the folder that goes on sys.path
+#: The names the folder makes the shim's.
+NAMES = ("poptorch", "popdist")
+#: The file ``ipusim alias install`` writes into site-packages.
+PTH_NAME = "ipusim-poptorch-alias.pth"
+_PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
+               "(`ipusim alias remove` undoes it)")
+
+
+def install() -> None:
+    """Make ``poptorch`` and ``popdist`` importable here and in any process
+    started from here."""
+    path = str(ALIASES)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    current = os.environ.get("PYTHONPATH", "")
+    if path not in current.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
+
+
+def in_use() -> bool:
+    """Whether ``poptorch`` or ``popdist`` means the shim in this process."""
+    if str(ALIASES) in sys.path:
+        return True
+    shim = sys.modules.get("poptorch_shim")
+    if shim is not None and sys.modules.get("poptorch") is shim:
+        return True
+    popdist = sys.modules.get("poptorch_shim.popdist")
+    return popdist is not None and sys.modules.get("popdist") is popdist
+
+
+class _InstallInChild:
+    """Unpickled in a child process, it installs the aliases there."""
+
+    def __reduce__(self):
+        return install, ()
+
+
+def for_child() -> _InstallInChild | None:
+    """What to pass first among a spawned process's arguments so that it can
+    import ``poptorch`` whenever this process can: it unpickles as None,
+    after installing the aliases there. None when this process does not use
+    them (a real PopTorch stays the child's)."""
+    return _InstallInChild() if in_use() else None
+
+
+def real_install(site_dir: str | os.PathLike | None = None) -> str | None:
+    """Where a real ``poptorch`` or ``popdist`` is installed: in ``site_dir``,
+    or importable by this interpreter outside the shim's alias folder; None
+    if there is none."""
+    site = Path(site_dir) if site_dir is not None else None
+    for name in NAMES:
+        if site is not None:
+            for found in (site / name, site / f"{name}.py", *site.glob(f"{name}-*.dist-info")):
+                if found.exists():
+                    return str(found)
+        path = [p for p in sys.path if Path(p or ".").resolve() != ALIASES]
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            return spec.origin or str(list(spec.submodule_search_locations or ["?"])[0])
+    return None
+
+
+def site_packages() -> Path:
+    """This environment's site-packages (the venv's, in a venv)."""
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def install_in_site(site_dir: str | os.PathLike | None = None) -> Path:
+    """Write the ``.pth`` file that puts the alias folder on ``sys.path`` of
+    every interpreter of this environment. Refuses (``FileExistsError``) when
+    a real PopTorch is installed there or importable here."""
+    site = Path(site_dir) if site_dir is not None else site_packages()
+    real = real_install(site)
+    if real is not None:
+        raise FileExistsError(
+            f"a real PopTorch is installed ({real}): the alias would hide it. "
+            "Run the shim in another environment, or uninstall PopTorch first.")
+    pth = site / PTH_NAME
+    pth.write_text(f"{_PTH_HEADER}\n{ALIASES}\n")
+    return pth
+
+
+def remove_from_site(site_dir: str | os.PathLike | None = None) -> Path | None:
+    """Remove the ``.pth`` file :func:`install_in_site` wrote; its path, or
+    None if there was none."""
+    site = Path(site_dir) if site_dir is not None else site_packages()
+    pth = site / PTH_NAME
+    if not pth.is_file():
+        return None
+    if not pth.read_text().startswith(_PTH_HEADER):
+        raise FileExistsError(f"{pth} was not written by `ipusim alias install`; left as is")
+    pth.unlink()
+    return pth
