@@ -101,12 +101,10 @@ class AsynchronousDataAccessor:
             parent_pid=os.getpid(),
             start_method=(multiprocessing.get_start_method(allow_none=True)
                           or multiprocessing.get_all_start_methods()[0]))
-        # Returns at once: the worker starts and preloads in the background,
-        # and the first iter() or next() waits for its ring (_join_worker).
         handle = WorkerHandle.start(dataset, config, sharing_strategy)
         self._handle = handle
-        self._ring = None
-        self._layout = None
+        self._ring = handle.ring
+        self._layout = handle.layout
         self._finalizer = weakref.finalize(self, handle.close)
         self._epoch = 1        # the epoch the consumer reads
         self._requested = 0    # the last epoch the worker was told to load
@@ -139,7 +137,6 @@ class AsynchronousDataAccessor:
 
     def __iter__(self) -> "AsynchronousDataAccessor":
         self._check_usable()
-        self._join_worker()
         self._release_held()
         if self._consumed:
             # Partway through an epoch: abandon it and start a fresh one.
@@ -151,7 +148,6 @@ class AsynchronousDataAccessor:
 
     def __next__(self) -> Any:
         self._check_usable()
-        self._join_worker()
         self._release_held()
         if self._ended:
             raise StopIteration
@@ -177,21 +173,6 @@ class AsynchronousDataAccessor:
             self._held = slot
             self._consumed = True
             return item
-
-    def _join_worker(self) -> None:
-        """Wait for the worker's start-up, once: its ring and item layout.
-        A worker that failed or died while starting stops the accessor with
-        its error."""
-        if self._ring is not None:
-            return
-        try:
-            self._handle.ready()
-        except Exception as error:
-            self._failure = error
-            self.terminate()
-            raise
-        self._ring = self._handle.ring
-        self._layout = self._handle.layout
 
     def _item(self, slot: int) -> Any:
         passed = self._passed_leaves(slot)

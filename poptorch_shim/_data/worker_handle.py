@@ -2,14 +2,6 @@
 process, runs the start-up handshake, reports the worker's failures and, when
 closed, stops the worker and releases the ring buffer.
 
-Starting returns at once (PopTorch's accessor waits for the worker's first
-item; this one does not): the worker imports, unpickles the dataset and loads
-its first item while the host goes on, and a thread of the host runs the
-handshake (the layout, the ring, its unlinking) as soon as the worker is
-ready for it, so that an early preload fills the ring in the background too.
-:meth:`WorkerHandle.ready` waits for that thread and raises how the start-up
-failed; nothing else touches the pipe before.
-
 It is kept apart from the accessor so that ``weakref.finalize`` can close it
 when the accessor is garbage collected or the interpreter exits, without the
 finalizer keeping the accessor alive.
@@ -20,7 +12,6 @@ import multiprocessing
 import os
 import pickle
 import tempfile
-import threading
 from typing import Any
 
 from poptorch_shim._aliases import ipusim_aliases as _aliases
@@ -35,10 +26,6 @@ from poptorch_shim.enums import SharingStrategy
 _JOIN_TIMEOUT_S = 5.0
 # How often the host checks the worker is alive while it waits on the pipe.
 _POLL_INTERVAL_S = 0.01
-# How long a worker closed before its start-up finished may take to exit by
-# itself (it is loading its first item, with nothing to clean up) before it
-# is sent SIGTERM.
-_START_UP_JOIN_TIMEOUT_S = 0.5
 
 _START_METHODS = {SharingStrategy.Fork: "fork",
                   SharingStrategy.ForkServer: "forkserver"}
@@ -60,22 +47,14 @@ class WorkerHandle:
         self._unreceived: tuple | None = None  # a "leaves" message, its descriptors unread
         self._failure: Exception | None = None  # how the worker failed, once known
         self.exitcode: int | None = None  # how the worker ended, once closed
-        self._start_up: threading.Thread | None = None  # the handshake, in the background
-        self._start_up_files = contextlib.ExitStack()  # what the worker reads as it starts
-        self._start_error: BaseException | None = None  # how the handshake failed
-        self._started = False   # the handshake completed: the ring is shared
-        self._stopping = False  # close() asks the handshake to give up
 
     @classmethod
     def start(cls, dataset: Any, config: WorkerConfig,
               strategy: SharingStrategy) -> "WorkerHandle":
-        """Start a worker over ``dataset`` and its handshake in the
-        background; return at once (:meth:`ready` waits for the ring)."""
+        """Start a worker over ``dataset``; return once its ring is ready."""
         start_method = _START_METHODS.get(strategy, "spawn")
         context = multiprocessing.get_context(start_method)
-        stack = contextlib.ExitStack()
-        with contextlib.ExitStack() as on_error:
-            on_error.push(stack)
+        with contextlib.ExitStack() as stack:
             source = dataset
             if strategy == SharingStrategy.FileSystem:
                 # Kept until the worker has loaded it (after the handshake).
@@ -97,32 +76,13 @@ class WorkerHandle:
                 raise
             finally:
                 worker_conn.close()
-            on_error.pop_all()  # the handle owns the stack from here
-        handle = cls(process, host_conn)
-        handle._start_up_files = stack
-        handle._start_up = threading.Thread(
-            target=handle._start_in_background, args=(config.buffer_size,),
-            name=f"AsynchronousDataAccessor start-up (worker {process.pid})", daemon=True)
-        handle._start_up.start()
+            handle = cls(process, host_conn)
+            try:
+                handle._handshake(config.buffer_size)
+            except BaseException:
+                handle.close()
+                raise
         return handle
-
-    def _start_in_background(self, buffer_size: int) -> None:
-        try:
-            self._handshake(buffer_size)
-            self._started = True
-        except BaseException as error:  # raised by ready(), in the consumer's thread
-            self._start_error = error
-        finally:
-            self._start_up_files.close()  # the worker has loaded the dataset, or never will
-
-    def ready(self) -> None:
-        """Wait until the worker has joined the ring; raise the worker's
-        error if it failed or died during start-up."""
-        if self._start_up is not None:
-            self._start_up.join()
-            self._start_up = None
-        if self._start_error is not None:
-            raise self._start_error
 
     def _handshake(self, buffer_size: int) -> None:
         """Receive the item layout, create the ring, wait until the worker
@@ -135,9 +95,6 @@ class WorkerHandle:
 
     def _receive(self, expected: str) -> tuple:
         while True:
-            if self._stopping:
-                raise RuntimeError("The AsynchronousDataAccessor was terminated "
-                                   "during its worker's start-up.")
             if self.conn.poll(_POLL_INTERVAL_S):
                 message = self._read_message()
                 if message is None:
@@ -244,16 +201,12 @@ class WorkerHandle:
         if self._closed:
             return
         self._closed = True
-        self._stopping = True
-        if self._start_up is not None and self._start_up is not threading.current_thread():
-            self._start_up.join()  # it gives up within a poll interval
-        self._start_up_files.close()
         if self.ring is not None:
             self.ring.request_shutdown()
         self.conn.close()  # a worker still in the handshake sees EOF and exits
         if self._socket is not None:
             self._socket.close()
-        self.process.join(_JOIN_TIMEOUT_S if self._started else _START_UP_JOIN_TIMEOUT_S)
+        self.process.join(_JOIN_TIMEOUT_S)
         if self.process.exitcode is None:
             self.process.terminate()
             self.process.join(_JOIN_TIMEOUT_S)
