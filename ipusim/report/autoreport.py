@@ -23,6 +23,7 @@ import enum
 import json
 import types
 import typing
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,7 @@ from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
 from ipusim.plan.memory import fits
 from ipusim.plan.run_config import RunConfig, SettingNames
-from ipusim.report.chrome_trace import write_chrome_trace
+from ipusim.report.chrome_trace import write_atomically, write_chrome_trace
 from ipusim.report.html import write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import bottleneck
@@ -110,9 +111,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
         profile["files"] = sorted(outputs)
-        (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
+        write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
-        timeline.events.to_csv(directory / EVENTS, index=False, compression="gzip")
+        write_atomically(directory / EVENTS, lambda path: timeline.events.to_csv(
+            path, index=False, compression="gzip"))
     if TRACE in outputs:
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
@@ -120,42 +122,69 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                    title=directory.name, verdict=verdict)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict)
-        (directory / SUMMARY).write_text(text, encoding="utf-8")
+        write_atomically(directory / SUMMARY, text)
     return directory
 
 
 def load_profile(directory: str | Path) -> dict:
-    """The profile.json of an autoReport directory."""
+    """The profile.json of an autoReport directory. Raises FileNotFoundError if
+    there is none, ValueError naming the file and the cause if it is not a
+    whole ipusim profile."""
     path = Path(directory) / PROFILE
     if not path.is_file():
         raise FileNotFoundError(f"No {PROFILE} in {directory}: expected a directory written by "
                                 "ipusim's autoReport (autoReport.all or outputGraphProfile)")
-    profile = json.loads(path.read_text("utf-8"))
-    if profile.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an ipusim profile (format {profile.get('format')!r}, "
+    try:
+        profile = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as error:  # not UTF-8, not JSON
+        raise ValueError(f"{path} is not an ipusim profile: it is not JSON ({error})") from None
+    found = profile.get("format") if isinstance(profile, dict) else profile
+    if not isinstance(profile, dict) or found != FORMAT:
+        raise ValueError(f"{path} is not an ipusim profile (format {found!r}, "
                          f"expected {FORMAT!r})")
     return profile
 
 
 def profile_names(profile: dict) -> SettingNames:
     """The names the verdict of a profile gave the settings (ipusim's, if it records none)."""
-    return SettingNames.from_dict(profile.get("setting_names"))
+    try:
+        return SettingNames.from_dict(profile.get("setting_names"))
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ValueError(f"the {PROFILE}'s setting_names are damaged: {error}") from None
 
 
 def load_autoreport(directory: str | Path) -> Timeline:
-    """Rebuild the :class:`Timeline` of an autoReport directory, without simulating."""
+    """Rebuild the :class:`Timeline` of an autoReport directory, without simulating.
+    Raises FileNotFoundError for a missing file, ValueError naming the file and
+    the cause for a damaged one."""
     profile = load_profile(directory)
     path = Path(directory) / EVENTS
     if not path.is_file():
         raise FileNotFoundError(
             f"No {EVENTS} in {directory}: the execution profile was not written; enable "
             "autoReport.outputExecutionProfile (or autoReport.all) to re-render the report")
-    dtypes = profile["event_dtypes"]
-    events = pd.read_csv(path, dtype={c: t for c, t in dtypes.items() if c != "kind"})
-    events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
-    return Timeline(events[list(dtypes)], decode(Work, profile["work"]),
-                    decode(RunConfig, profile["run"]), decode(SystemSpec, profile["system"]),
-                    profile["steps"], profile["instance"])
+    source = Path(directory) / PROFILE
+    try:
+        dtypes = profile["event_dtypes"]
+        columns = {c: t for c, t in dtypes.items() if c != "kind"}
+        configs = (decode(Work, profile["work"]), decode(RunConfig, profile["run"]),
+                   decode(SystemSpec, profile["system"]))
+        steps, instance = profile["steps"], profile["instance"]
+    except KeyError as error:
+        raise ValueError(f"{source} is damaged: it has no {error}") from None
+    except (TypeError, ValueError, AttributeError, StopIteration) as error:
+        raise ValueError(f"{source} is damaged: {type(error).__name__}: {error}") from None
+    try:
+        events = pd.read_csv(path, dtype=columns, compression="gzip")
+        events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
+        events = events[list(dtypes)]
+    except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+    try:
+        return Timeline(events, *configs, steps, instance)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        raise ValueError(f"{directory} holds a profile and events that do not go together: "
+                         f"{type(error).__name__}: {error}") from None
 
 
 def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
