@@ -33,6 +33,7 @@ from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
+from ipusim.hardware.specs import check_amount
 from ipusim.plan.memory import fits
 from ipusim.plan.run_config import RunConfig, SettingNames
 from ipusim.report.chrome_trace import write_atomically, write_chrome_trace
@@ -170,12 +171,20 @@ def load_autoreport(directory: str | Path) -> Timeline:
         configs = (decode(Work, profile["work"]), decode(RunConfig, profile["run"]),
                    decode(SystemSpec, profile["system"]))
         steps, instance = profile["steps"], profile["instance"]
+        check_amount("", "steps", steps, integer=True)
+        check_amount("", "instance", instance, integer=True)
     except KeyError as error:
         raise ValueError(f"{source} is damaged: it has no {error}") from None
-    except (TypeError, ValueError, AttributeError, StopIteration) as error:
+    except ValueError as error:
+        raise ValueError(f"{source} is damaged: {error}") from None
+    except (TypeError, AttributeError, StopIteration) as error:
         raise ValueError(f"{source} is damaged: {type(error).__name__}: {error}") from None
     try:
         events = pd.read_csv(path, dtype=columns, compression="gzip")
+        unknown = set(events["kind"].unique()) - set(KINDS)
+        if unknown:
+            raise ValueError(f"it holds event kinds ipusim does not know: "
+                             f"{sorted(map(str, unknown))[:5]} (it knows {', '.join(KINDS)})")
         events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
         events = events[list(dtypes)]
     except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
@@ -236,6 +245,8 @@ def decode(kind: object, data: object) -> object:
             return tuple(decode(args[0], item) for item in data)
         return tuple(decode(arg, item) for arg, item in zip(args, data))  # tuple[X, Y]
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if not isinstance(data, dict):
+            raise ValueError(f"a {kind.__name__} must be a JSON object, got {data!r}")
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: decode(hints[f.name], data[f.name])
                        for f in dataclasses.fields(kind) if f.name in data})

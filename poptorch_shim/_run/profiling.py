@@ -180,6 +180,7 @@ def write_report(executor) -> Path | None:
     if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
+    from ipusim.report.chrome_trace import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
@@ -194,7 +195,7 @@ def write_report(executor) -> Path | None:
         _release(directory)
     reports_written.append(done)
     if options.Distributed.num_processes > 1:
-        (directory / JOB_ID_FILE).write_text(run_settings.current().job_id, encoding="utf-8")
+        write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
                           loader_rate)
     return done
@@ -209,6 +210,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
     earlier run left in the same place are never mixed in."""
     from ipusim import job_timeline
     from ipusim.report import load_autoreport, write_autoreport
+    from ipusim.report.chrome_trace import write_atomically
     job = run_settings.current().job_id
     parts = [directory / f"instance-{index}" for index in range(instances)]
     lock = os.open(directory, os.O_RDONLY)
@@ -219,7 +221,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
         timeline = job_timeline([load_autoreport(part) for part in parts])
         write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate,
                          names=REPORT_NAMES)
-        (directory / JOB_ID_FILE).write_text(job, encoding="utf-8")
+        write_atomically(directory / JOB_ID_FILE, job)
     finally:
         os.close(lock)
 

@@ -75,6 +75,28 @@ def test_a_profile_missing_a_key(good, tmp_path, key):
     assert_one_error_line(*run_cli("summary", str(directory)), "summary", PROFILE, key)
 
 
+@pytest.mark.parametrize("key, value", [("steps", "abc"), ("steps", -1), ("instance", 1.5),
+                                        ("work", {"stages": [{"name": "a", "ipu": "x"}]}),
+                                        ("run", {"replicas": "many"}), ("system", [])])
+def test_a_profile_with_a_bad_value(good, tmp_path, key, value):
+    directory = copy_of(good, tmp_path)
+    profile = json.loads((directory / PROFILE).read_text())
+    profile[key] = value
+    (directory / PROFILE).write_text(json.dumps(profile))
+    assert_one_error_line(*run_cli("summary", str(directory)), "summary", PROFILE)
+
+
+def test_events_of_unknown_kinds(good, tmp_path):
+    import pandas as pd
+
+    directory = copy_of(good, tmp_path)
+    events = pd.read_csv(directory / EVENTS)
+    events["kind"] = "bogus"
+    events.to_csv(directory / EVENTS, index=False, compression="gzip")
+    assert_one_error_line(*run_cli("trace", str(directory), "-o", str(tmp_path / "t.json")),
+                          "trace", EVENTS, "event kinds")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not gzip", "empty", "gzip of nonsense"])
 def test_damaged_events(good, tmp_path, damage):
     directory = copy_of(good, tmp_path)
@@ -102,12 +124,17 @@ def test_windows_that_are_not_spans_of_time(good, window):
                                    "--window", *window), "trace", "--window")
 
 
+def _containers(children):
+    return st.one_of(st.lists(children, max_size=3),
+                     st.dictionaries(st.text(max_size=5), children, max_size=3))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    _containers, max_leaves=8)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(profile=st.one_of(st.binary(max_size=64),
-                         st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
-                                      lambda inner: st.lists(inner, max_size=3)
-                                      | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                                      max_leaves=8).map(lambda v: json.dumps(v).encode())))
+@given(profile=st.one_of(st.binary(max_size=64), JSON.map(lambda v: json.dumps(v).encode())))
 def test_fuzzed_profiles_give_one_error_line(good, tmp_path_factory, profile):
     directory = copy_of(good, tmp_path_factory.mktemp("fuzz"))
     (directory / PROFILE).write_bytes(profile)
