@@ -24,16 +24,15 @@ MAX_INT = 2**63 - 1
 
 
 def check_amount(owner: str, name: str, value, *, integer: bool = False,
-                 positive: bool = False, at_most: float | None = None,
-                 optional: bool = False, fraction: bool = False) -> None:
+                 positive: bool = False, optional: bool = False,
+                 fraction: bool = False) -> None:
     """Refuse a field that is not a number of the kind asked, naming ``owner.name``,
     the value and the rule: the one check every public dataclass of ipusim uses.
 
     An amount (bytes, FLOPs, cycles, picoseconds) must be a real number (not a
     bool, a string or None, unless ``optional`` allows None), not negative, not
     NaN and finite; ``positive`` also refuses 0, ``integer`` anything but a
-    whole number up to :data:`MAX_INT`, ``at_most`` anything above it and
-    ``fraction`` anything outside (0, 1].
+    whole number up to :data:`MAX_INT` and ``fraction`` anything outside (0, 1].
     """
     what = f"{owner}{name}"
     if value is None and optional:
@@ -55,8 +54,6 @@ def check_amount(owner: str, name: str, value, *, integer: bool = False,
         raise ValueError(f"{what} must be {kind}, got {value!r}")
     if integer and value > MAX_INT:
         raise ValueError(f"{what} must be at most 2**63 - 1 (a 64-bit integer), got {value!r}")
-    if at_most is not None and value > at_most:
-        raise ValueError(f"{what} must be at most {at_most!r}, got {value!r}")
 
 
 def check_type(owner: str, name: str, value, kind: type | tuple[type, ...],

@@ -27,7 +27,7 @@ def fresh_registry(monkeypatch):
     monkeypatch.setattr(profiling, "_pending", [])
     monkeypatch.setattr(profiling, "_taken", set())
     monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
-    monkeypatch.setattr(profiling, "_locks", {})
+    monkeypatch.setattr(profiling, "_locks", {}, raising=False)
 
 
 def inference(root: Path, name: str | None = None):
