@@ -10,6 +10,7 @@ declares under the ``ipusim.commands`` entry point group.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -113,8 +114,20 @@ def main(argv: list[str] | None = None,
         return args.handler(args)
     try:
         return args.handler(args)
-    except (FileNotFoundError, ValueError) as error:
-        parser.exit(1, f"ipusim {args.command}: error: {error}\n")
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"ipusim {args.command}: error: {_cause(error)}\n")
+    except Exception as error:  # noqa: BLE001 - a damaged profile: one line, no traceback
+        if args.command not in OWN_COMMANDS:
+            raise
+        parser.exit(1, f"ipusim {args.command}: error: {args.profile_dir} cannot be read "
+                       f"back: {type(error).__name__}: {error}\n")
+
+
+def _cause(error: Exception) -> str:
+    """An error as one line: an OSError as the file and what went wrong with it."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def installed_extensions() -> list[CommandsExtension]:
@@ -148,6 +161,9 @@ def _detail(args: argparse.Namespace):
 
     if args.window is not None and not args.window[0] < args.window[1]:
         raise ValueError(f"--window START_US END_US needs START_US < END_US, got "
+                         f"{args.window[0]} {args.window[1]}")
+    if args.window is not None and not all(math.isfinite(t) for t in args.window):
+        raise ValueError(f"--window START_US END_US needs finite times, got "
                          f"{args.window[0]} {args.window[1]}")
     window = None if args.window is None else tuple(round(t * 10**6) for t in args.window)
     detail = Detail.from_environment()

@@ -81,7 +81,7 @@ class Simulation:
 
         ``progress=True`` shows a tqdm progress bar (on stderr) over the steps.
         """
-        if not isinstance(steps, int) or steps < 1:
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"steps must be a positive integer, got {steps!r}")
         for _ in tqdm(range(steps), desc="simulating", unit="step", disable=not progress):
             self.step()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from poptorch_shim._core.run_settings import (
     TIMING_ONLY_ENV,
     RunSettings,
 )
+from poptorch_shim._run import profiling
 from poptorch_shim._run.runner import install_aliases, run_script
 
 __all__ = ["RunSettings", "add_commands", "install_aliases", "main", "run_script"]
@@ -138,12 +140,21 @@ def _run(args: argparse.Namespace) -> int:
     if not Path(args.script).is_file():
         print(f"ipusim run: error: no such script: {args.script}", file=sys.stderr)
         return 1
-    settings = run_settings_of(args)
+    try:
+        settings = run_settings_of(args)
+    except ValueError as error:  # an IPUSIM_* variable, refused before the script runs
+        print(f"ipusim run: error: {error}", file=sys.stderr)
+        return 2
     if args.report:
         _check_writable(Path(settings.report_dir))
+    started = time.time()
     status = run_script(args.script, args.script_args, settings)
     if args.report:
-        written = sorted(path.parent for path in Path(settings.report_dir).glob("*/profile.json"))
+        # What this run wrote (its own reports, else its poprun instances'), never what an
+        # earlier or a concurrent run left there.
+        written = sorted(set(profiling.reports_written)) or sorted(
+            path.parent for path in Path(settings.report_dir).glob("*/profile.json")
+            if path.stat().st_mtime >= started)
         for directory in written:
             print(f"ipusim: profile written to {directory}", file=sys.stderr)
         if not written:

@@ -10,11 +10,10 @@ that only the data-loading tutorial's measured table constrains,
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ipusim.cost.operator_model import kernel_cycles
-from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount
+from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount, check_type
 from ipusim.hardware import IPUSpec, SystemSpec
 
 PS_PER_S = 10**12
@@ -123,27 +122,26 @@ class CostModel:
                                      "then the weight (SGD1AcclUpdateOp, SGD1VarUpdateOp)"})
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "fp16"):
+        if not isinstance(self.precision, str) or self.precision not in ("fp32", "fp16"):
             raise ValueError(
                 f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
         for name in ("flops_efficiency", "memory_efficiency", "host_link_efficiency",
                      "ipu_link_efficiency"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:   # NaN too
-                raise ValueError(f"CostModel.{name} must be in (0, 1], got {value!r}")
-        if not isinstance(self.update_ops_per_tensor, int) or self.update_ops_per_tensor < 1:
-            raise ValueError("CostModel.update_ops_per_tensor must be a positive integer, "
-                             f"got {self.update_ops_per_tensor!r}")
-        if not 0 < self.amp_weight_load_bytes_per_cycle < math.inf:
-            raise ValueError("CostModel.amp_weight_load_bytes_per_cycle must be positive, "
-                             f"got {self.amp_weight_load_bytes_per_cycle!r}")
-        for name in ("op_overhead_cycles", "sync_cycles", "exchange_overhead_cycles",
+            check_amount("CostModel.", name, getattr(self, name), fraction=True)
+        check_type("CostModel.", "half_partials", self.half_partials, bool)
+        check_amount("CostModel.", "update_ops_per_tensor", self.update_ops_per_tensor,
+                     integer=True, positive=True)
+        check_amount("CostModel.", "amp_weight_load_bytes_per_cycle",
+                     self.amp_weight_load_bytes_per_cycle, positive=True)
+        for name in ("sync_cycles", "exchange_overhead_cycles",
                      "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
                      "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
-                     "amp_in_group_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
-                     "host_transfer_latency_ps", "call_overhead_ps",
+                     "amp_in_group_overhead_cycles",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             check_amount("CostModel.", name, getattr(self, name))
+        for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
+                     "host_transfer_latency_ps", "call_overhead_ps"):
+            check_amount("CostModel.", name, getattr(self, name), integer=True)
 
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:

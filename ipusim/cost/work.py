@@ -9,18 +9,12 @@ model.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
-def check_amount(owner: str, name: str, value) -> None:
-    """Refuse an amount (bytes, FLOPs, cycles, picoseconds) that is negative, not a
-    number or infinite, naming ``owner.name`` and the value."""
-    if not value >= 0:
-        raise ValueError(f"{owner}{name} must not be negative, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}{name} must be finite, got {value!r}")
+# The one check of every public dataclass's fields, kept in the lowest layer
+# (the hardware specs use it too) and re-exported here.
+from ipusim.hardware.specs import check_amount, check_type
 
 
 class KernelKind(str, enum.Enum):
@@ -60,10 +54,12 @@ class Kernel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
+        check_amount("Kernel.", "width", self.width, integer=True)
         if self.width not in (1, 2, 4, 8):
             raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
         for name in ("m", "k", "n", "elements", "bytes", "regroup"):
-            check_amount("Kernel.", name, getattr(self, name))
+            check_amount("Kernel.", name, getattr(self, name), integer=True)
+        check_amount("Kernel.", "groups", self.groups, integer=True)
         if self.groups < 1:
             raise ValueError(f"Kernel.groups must be at least 1, got {self.groups!r}")
         if self.regroup and self.kind is not KernelKind.MATMUL:
@@ -100,9 +96,17 @@ class Cost:
                                       "priced from flops and bytes"})
 
     def __post_init__(self) -> None:
-        for name in ("flops", "bytes", "ops", "time_ps"):
+        for name in ("flops", "bytes"):
             check_amount("Cost.", name, getattr(self, name))
+        for name in ("ops", "time_ps"):
+            check_amount("Cost.", name, getattr(self, name), integer=True)
+        check_type("Cost.", "kernels", self.kernels, (tuple, list))
         object.__setattr__(self, "kernels", tuple(self.kernels))
+        for entry in self.kernels:
+            if not (isinstance(entry, tuple) and len(entry) == 2
+                    and isinstance(entry[0], Kernel)):
+                raise ValueError(f"Cost.kernels must hold (Kernel, count) pairs, got {entry!r}")
+            check_amount("Cost.kernels: the count of ", repr(entry[0]), entry[1], integer=True)
 
     def __add__(self, other: Cost) -> Cost:
         return Cost(self.flops + other.flops, self.bytes + other.bytes,
@@ -139,12 +143,20 @@ class Stage:
                                         "checkpoints holds; None: stash_bytes (one segment)"})
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ipu, int) or self.ipu < 0:
-            raise ValueError(
-                f"Stage {self.name!r}: ipu must be a non-negative integer, got {self.ipu!r}")
+        check_type("Stage.", "name", self.name, str)
+        owner = f"Stage {self.name!r}: "
+        if not isinstance(self.ipu, int) or isinstance(self.ipu, bool) or self.ipu < 0:
+            raise ValueError(f"{owner}ipu must be a non-negative integer, got {self.ipu!r}")
+        check_amount(owner, "ipu", self.ipu, integer=True)
         for name in ("activation_bytes", "stash_bytes", "weight_bytes", "weight_tensors",
                      "optimizer_bytes", "checkpoint_bytes"):
-            check_amount(f"Stage {self.name!r}: ", name, getattr(self, name))
+            check_amount(owner, name, getattr(self, name), integer=True)
+        check_amount(owner, "segment_stash_bytes", self.segment_stash_bytes, integer=True,
+                     optional=True)
+        for name in ("forward", "backward"):
+            check_type(owner, name, getattr(self, name), Cost)
+        for name in ("recompute", "update"):
+            check_type(owner, name, getattr(self, name), Cost, optional=True)
 
     @property
     def parameter_tensors(self) -> int:
@@ -190,14 +202,18 @@ class Work:
                                          metadata={"help": "device-to-host bytes per sample"})
 
     def __post_init__(self) -> None:
+        check_type("Work.", "stages", self.stages, (tuple, list))
         object.__setattr__(self, "stages", tuple(self.stages))
         if not self.stages:
             raise ValueError("Work needs at least one stage, got none")
+        for stage in self.stages:
+            check_type("Work.", "stages", stage, Stage)
         size = self.micro_batch_size
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"micro_batch_size must be a positive integer, got {size!r}")
+        check_amount("Work.", "micro_batch_size", size, integer=True)
         for name in ("input_bytes_per_sample", "output_bytes_per_sample"):
-            check_amount("", name, getattr(self, name))
+            check_amount("", name, getattr(self, name), integer=True)
 
     @property
     def ipus_per_replica(self) -> int:

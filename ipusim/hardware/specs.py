@@ -6,6 +6,7 @@ them with :func:`dataclasses.replace` or through :func:`system`.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,57 @@ if TYPE_CHECKING:
 
 GB = 1e9
 TFLOPS = 1e12
+
+
+#: The largest whole number a field may hold: the event tables keep times,
+#: bytes and counts as 64-bit integers.
+MAX_INT = 2**63 - 1
+
+
+def check_amount(owner: str, name: str, value, *, integer: bool = False,
+                 positive: bool = False, optional: bool = False,
+                 fraction: bool = False) -> None:
+    """Refuse a field that is not a number of the kind asked, naming ``owner.name``,
+    the value and the rule: the one check every public dataclass of ipusim uses.
+
+    An amount (bytes, FLOPs, cycles, picoseconds) must be a real number (not a
+    bool, a string or None, unless ``optional`` allows None), not negative, not
+    NaN and finite; ``positive`` also refuses 0, ``integer`` anything but a
+    whole number up to :data:`MAX_INT` and ``fraction`` anything outside (0, 1].
+    """
+    what = f"{owner}{name}"
+    if value is None and optional:
+        return
+    kind = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        rule = "must be positive" if positive else f"must be {kind}"
+        raise ValueError(f"{what} {rule}, got {value!r} ({type(value).__name__}, not "
+                         f"{kind})")
+    if fraction and not 0 < value <= 1:   # NaN too
+        raise ValueError(f"{what} must be in (0, 1], got {value!r}")
+    if positive and not value > 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    if not value >= 0:   # NaN too
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    if integer and not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} must be {kind}, got {value!r}")
+    if integer and value > MAX_INT:
+        raise ValueError(f"{what} must be at most 2**63 - 1 (a 64-bit integer), got {value!r}")
+
+
+def check_type(owner: str, name: str, value, kind: type | tuple[type, ...],
+               optional: bool = False) -> None:
+    """Refuse a field that is not an instance of ``kind`` (a bool where a number
+    is wanted included), naming ``owner.name``, the value and the type wanted."""
+    if value is None and optional:
+        return
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        wanted = " or ".join(k.__name__ for k in kinds) + (" or None" if optional else "")
+        raise ValueError(f"{owner}{name} must be a {wanted}, got {value!r} "
+                         f"({type(value).__name__})")
 
 
 @dataclass(frozen=True)
@@ -74,13 +126,10 @@ class IPUSpec:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "name":
+                check_type("IPUSpec.", "name", value, str)
                 continue
-            if not value > 0 or isinstance(value, bool):   # NaN too
-                raise ValueError(f"IPUSpec.{f.name} must be positive, got {value!r}")
-            if value == math.inf:
-                raise ValueError(f"IPUSpec.{f.name} must be finite, got {value!r}")
-            if f.type in ("int", int) and not isinstance(value, int):
-                raise ValueError(f"IPUSpec.{f.name} must be a whole number, got {value!r}")
+            check_amount("IPUSpec.", f.name, value, positive=True,
+                         integer=f.type in ("int", int))
 
     def amp_units(self, width: int, half_partials: bool) -> int:
         """AMP conv units per tile for inputs of ``width`` bytes (output channels per pass)."""
@@ -236,15 +285,18 @@ class SystemSpec:
         default=128 * 2**30, metadata={"help": "streaming memory per IPU-M2000"})
 
     def __post_init__(self) -> None:
+        check_type("SystemSpec.", "ipu", self.ipu, IPUSpec)
         for name in ("num_ipus", "ipus_per_host_link", "direct_attach_ipus",
                      "ipus_per_host_server", "ipus_per_link_domain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
+            check_amount("SystemSpec.", name, value, integer=True)
         for name in ("host_link_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
                      "streaming_memory_bandwidth"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise ValueError(f"SystemSpec.{name} must be positive, got {getattr(self, name)!r}")
+            check_amount("SystemSpec.", name, getattr(self, name), positive=True)
+        check_amount("SystemSpec.", "streaming_memory_bytes", self.streaming_memory_bytes,
+                     integer=True)
 
     @property
     def num_host_links(self) -> int:

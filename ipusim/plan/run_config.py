@@ -12,6 +12,7 @@ from types import MappingProxyType
 from ipusim.cost.work import Cost, Execution, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import IPUSpec
+from ipusim.hardware.specs import check_amount, check_type
 from ipusim.plan.engine_plan import pipeline_depth
 
 
@@ -103,6 +104,10 @@ class Offload:
     activations: bool = False
     sharded_optimizer: bool = False  # replicated tensor sharding: 1/replicas of the state each
 
+    def __post_init__(self) -> None:
+        for name in ("weights", "optimizer", "accumulators", "activations", "sharded_optimizer"):
+            check_type("Offload.", name, getattr(self, name), bool)
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -149,6 +154,13 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_amount("RunConfig.", name, value, integer=True)
+        for name in ("training", "synthetic_data", "recompute", "overlap_inputs",
+                     "overlap_outputs", "stash_off_chip"):
+            check_type("RunConfig.", name, getattr(self, name), bool)
+        check_type("RunConfig.", "execution", self.execution, Execution)
+        check_type("RunConfig.", "sync_pattern", self.sync_pattern, SyncPattern)
+        check_type("RunConfig.", "offload", self.offload, Offload)
         if not isinstance(self.io_tiles, int) or self.io_tiles < 0:
             raise ValueError(f"io_tiles must be a non-negative integer, got {self.io_tiles!r}")
         if (self.overlap_inputs or self.overlap_outputs) and not self.io_tiles:
@@ -157,6 +169,8 @@ class RunConfig:
         if not isinstance(self.output_period, int) or self.output_period < 0:
             raise ValueError(
                 f"output_period must be a non-negative integer, got {self.output_period!r}")
+        for name in ("io_tiles", "output_period"):
+            check_amount("RunConfig.", name, getattr(self, name), integer=True)
         if not self.training and self.gradient_accumulation != 1:
             raise ValueError(
                 "You must set gradient_accumulation to 1 for inference: gradient accumulation "

@@ -23,6 +23,7 @@ import enum
 import json
 import types
 import typing
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -33,10 +34,11 @@ from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
 from ipusim.hardware import SystemSpec
+from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, OutOfMemoryError, fits
 from ipusim.plan.run_config import RunConfig, SettingNames
-from ipusim.report.chrome_trace import write_chrome_trace
+from ipusim.report.chrome_trace import write_atomically, write_chrome_trace
 from ipusim.report.html import render_out_of_memory_html, write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck
@@ -113,9 +115,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
         profile["files"] = sorted(outputs)
-        (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
+        write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
-        timeline.events.to_csv(directory / EVENTS, index=False, compression="gzip")
+        write_atomically(directory / EVENTS, lambda path: timeline.events.to_csv(
+            path, index=False, compression="gzip"))
     if TRACE in outputs:
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
@@ -123,7 +126,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                    title=directory.name, verdict=verdict)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict)
-        (directory / SUMMARY).write_text(text, encoding="utf-8")
+        write_atomically(directory / SUMMARY, text)
     return directory
 
 
@@ -138,55 +141,88 @@ def write_out_of_memory_report(directory: str | Path, error: OutOfMemoryError,
     profile = {"format": FORMAT, "version": VERSION, "out_of_memory": str(error),
                "options": options or {},
                "memory": {"per_ipu": table.reset_index().to_dict("records"), "fits": False}}
-    (directory / PROFILE).write_text(json.dumps(profile, indent=1, default=str), "utf-8")
-    (directory / HTML).write_text(render_out_of_memory_html(table, str(error), directory.name),
-                                  encoding="utf-8")
+    write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
+    write_atomically(directory / HTML, render_out_of_memory_html(table, str(error),
+                                                                 directory.name))
     shares = table["total"] / table["capacity"]
     rows = "\n".join(f"  IPU {ipu}: {row['total'] / MB:,.1f} MB of {row['capacity'] / MB:,.1f} MB"
                      f" ({shares[ipu]:.0%}){'  OVER' if shares[ipu] > 1 else ''}"
                      for ipu, row in table.iterrows())
-    (directory / SUMMARY).write_text(f"Out of memory\n  {error}\n\nMemory per IPU\n{rows}\n",
-                                     encoding="utf-8")
+    write_atomically(directory / SUMMARY, f"Out of memory\n  {error}\n\nMemory per IPU\n{rows}\n")
     return directory
 
 
 def load_profile(directory: str | Path) -> dict:
-    """The profile.json of an autoReport directory."""
+    """The profile.json of an autoReport directory. Raises FileNotFoundError if
+    there is none, ValueError naming the file and the cause if it is not a
+    whole ipusim profile."""
     path = Path(directory) / PROFILE
     if not path.is_file():
         raise FileNotFoundError(f"No {PROFILE} in {directory}: expected a directory written by "
                                 "ipusim's autoReport (autoReport.all or outputGraphProfile)")
-    profile = json.loads(path.read_text("utf-8"))
-    if profile.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an ipusim profile (format {profile.get('format')!r}, "
+    try:
+        profile = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as error:  # not UTF-8, not JSON
+        raise ValueError(f"{path} is not an ipusim profile: it is not JSON ({error})") from None
+    found = profile.get("format") if isinstance(profile, dict) else profile
+    if not isinstance(profile, dict) or found != FORMAT:
+        raise ValueError(f"{path} is not an ipusim profile (format {found!r}, "
                          f"expected {FORMAT!r})")
     return profile
 
 
 def profile_names(profile: dict) -> SettingNames:
     """The names the verdict of a profile gave the settings (ipusim's, if it records none)."""
-    return SettingNames.from_dict(profile.get("setting_names"))
+    try:
+        return SettingNames.from_dict(profile.get("setting_names"))
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ValueError(f"the {PROFILE}'s setting_names are damaged: {error}") from None
 
 
 def load_autoreport(directory: str | Path) -> Timeline:
-    """Rebuild the :class:`Timeline` of an autoReport directory, without simulating."""
+    """Rebuild the :class:`Timeline` of an autoReport directory, without simulating.
+    Raises FileNotFoundError for a missing file, ValueError naming the file and
+    the cause for a damaged one."""
     profile = load_profile(directory)
     path = Path(directory) / EVENTS
     if not path.is_file():
         raise FileNotFoundError(
             f"No {EVENTS} in {directory}: the execution profile was not written; enable "
             "autoReport.outputExecutionProfile (or autoReport.all) to re-render the report")
-    dtypes = profile["event_dtypes"]
-    events = pd.read_csv(path, dtype={c: t for c, t in dtypes.items() if c != "kind"})
-    events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
-    work, run = decode(Work, profile["work"]), decode(RunConfig, profile["run"])
-    system = decode(SystemSpec, profile["system"])
-    # The run's own cost model, so that the stages are priced (and a diagnosis of the
-    # loaded timeline simulates) as the run did; older profiles keep none.
-    cost = decode(CostModel, profile["cost_model"]) if "cost_model" in profile else None
-    plan = EnginePlan.build(work, run, system, cost) if cost is not None else None
-    return Timeline(events[list(dtypes)], work, run, system, profile["steps"],
-                    profile["instance"], plan)
+    source = Path(directory) / PROFILE
+    try:
+        dtypes = profile["event_dtypes"]
+        columns = {c: t for c, t in dtypes.items() if c != "kind"}
+        configs = (decode(Work, profile["work"]), decode(RunConfig, profile["run"]),
+                   decode(SystemSpec, profile["system"]))
+        # The run's own cost model, so that the stages are priced (and a diagnosis of
+        # the loaded timeline simulates) as the run did; older profiles keep none.
+        cost = decode(CostModel, profile["cost_model"]) if "cost_model" in profile else None
+        steps, instance = profile["steps"], profile["instance"]
+        check_amount("", "steps", steps, integer=True)
+        check_amount("", "instance", instance, integer=True)
+    except KeyError as error:
+        raise ValueError(f"{source} is damaged: it has no {error}") from None
+    except ValueError as error:
+        raise ValueError(f"{source} is damaged: {error}") from None
+    except (TypeError, AttributeError, StopIteration) as error:
+        raise ValueError(f"{source} is damaged: {type(error).__name__}: {error}") from None
+    try:
+        events = pd.read_csv(path, dtype=columns, compression="gzip")
+        unknown = set(events["kind"].unique()) - set(KINDS)
+        if unknown:
+            raise ValueError(f"it holds event kinds ipusim does not know: "
+                             f"{sorted(map(str, unknown))[:5]} (it knows {', '.join(KINDS)})")
+        events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
+        events = events[list(dtypes)]
+    except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+    try:
+        plan = EnginePlan.build(*configs, cost) if cost is not None else None
+        return Timeline(events, *configs, steps, instance, plan)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        raise ValueError(f"{directory} holds a profile and events that do not go together: "
+                         f"{type(error).__name__}: {error}") from None
 
 
 def saved_verdict(profile: dict) -> Verdict | None:
@@ -252,6 +288,8 @@ def decode(kind: object, data: object) -> object:
             return tuple(decode(args[0], item) for item in data)
         return tuple(decode(arg, item) for arg, item in zip(args, data))  # tuple[X, Y]
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if not isinstance(data, dict):
+            raise ValueError(f"a {kind.__name__} must be a JSON object, got {data!r}")
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: decode(hints[f.name], data[f.name])
                        for f in dataclasses.fields(kind) if f.name in data})

@@ -23,6 +23,7 @@ from plotly.offline import get_plotlyjs
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.plan.run_config import SettingNames
+from ipusim.report.chrome_trace import write_atomically
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
@@ -193,11 +194,9 @@ def _detailed_timeline_figure(timeline: Timeline, max_events_per_lane: int,
 
 
 def write_html(timeline: Timeline, path: str | Path, **kwargs) -> Path:
-    """Write :func:`render_html` to ``path`` (parents created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(timeline, **kwargs), encoding="utf-8")
-    return path
+    """Write :func:`render_html` to ``path`` (parents created, atomically) and return the
+    path."""
+    return write_atomically(path, render_html(timeline, **kwargs))
 
 
 def _verdict_html(verdict: Verdict) -> str:

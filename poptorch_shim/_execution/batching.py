@@ -143,6 +143,9 @@ def _batch_size(leaves: list[Any]) -> int:
 def _micro_batch_size(leaves: list[Any], shape: StepShape) -> int:
     """The micro-batch size of a call, checking the batch divides as PopTorch requires."""
     batch = _batch_size(leaves)
+    if batch == 0:
+        raise ValueError(f"Invalid batch size: the batch dimension of the inputs is 0; a call "
+                         f"needs at least {shape.micro_batches} samples, one per micro-batch.")
     if batch % shape.micro_batches:
         grouping = (f" / inputReplicaGrouping size ({shape.input_group_size})"
                     if shape.input_group_size > 1 else "")

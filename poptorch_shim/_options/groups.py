@@ -5,12 +5,15 @@ Each group declares its settings (see :mod:`poptorch_shim._options.store`);
 setters return the group so that calls chain, and freeze with ``Options``.
 """
 import copy
+import math
 import os
 from typing import Any
 
 import torch
 
+from ipusim.hardware import system_spec
 from poptorch_shim import enums
+from poptorch_shim._core.run_settings import MAX_NUM_IPUS
 from poptorch_shim._options.store import (
     OptionsGroup,
     OptionSpec,
@@ -346,6 +349,13 @@ class _SimulationOptions(OptionsGroup):
                              f"of {list(_SIM_PRESETS)}.")
         check_value(self._path, self._store.spec("num_ipus"), num_ipus)
         _check_plain(f"{self._path}.system", overrides)
+        if num_ipus is not None and num_ipus > MAX_NUM_IPUS:
+            raise ValueError(f"{self._path}.system: num_ipus must be at most {MAX_NUM_IPUS} "
+                             f"(an IPU-POD1024), got {num_ipus}.")
+        try:  # the figures as ipusim checks them, now rather than at compile
+            system_spec(preset, num_ipus or 1, **overrides)
+        except ValueError as error:
+            raise ValueError(f"{self._path}.system: {error}.") from None
         self._set("preset", preset.lower())
         self._set("num_ipus", num_ipus)
         self._set("overrides", overrides)
@@ -376,9 +386,9 @@ class _SimulationOptions(OptionsGroup):
         real ``poptorch.DataLoader`` built with these options; None goes back
         to timing it."""
         check_value(self._path, self._store.spec("loader_rate"), items_per_second)
-        if items_per_second is not None and items_per_second <= 0:
-            raise ValueError(f"{self._path}.loaderRate: items_per_second must be positive, "
-                             f"got {items_per_second!r}.")
+        if items_per_second is not None and not 0 < items_per_second < math.inf:   # NaN too
+            raise ValueError(f"{self._path}.loaderRate: items_per_second must be a positive "
+                             f"finite number, got {items_per_second!r}.")
         self._set("loader_rate", items_per_second)
         return self
 

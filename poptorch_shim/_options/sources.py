@@ -28,14 +28,20 @@ def load_file(options, filepath: str) -> None:
     """Run each line of ``filepath`` as a call on ``options``."""
     import poptorch_shim  # the module the lines name as ``poptorch``
 
-    with open(filepath) as lines:
-        numbered = [(number, line.strip()) for number, line in enumerate(lines, start=1)]
-    calls = [(number, line) for number, line in numbered if line and not line.startswith("#")]
     name = os.path.basename(filepath)
+    try:
+        with open(filepath, encoding="utf-8") as lines:
+            numbered = [(number, line.strip()) for number, line in enumerate(lines, start=1)]
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(f"{filepath} is not a text file of option calls such as "
+                              f"deviceIterations(4): {error}") from None
+    calls = [(number, line) for number, line in numbered if line and not line.startswith("#")]
     for number, line in calls:
         try:
             code = compile("options." + line, name, "exec")
-        except SyntaxError as error:
+        except (SyntaxError, ValueError) as error:  # ValueError: a null byte
+            if not isinstance(error, SyntaxError):
+                raise ConfigFileError(f"{error} at line {number} of {name}") from None
             raise ConfigFileError(f"SyntaxError at line {number} of {name}: {error.msg}\n"
                                   f"> options.{line}") from None
         exec(code, {"poptorch": poptorch_shim, "options": options})  # noqa: S102

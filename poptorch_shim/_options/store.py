@@ -72,6 +72,12 @@ def check_value(path: str, spec: OptionSpec, value: Any) -> None:
             f"{path}.{spec.setter}: {spec.key} must be "
             f"{describe_types(spec.types)}{bound}{nullable}, got {value!r} "
             f"({type(value).__name__}).")
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            not -2**63 <= value < 2**64:   # what torch and Poplar hold: 64 bits
+        raise ValueError(
+            f"{path}.{spec.setter}: {spec.key} must fit in 64 bits, got {value!r}.")
+    if isinstance(value, float) and value != value:
+        raise ValueError(f"{path}.{spec.setter}: {spec.key} must be a number, got nan.")
     if spec.minimum is not None and value < spec.minimum:
         raise ValueError(
             f"{path}.{spec.setter}: {spec.key} must be{bound}, got {value!r}. "

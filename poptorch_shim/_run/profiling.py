@@ -7,7 +7,11 @@
 every other model that asked, when the runner finishes the script (the
 models are kept until then, so a report outlives the script's variables).
 Two models of one name (two unnamed inference models, say) write to
-``inference`` and ``inference-2``. Under poprun each instance writes
+``inference`` and ``inference-2``; so do two runs at once on one report
+directory: each run holds a lock (``fcntl.flock``) on the folder it chose until
+its report is written, and another run skips a locked folder. A model name is
+one folder inside the report directory: a name with a path separator or
+``..`` is refused. Under poprun each instance writes
 ``name/instance-N/``, and the last instance to finish adds the whole job's
 report (every instance's IPUs in one timeline) in ``name/`` itself.
 """
@@ -52,6 +56,10 @@ collecting = False  # set by the runner while it runs a script
 # The directory each executor was given, and every directory given so far.
 _given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _taken: set[Path] = set()
+# The report folders this process holds a lock on (their descriptors), and
+# the reports written since the runner started the script.
+_locks: dict[Path, int] = {}
+reports_written: list[Path] = []
 
 
 class ReportsNotWritten(RuntimeError):
@@ -71,25 +79,58 @@ def report_directory(executor) -> Path | None:
     if not root:
         return None
     name = model_name(options, executor.training)
+    distributed = options.Distributed
     directory, count = Path(root) / name, 1
-    while directory in _taken:
+    # A poprun job's instances share their folder; any other run locks its own.
+    while directory in _taken or (distributed.num_processes == 1 and not _claim(directory)):
         count += 1
         directory = Path(root) / f"{name}-{count}"
     if count > 1:
-        print(f"ipusim: another model already writes its report to {Path(root) / name}; "
-              f"this one writes to {directory} (name models with Options.modelName)",
-              file=sys.stderr)
+        print(f"ipusim: another model or run already writes its report to "
+              f"{Path(root) / name}; this one writes to {directory} (name models with "
+              f"Options.modelName)", file=sys.stderr)
     _taken.add(directory)
-    distributed = options.Distributed
     if distributed.num_processes > 1:  # the job's report goes in ``directory`` itself
         directory = directory / f"instance-{distributed.process_id}"
     _given[executor] = directory
     return directory
 
 
+def _claim(directory: Path) -> bool:
+    """Lock ``directory`` (created) for this process's report; False if another
+    process holds it. A folder that cannot be created or opened is not
+    refused here: writing the report names the problem."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return False
+    _locks[directory] = descriptor
+    return True
+
+
+def _release(directory: Path) -> None:
+    """Let other runs have ``directory`` again (its report is written)."""
+    descriptor = _locks.pop(directory, None)
+    if descriptor is not None:
+        os.close(descriptor)
+
+
 def model_name(options, training: bool) -> str:
-    """A model's name in reports: ``Options.modelName``, else training or inference."""
-    return options.model_name or ("training" if training else "inference")
+    """A model's name in reports: ``Options.modelName``, else training or inference.
+    Raises ValueError for a name that is not one folder (a path separator, ``..``)."""
+    name = options.model_name
+    if name is not None and (not name or name in (".", "..") or "\0" in name
+                             or any(sep and sep in name for sep in ("/", os.sep, os.altsep))):
+        raise ValueError(f"Options.modelName: model_name names the model's folder inside the "
+                         f"report directory, so it must be one folder name (no '/', no '..', "
+                         f"not empty), got {name!r}.")
+    return name or ("training" if training else "inference")
 
 
 def register(executor) -> None:
@@ -166,20 +207,25 @@ def write_report(executor) -> Path | None:
     if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
+    from ipusim.report.chrome_trace import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
     rate = loader_rate(executor)
     plain = user_options(options)
-    written = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                               loader_items_per_s=rate, names=REPORT_NAMES,
-                               verdict=executor.device.verdict(rate))
+    try:
+        done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
+                                loader_items_per_s=rate, names=REPORT_NAMES,
+                                verdict=executor.device.verdict(rate))
+    finally:
+        _release(directory)
+    reports_written.append(done)
     if options.Distributed.num_processes > 1:
-        (directory / JOB_ID_FILE).write_text(run_settings.current().job_id, encoding="utf-8")
+        write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
                           rate)
-    return written
+    return done
 
 
 def write_out_of_memory_report(executor, error) -> Path | None:
@@ -189,7 +235,11 @@ def write_out_of_memory_report(executor, error) -> Path | None:
     if directory is None or getattr(error, "memory", None) is None:
         return None
     from ipusim.report import write_out_of_memory_report as write
-    written = write(directory, error, user_options(executor.options))
+    try:
+        written = write(directory, error, user_options(executor.options))
+    finally:
+        _release(directory)
+    reports_written.append(written)
     print(f"ipusim: the model does not fit; its memory report is in {written}", file=sys.stderr)
     return written
 
@@ -203,6 +253,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
     earlier run left in the same place are never mixed in."""
     from ipusim import job_timeline
     from ipusim.report import load_autoreport, write_autoreport
+    from ipusim.report.chrome_trace import write_atomically
     job = run_settings.current().job_id
     parts = [directory / f"instance-{index}" for index in range(instances)]
     lock = os.open(directory, os.O_RDONLY)
@@ -213,7 +264,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
         timeline = job_timeline([load_autoreport(part) for part in parts])
         write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate,
                          names=REPORT_NAMES)
-        (directory / JOB_ID_FILE).write_text(job, encoding="utf-8")
+        write_atomically(directory / JOB_ID_FILE, job)
     finally:
         os.close(lock)
 
@@ -234,6 +285,10 @@ def write_pending_reports() -> list[Path]:
     for executor in list(_pending):
         try:
             path = write_report(executor)
+        except OSError as error:  # a full disk, a file where a folder should be
+            failures.append(f"{error.filename}: {error.strerror}"
+                            if error.filename and error.strerror else
+                            f"{report_directory(executor)}: {type(error).__name__}: {error}")
         except Exception as error:  # noqa: BLE001 - reported below, with the others
             failures.append(f"{report_directory(executor)}: {type(error).__name__}: {error}")
         else:

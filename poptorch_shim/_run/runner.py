@@ -29,12 +29,15 @@ def install_aliases() -> None:
     _aliases.install()
 
 
-def run_script(path: str, argv: list[str], settings: RunSettings | None = None) -> None:
+def run_script(path: str, argv: list[str], settings: RunSettings | None = None) -> int:
     """Run the script at ``path`` with ``argv`` as its arguments, as ``__main__``.
 
     ``settings``: where reports go, timing-only, the progress bar and the
     simulated clock (see :mod:`poptorch_shim._core.run_settings`); None: as the
-    ``IPUSIM_*`` environment variables say.
+    ``IPUSIM_*`` environment variables say (checked before the script starts).
+    Returns 0, or 1 when a report could not be written (said in one line on
+    stderr, naming the file); the reports written are in
+    ``profiling.reports_written``.
     """
     script = Path(path)
     if not script.is_file():
@@ -43,9 +46,11 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
-    finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     if settings is None:
         settings = RunSettings.from_environment()
+    finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
+    profiling.reports_written.clear()
+    status = 0
     simulated_clock = settings.simulated_clock
     try:
         with run_settings.given(settings), _script_is_mp_main(), \
@@ -59,13 +64,21 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
             if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
                 tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
         except (ReportsNotWritten, OSError) as error:
-            if finished:
-                raise
-            print(f"ipusim: {error}", file=sys.stderr)  # the script's own error comes first
+            # After the script's own error, if any, which keeps its traceback.
+            print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)
+            status = 1
         finally:
             profiling.collecting = False
             if finished:
                 profiling.print_simulated_figures(simulated_clock=simulated_clock)
+    return status
+
+
+def _one_line(error: Exception) -> str:
+    """An error as one line: an OSError as the file and what went wrong with it."""
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return " ".join(str(error).split())
 
 
 @contextmanager
@@ -96,7 +109,11 @@ def _script_is_mp_main() -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m poptorch_shim``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    settings = RunSettings.from_environment()
+    try:
+        settings = RunSettings.from_environment()
+    except ValueError as error:  # checked before the script runs, not when its report is
+        print(f"python -m poptorch_shim: error: {error}", file=sys.stderr)
+        return 2
     while args[:1] == ["--simulated-clock"]:  # the runner's own flag, before the script
         settings, args = replace(settings, simulated_clock=True), args[1:]
     if not args or args[0] in ("-h", "--help"):
@@ -117,5 +134,4 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args[0]).is_file():
         print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
         return 2
-    run_script(args[0], args[1:], settings)
-    return 0
+    return run_script(args[0], args[1:], settings)

@@ -146,7 +146,7 @@ def test_non_positive_ipu_figures_are_rejected(override):
     ({"clock_hz": float("inf")}, "IPUSpec.clock_hz must be finite, got inf"),
     ({"tiles": 1.5}, "IPUSpec.tiles must be a whole number, got 1.5"),
     ({"workers": True}, "IPUSpec.workers must be positive, got True"),
-    ({"host_link_bandwidth": float("inf")}, "SystemSpec.host_link_bandwidth must be positive"),
+    ({"host_link_bandwidth": float("inf")}, "SystemSpec.host_link_bandwidth must be finite"),
 ])
 def test_figures_that_are_not_numbers_are_rejected(override, message):
     with pytest.raises(ValueError, match=re.escape(message)):

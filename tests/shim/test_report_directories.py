@@ -1,0 +1,148 @@
+"""Report directories: runs at once on one report directory each get their own
+model folder, a model name stays inside the report directory, the closing
+lines name what the run wrote, and a full disk ends the run in one line."""
+import errno
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import poptorch_shim as poptorch
+from poptorch_shim import commands
+from poptorch_shim._run import profiling
+from poptorch_shim.commands import RunSettings, run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    """Each test starts with no pending reports, no directories given out, no locks."""
+    monkeypatch.setattr(profiling, "_pending", [])
+    monkeypatch.setattr(profiling, "_taken", set())
+    monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(profiling, "_locks", {}, raising=False)
+
+
+def inference(root: Path, name: str | None = None):
+    opts = poptorch.Options()
+    opts.enableProfiling(str(root))
+    if name is not None:
+        opts.modelName(name)
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
+    model(torch.ones(2, 4))
+    return model
+
+
+def held_by_another_run(directory: Path) -> int:
+    """Lock ``directory`` as a concurrent run would (another open file)."""
+    directory.mkdir(parents=True)
+    descriptor = os.open(directory, os.O_RDONLY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return descriptor
+
+
+def test_a_folder_another_run_holds_is_skipped(tmp_path, capsys):
+    descriptor = held_by_another_run(tmp_path / "inference")
+    try:
+        model = inference(tmp_path)
+        (written,) = profiling.write_pending_reports()
+    finally:
+        os.close(descriptor)
+    assert written == tmp_path / "inference-2" and (written / "profile.json").is_file()
+    assert not (tmp_path / "inference" / "profile.json").exists()
+    assert "another model or run already writes" in capsys.readouterr().err and model
+
+
+def test_a_folder_is_free_again_once_its_report_is_written(tmp_path):
+    inference(tmp_path)
+    profiling.write_pending_reports()
+    assert profiling._locks == {}
+    descriptor = os.open(tmp_path / "inference", os.O_RDONLY)
+    try:  # nobody holds it now: a later run may have it
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(descriptor)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".", "", "/tmp/abs", "x\0y"])
+def test_a_model_name_is_one_folder_inside_the_report_directory(tmp_path, name):
+    root = tmp_path / "reports"
+    with pytest.raises(ValueError, match=r"Options\.modelName: model_name .* must be one "
+                                         r"folder name"):
+        inference(root, name)
+    assert profiling.write_pending_reports() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["reports"])
+    assert not (tmp_path / "escape").exists()
+
+
+def test_names_that_look_like_paths_but_are_one_folder_are_kept(tmp_path):
+    inference(tmp_path, "v1..2")
+    (written,) = profiling.write_pending_reports()
+    assert written == tmp_path / "v1..2"
+
+
+SCRIPT = """
+import torch, poptorch
+model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+model(torch.ones(2, 4))
+"""
+
+
+def test_the_closing_lines_name_only_what_this_run_wrote(tmp_path, capsys):
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "profile.json").write_text("{}")  # an earlier run's
+    old = time.time() - 3600
+    os.utime(tmp_path / "stale" / "profile.json", (old, old))
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    reports = tmp_path
+    assert commands.main(["run", "--report", str(reports), "--no-progress",
+                          str(script)]) == 0
+    closing = [line for line in capsys.readouterr().err.splitlines()
+               if line.startswith("ipusim: profile written to")]
+    assert closing == [f"ipusim: profile written to {reports / 'inference'}"]
+
+
+def test_a_full_disk_ends_the_run_in_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    import ipusim.report
+
+    def full_disk(directory, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(directory) /
+                                                                    "profile.json"))
+
+    monkeypatch.setattr(ipusim.report, "write_autoreport", full_disk)
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    status = run_script(str(script), [], RunSettings(report_dir=str(tmp_path / "r")))
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert status == 1
+    assert errors == [f"ipusim: error: 1 report(s) could not be written (0 were): "
+                      f"{tmp_path / 'r' / 'inference' / 'profile.json'}: No space left on "
+                      f"device"]
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_on_one_report_directory(tmp_path):
+    """Each run gets its own folder and its closing line names it."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SCRIPT) + "import time; time.sleep(3)\n")
+    reports = tmp_path / "reports"
+    runs = [subprocess.Popen([sys.executable, "-m", "poptorch_shim.commands", "run",
+                              "--report", str(reports), "--no-progress", str(script)],
+                             cwd=ROOT, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    closing = []
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        closing += [line for line in err.splitlines() if "profile written to" in line]
+    assert sorted(closing) == [f"ipusim: profile written to {reports / name}"
+                               for name in ("inference", "inference-2")]
+    assert all((reports / name / "profile.json").is_file()
+               for name in ("inference", "inference-2"))
