@@ -20,7 +20,7 @@ import torch
 import ipusim
 from ipusim.plan.memory import OutOfMemoryError
 from poptorch_shim import enums
-from poptorch_shim._core import simulated_clock
+from poptorch_shim._core import loader_feed, simulated_clock
 from poptorch_shim._core.compile_hooks import compile_hooks
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.batching import (
@@ -87,6 +87,8 @@ class PoplarExecutor:
         options._freeze()
         # The options as given: DataLoaders built with them are found by identity.
         self._given_options = options
+        # What the DataLoader whose steps it received measured (None: none seen yet).
+        self._loader_rate: float | None = None
         options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
@@ -152,6 +154,12 @@ class PoplarExecutor:
         # name=None: the message has its hint; Python must not add a second.
         raise AttributeError(f"{type(self).__name__} (wrapping {type(model).__name__}) has no "
                              f"attribute {name!r}.{hint}", name=None) from None
+
+    @property
+    def fed_loader_rate(self) -> float | None:
+        """Items per second the ``poptorch.DataLoader`` whose steps this model received
+        delivered, as last measured (None: no loader's steps seen)."""
+        return self._loader_rate
 
     def isCompiled(self) -> bool:
         return self._device is not None
@@ -257,6 +265,9 @@ class PoplarExecutor:
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
         flatten_custom_types((args, kwargs))
+        fed_by = loader_feed.feeder((args, kwargs))
+        if fed_by is not None:  # the loader may be gone by the report: keep its rate
+            self._loader_rate = fed_by.measured_items_per_s or self._loader_rate
         micro_batches = split((args, kwargs), self._shape)
         if self._device is None:
             self._compile(micro_batches[0])

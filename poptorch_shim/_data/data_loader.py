@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from poptorch_shim._core import loader_feed
 from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.shard_sampler import ShardSampler
@@ -229,6 +230,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._seconds_waited += time.perf_counter() - start
                 self._steps_timed += 1
             first = False
+            loader_feed.yielded(self, batch)
             yield batch
 
     @property
@@ -332,9 +334,11 @@ class DataLoader(torch.utils.data.DataLoader):
 
 
 def measured_loader_rate(options: Options) -> float | None:
-    """The measured rate of the latest DataLoader built with ``options``, if any."""
+    """The measured rate of the latest DataLoader built with ``options`` whose steps
+    reached no model (a model a loader fed takes that loader's rate), if any."""
     rates = [loader.measured_items_per_s for loader in list(_loaders)
-             if loader.options is options and loader.measured_items_per_s is not None]
+             if loader.options is options and loader.measured_items_per_s is not None
+             and not loader_feed.feeds_a_model(loader)]
     return rates[-1] if rates else None
 
 

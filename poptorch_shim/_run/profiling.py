@@ -174,9 +174,16 @@ def _gain(verdict) -> str:
 
 def loader_rate(executor) -> float | None:
     """The data loader's rate for ``executor``'s verdict: the one the script gave
-    (``Options.Simulation.loaderRate``), else the one measured on its loader."""
+    (``Options.Simulation.loaderRate``), else the one measured on the loader whose
+    steps the model received, else on a loader built with its options that fed no
+    other model."""
+    given = executor.options.sim_loader_rate
+    if given:
+        return given
+    if executor.fed_loader_rate is not None:
+        return executor.fed_loader_rate
     # The model has its own copy of the options; loaders know the user's.
-    return executor.options.sim_loader_rate or measured_loader_rate(executor._given_options)
+    return measured_loader_rate(executor._given_options)
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:

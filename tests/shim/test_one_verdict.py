@@ -14,6 +14,7 @@ from poptorch_shim._core.run_settings import REPORT_DIR_ENV
 from poptorch_shim._run import profiling
 
 SCRIPT = """
+import time
 import torch, poptorch
 
 class Net(torch.nn.Module):
@@ -26,16 +27,25 @@ class Net(torch.nn.Module):
         out = self.fc(x)
         return out if y is None else (out, self.loss(out, y))
 
-data = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,)))
+class Slow(torch.utils.data.Dataset):  # a host-side transform: about 2,000 items/s
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, index):
+        time.sleep(0.0005)
+        return torch.full((8,), float(index)), index % 4
+
+def make_loader(opts):  # built inside a function: nothing keeps it but the loop
+    return poptorch.DataLoader(opts, Slow(), batch_size=8)
+
 opts = poptorch.Options().deviceIterations(4)
-loader = poptorch.DataLoader(opts, data, batch_size=8)
 net = Net()
 training = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.1))
-for x, y in loader:
+for x, y in make_loader(opts):
     training(x, y)
-inference = poptorch.inferenceModel(net, poptorch.Options().deviceIterations(8))
+inference = poptorch.inferenceModel(net, opts)  # the same options, fed by no loader
 for _ in range(3):
-    inference(torch.randn(64, 8))
+    inference(torch.randn(32, 8))
 """
 
 
@@ -56,6 +66,11 @@ def test_the_exit_line_and_every_report_give_one_verdict(tmp_path):
         profile = json.loads((directory / "profile.json").read_text())
         verdict = profile["verdict"]
         kind = verdict["kind"]
+        if name == "training":  # its loader's rate is its own, and the IPUs wait for it
+            assert 0 < profile["loader_items_per_s"] < verdict["device_items_per_s"]
+            assert kind == "data_loader"
+        else:  # the same options, but no loader fed it
+            assert profile["loader_items_per_s"] is None and kind != "data_loader"
         assert re.search(rf"bottleneck {kind}\b", line)
         assert f"Bottleneck: {kind}\n" in (directory / "summary.txt").read_text()
         html = (directory / "report.html").read_text()
