@@ -28,7 +28,8 @@ def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
     sections = [
         "ipusim profile summary (simulated timings, not measured on hardware)",
         _target(timeline), _engine(timeline, options), _memory(timeline),
-        _execution(timeline), _figures(timeline, loader_items_per_s), _verdict(verdict),
+        _execution(timeline), _figures(timeline, loader_items_per_s), _time_per_ipu(timeline),
+        _verdict(verdict),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -140,6 +141,18 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
 
 def _figures(timeline: Timeline, loader_items_per_s: float | None) -> str:
     return "Figures:\n" + _rows(figure_rows(timeline, loader_items_per_s))
+
+
+def _time_per_ipu(timeline: Timeline, most: int = 16) -> str:
+    """Where each IPU's time goes (shares of the span): an IPU that waits while
+    another computes shows here, as the share it does not compute."""
+    shares = timeline.category_times()
+    shares = shares.loc[:, (shares > 0).any()]
+    shares.insert(0, "not computing", 1 - shares["compute"])
+    shown = shares.head(most).map(lambda share: f"{share:.1%}")
+    more = (f"\n  ... and {len(shares) - most} more IPUs (events.csv.gz holds them all)"
+            if len(shares) > most else "")
+    return "Time per IPU (share of the simulated span):\n" + _indent(shown.to_string()) + more
 
 
 def _verdict(verdict: Verdict) -> str:

@@ -80,3 +80,14 @@ def test_a_report_lists_the_options_as_the_script_set_them(tmp_path):
     assert "    deviceIterations = 2\n" in summary
     assert "    Training.gradientAccumulation = 3\n" in summary
     assert "device_iterations" not in summary
+
+
+def test_the_summary_shows_each_ipus_idle_time(pipeline_timeline):
+    text = text_summary(pipeline_timeline)
+    section = text[text.index("Time per IPU"):text.index("Bottleneck:")].splitlines()
+    assert "not computing" in section[1] and "compute" in section[1]
+    rows = [line.split() for line in section[3:] if line.strip()]
+    utilisation = pipeline_timeline.utilisation()
+    assert [int(row[0]) for row in rows] == list(utilisation.index)
+    for row, busy in zip(rows, utilisation):
+        assert row[1] == f"{1 - busy:.1%}" and row[2] == f"{busy:.1%}"
