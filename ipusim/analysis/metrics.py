@@ -121,14 +121,14 @@ def pipeline_slots(events: pd.DataFrame, depth: int, micro_batches_per_run: int)
     Columns: replica, step, run, cycle, pipeline_stage. A run is one fill and
     flush of the pipeline: a device iteration in training, a call in inference.
     """
-    compute = events[(events["cycle"] >= 0) & events["kind"].isin((FORWARD, BACKWARD))]
+    compute = events[(events["pipeline_cycle"] >= 0) & events["kind"].isin((FORWARD, BACKWARD))]
     backward = compute["kind"] == BACKWARD  # stage k's backward is pipeline stage P - 1 - k
     pipeline_stage = compute["stage"].where(~backward, depth - 1 - compute["stage"])
     slots = pd.DataFrame({
         "replica": compute["replica"],
         "step": compute["step"],
         "run": compute["micro_batch"] // micro_batches_per_run,
-        "cycle": compute["cycle"],
+        "pipeline_cycle": compute["pipeline_cycle"],
         "pipeline_stage": pipeline_stage,
     })
     return slots.drop_duplicates().reset_index(drop=True)
@@ -142,7 +142,7 @@ def bubble_fraction(events: pd.DataFrame, depth: int, micro_batches_per_run: int
     slots = pipeline_slots(events, depth, micro_batches_per_run)
     if slots.empty:
         return 0.0
-    cycles = slots.groupby(["replica", "step", "run"])["cycle"].nunique().sum()
+    cycles = slots.groupby(["replica", "step", "run"])["pipeline_cycle"].nunique().sum()
     return 1.0 - len(slots) / (depth * cycles)
 
 

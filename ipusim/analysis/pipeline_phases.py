@@ -19,21 +19,22 @@ if TYPE_CHECKING:
     from ipusim.analysis.timeline import Timeline
 
 PHASES = ("ramp-up", "main", "ramp-down")
-PHASE_COLUMNS = ["step", "run", "phase", "first_cycle", "last_cycle", "start_ps", "end_ps"]
+PHASE_COLUMNS = ["step", "run", "phase", "first_pipeline_cycle", "last_pipeline_cycle",
+                 "start_ps", "end_ps"]
 
 
-def cycle_times(timeline: Timeline) -> pd.DataFrame:
+def pipeline_cycle_times(timeline: Timeline) -> pd.DataFrame:
     """Start and end of every pipeline cycle, over all replicas.
 
     Columns: step, run, cycle, start_ps, end_ps.
     """
     events = timeline.events
-    tied = events[(events["cycle"] >= 0) & (events["micro_batch"] >= 0)]
+    tied = events[(events["pipeline_cycle"] >= 0) & (events["micro_batch"] >= 0)]
     keys = [tied["step"], tied["micro_batch"] // timeline.plan.micro_batches_per_run,
-            tied["cycle"]]
+            tied["pipeline_cycle"]]
     grouped = tied.groupby(keys)
     table = pd.DataFrame({"start_ps": grouped["start_ps"].min(), "end_ps": grouped["end_ps"].max()})
-    table.index.names = ["step", "run", "cycle"]
+    table.index.names = ["step", "run", "pipeline_cycle"]
     return table.reset_index()
 
 
@@ -51,9 +52,9 @@ def pipeline_phases(timeline: Timeline) -> pd.DataFrame:
     bounds = [("ramp-up", 0, depth - 2), ("main", depth - 1, n - 1),
               ("ramp-down", n, n + depth - 2)]
     rows = []
-    for (step, run), cycles in cycle_times(timeline).groupby(["step", "run"]):
-        start = dict(zip(cycles["cycle"], cycles["start_ps"]))
-        end = dict(zip(cycles["cycle"], cycles["end_ps"]))
+    for (step, run), cycles in pipeline_cycle_times(timeline).groupby(["step", "run"]):
+        start = dict(zip(cycles["pipeline_cycle"], cycles["start_ps"]))
+        end = dict(zip(cycles["pipeline_cycle"], cycles["end_ps"]))
         for phase, first, last in bounds:
             if last < first:  # a one-stage pipeline has no ramps
                 continue

@@ -160,9 +160,9 @@ class Timeline:
 
     # The pipeline's phases, of ipusim.analysis.pipeline_phases.
 
-    def cycle_times(self) -> pd.DataFrame:
+    def pipeline_cycle_times(self) -> pd.DataFrame:
         """Start and end of every pipeline cycle (columns step, run, cycle, start_ps, end_ps)."""
-        return phases.cycle_times(self)
+        return phases.pipeline_cycle_times(self)
 
     def pipeline_phases(self) -> pd.DataFrame:
         """Ramp-up, main and ramp-down of every pipeline run: their cycles and times (empty

@@ -19,7 +19,7 @@ class Busy(NamedTuple):
     stage: int
     micro_batch: int
     step: int
-    cycle: int
+    pipeline_cycle: int
     duration: int
     flops: float = 0.0
     nbytes: float = 0.0
@@ -42,7 +42,7 @@ class HostIO(NamedTuple):
     stage: int
     micro_batch: int
     step: int
-    cycle: int
+    pipeline_cycle: int
     overlap: bool = False   # on the I/O tiles: no sync, compute waits only for its data
     prefetch: bool = False  # overlapped: also start the next micro-batch's input copy
 
@@ -62,7 +62,7 @@ class Exchange(NamedTuple):
     stage: int
     micro_batch: int
     step: int
-    cycle: int
+    pipeline_cycle: int
     kind: str = IPU_COPY
     label: int = -1  # the copy row's interned label (recorder.label); -1: the system interns it
 

@@ -50,7 +50,7 @@ class Row(NamedTuple):
     stage: int
     micro_batch: int
     step: int
-    cycle: int
+    pipeline_cycle: int
     bytes: float
     flops: float
 
@@ -59,7 +59,7 @@ COLUMNS = Row._fields
 _KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 # A row while pending, as the system's hot path appends it: two int64 times, then
 # int32 fields, the first of them the label of (kind, stage, bytes, flops).
-PENDING_LAYOUT = ("start_ps", "end_ps", "label", "micro_batch", "step", "cycle")
+PENDING_LAYOUT = ("start_ps", "end_ps", "label", "micro_batch", "step", "pipeline_cycle")
 TIMES = 2
 FIELDS = len(PENDING_LAYOUT) - TIMES  # int32 fields of a row: label, micro_batch, step, cycle
 ROW_INTS = len(PENDING_LAYOUT)
@@ -183,20 +183,20 @@ class Recorder:
         return self._ipus[ipu]
 
     def record(self, start: int, end: int, ipu: int, kind: str, *, stage: int = -1,
-               micro_batch: int = -1, step: int, cycle: int = -1, nbytes: float = 0.0,
+               micro_batch: int = -1, step: int, pipeline_cycle: int = -1, nbytes: float = 0.0,
                flops: float = 0.0) -> None:
         """Record one event of ``kind`` on ``ipu`` from ``start`` to ``end`` (the readable
         way; the system's hot path appends labelled rows to :meth:`columns`)."""
         columns = self.columns(ipu)
         columns.pending.extend(  # in PENDING_LAYOUT order
-            (start, end, label(kind, stage, nbytes, flops), micro_batch, step, cycle))
+            (start, end, label(kind, stage, nbytes, flops), micro_batch, step, pipeline_cycle))
         if len(columns.pending) >= PENDING:
             columns.pack()
 
     def record_row(self, row: Row) -> None:
         """Record a :class:`Row` (one read back from :attr:`rows`, say)."""
         self.record(row.start_ps, row.end_ps, row.ipu, row.kind, stage=row.stage,
-                    micro_batch=row.micro_batch, step=row.step, cycle=row.cycle,
+                    micro_batch=row.micro_batch, step=row.step, pipeline_cycle=row.pipeline_cycle,
                     nbytes=row.bytes, flops=row.flops)
 
     def __len__(self) -> int:
@@ -229,10 +229,11 @@ class Recorder:
         out = []
         for ipu, columns in enumerate(self._ipus):
             times, fields = columns.packed()
-            for (start, end), (code, micro_batch, step, cycle) in zip(times.tolist(),
+            for (start, end), (code, micro_batch, step, pipeline_cycle) in zip(times.tolist(),
                                                                      fields.tolist()):
                 out.append(Row(start, end, ipu, KINDS[LABELS.kind[code]], LABELS.stage[code],
-                               micro_batch, step, cycle, LABELS.bytes[code], LABELS.flops[code]))
+                               micro_batch, step, pipeline_cycle, LABELS.bytes[code],
+                               LABELS.flops[code]))
         return out
 
     def to_frame(self, plan: EnginePlan | None = None, instance: int = 0,
@@ -282,7 +283,7 @@ class Recorder:
             "stage": table["stage"][codes],
             "micro_batch": fields[order, FIELD["micro_batch"]].astype(np.int64),
             "step": fields[order, FIELD["step"]].astype(np.int64),
-            "cycle": fields[order, FIELD["cycle"]].astype(np.int64),
+            "pipeline_cycle": fields[order, FIELD["pipeline_cycle"]].astype(np.int64),
             "bytes": table["bytes"][codes],
             "flops": table["flops"][codes],
         }, copy=False)

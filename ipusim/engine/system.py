@@ -138,7 +138,7 @@ class System:
                     code = ins.label
                     if code < 0:  # built by hand, not by the schedule
                         code = label(ins.kind, ins.stage, ins.nbytes, ins.flops)
-                    record((start, busy_until, code, ins.micro_batch, ins.step, ins.cycle))
+                    record((start, busy_until, code, ins.micro_batch, ins.step, ins.pipeline_cycle))
                     if len(pending) >= PENDING:
                         columns.pack()
                     continue
@@ -161,13 +161,14 @@ class System:
                     yield timeout(arrived + ins.sync - env.now)
                 now = env.now
                 if now > arrived:
-                    record((arrived, now, SYNC_WAIT_LABEL, -1, ins.step, ins.cycle))
+                    record((arrived, now, SYNC_WAIT_LABEL, -1, ins.step, ins.pipeline_cycle))
                 if kind is Exchange:
                     if ins.copy:
                         code = ins.label
                         if code < 0:
                             code = label(ins.kind, ins.stage, ins.nbytes)
-                        record((now, now + ins.copy, code, ins.micro_batch, ins.step, ins.cycle))
+                        record((now, now + ins.copy, code, ins.micro_batch, ins.step,
+                                ins.pipeline_cycle))
                     busy_until = now + ins.phase
                     continue
                 busy_until = self._stream_copies(ipu, link, ins, now)
@@ -176,7 +177,8 @@ class System:
                     yield self._barrier(group).wait(0, arrived)
                     busy_until = env.now
                     if busy_until > arrived:
-                        record((arrived, busy_until, SYNC_WAIT_LABEL, -1, ins.step, ins.cycle))
+                        record((arrived, busy_until, SYNC_WAIT_LABEL, -1, ins.step,
+                                ins.pipeline_cycle))
             busy_until = max(busy_until, io.outputs_sent)  # a call returns with its outputs
             if busy_until > env.now:
                 yield timeout(busy_until - env.now)
@@ -229,4 +231,4 @@ class System:
         (``ins``'s unless given), step and cycle."""
         self.recorder.record(start, end, ipu, kind, stage=ins.stage,
                              micro_batch=ins.micro_batch if micro_batch is None else micro_batch,
-                             step=ins.step, cycle=ins.cycle, nbytes=nbytes)
+                             step=ins.step, pipeline_cycle=ins.pipeline_cycle, nbytes=nbytes)

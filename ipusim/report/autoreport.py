@@ -214,7 +214,8 @@ def load_autoreport(directory: str | Path) -> Timeline:
             raise ValueError(f"it holds event kinds ipusim does not know: "
                              f"{sorted(map(str, unknown))[:5]} (it knows {', '.join(KINDS)})")
         events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
-        events = events[list(dtypes)]
+        # Profiles written before the column was named for what it counts.
+        events = events[list(dtypes)].rename(columns={"cycle": "pipeline_cycle"})
     except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
     try:

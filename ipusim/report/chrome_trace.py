@@ -41,7 +41,8 @@ from ipusim.report.detail import Detail, aggregates, shown
 HOST_PID = 1
 CALLS_TID = 1
 _LANE_TID = {lane: i + 1 for i, lane in enumerate(LANES)}
-_ARG_COLUMNS = ("replica", "instance", "stage", "micro_batch", "step", "cycle", "bytes", "flops")
+_ARG_COLUMNS = ("replica", "instance", "stage", "micro_batch", "step", "pipeline_cycle", "bytes",
+                "flops")
 
 
 def ipu_pid(ipu: int) -> int:

@@ -147,7 +147,7 @@ def _bar_trace(events: pd.DataFrame, kind: str, rows: np.ndarray, name: str, **s
     # float32 and int16 arrays travel base64-encoded: a third of the size of float64 text.
     start = events["start_ps"].to_numpy() / PS_PER_US
     duration = ((events["end_ps"] - events["start_ps"]).to_numpy() / PS_PER_US).astype(np.float32)
-    custom = events[["ipu", "replica", "stage", "micro_batch", "step", "cycle", "bytes",
+    custom = events[["ipu", "replica", "stage", "micro_batch", "step", "pipeline_cycle", "bytes",
                      "flops"]].to_numpy(dtype=np.float32)
     compute = kind in COMPUTE_KINDS
     return go.Bar(
@@ -159,7 +159,7 @@ def _bar_trace(events: pd.DataFrame, kind: str, rows: np.ndarray, name: str, **s
         textangle=0, textfont={"color": "white", "size": 11}, cliponaxis=True,
         hovertemplate=(f"<b>{lanes.NAMES[kind]}</b> %{{text}}<br>IPU %{{customdata[0]}} "
                        "(replica %{customdata[1]}), stage %{customdata[2]}<br>"
-                       "micro-batch %{customdata[3]}, step %{customdata[4]}, cycle "
+                       "micro-batch %{customdata[3]}, step %{customdata[4]}, pipeline cycle "
                        "%{customdata[5]}<br>%{base:,.3f} µs + %{x:,.3f} µs<br>"
                        "%{customdata[6]:,.0f} bytes, %{customdata[7]:,.3s}FLOP<extra></extra>"),
         **style)
@@ -239,7 +239,8 @@ def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list
             labelled += 1
             notes.append({"x": (x0 + x1) / 2, "y": 1.0, "xref": "x", "yref": "paper",
                           "yanchor": "bottom", "showarrow": False,
-                          "text": f"{row.phase}<br>cycles {row.first_cycle}-{row.last_cycle}",
+                          "text": (f"{row.phase}<br>pipeline cycles "
+                                   f"{row.first_pipeline_cycle}-{row.last_pipeline_cycle}"),
                           "font": {"size": 10, "color": _PHASE_TEXT[row.phase]}})
     for phase in PHASES:  # legend entries for the shading
         traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=f"{phase} phase",

@@ -174,7 +174,7 @@ def _balance_advice(timeline: Timeline) -> str:
     if balance.balanced:
         return (f"The stages are balanced (the slowest takes {balance.ratio:.2f}x the fastest "
                 "per micro-batch): moving layers between them will not help.")
-    why = ("the slowest stage sets the pace of every cycle" if timeline.run.execution
+    why = ("the slowest stage sets the pace of every pipeline cycle" if timeline.run.execution
            is Execution.PIPELINED else "the next stage cannot start until it ends")
     return (f"Rebalance the stages: stage {balance.slowest} takes {balance.slowest_us:,.1f} µs "
             f"per micro-batch, {balance.ratio:.1f}x stage {balance.fastest}; {why}.")

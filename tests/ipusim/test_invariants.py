@@ -122,9 +122,9 @@ def test_timelines_are_causal(scenario):
         producers = [done.get((kind, row.replica, row.step, row.micro_batch, row.stage))
                      for kind in ("forward", "backward")]
         assert any(p and p[1] <= row.start_ps for p in producers), row
-        if row.cycle >= 0:
+        if row.pipeline_cycle >= 0:
             same_cycle = events[(events["ipu"] == row.ipu) & (events["step"] == row.step)
-                                & (events["cycle"] == row.cycle)
+                                & (events["pipeline_cycle"] == row.pipeline_cycle)
                                 & (events["micro_batch"] // run.gradient_accumulation
                                    == row.micro_batch // run.gradient_accumulation)
                                 & events["kind"].isin(PASSES)]

@@ -58,7 +58,7 @@ def test_a_pipeline_run_takes_g_plus_p_minus_one_cycles(forward_stages, training
     assert slots.equals(pipeline_slots(timeline.events, depth, micro_batches))
     runs = slots.groupby(["replica", "step", "run"])
     assert len(runs) == replicas * steps * (iterations if training else 1)
-    assert (runs["cycle"].nunique() == micro_batches + depth - 1).all()
+    assert (runs["pipeline_cycle"].nunique() == micro_batches + depth - 1).all()
     assert (runs.size() == micro_batches * depth).all()
     expected = Fraction(depth - 1, micro_batches + depth - 1)
     assert timeline.bubble_fraction() == pytest.approx(float(expected), rel=1e-12, abs=1e-15)
@@ -70,8 +70,8 @@ def test_cycle_c_runs_micro_batch_c_minus_j_on_pipeline_stage_j():
     assert [ps.stage for ps in pipeline_stages(3, True)] == [0, 1, 2, 1, 0]
     compute = events[events["kind"].isin(["forward", "backward"])]
     pipeline_stage = compute["stage"].where(compute["kind"] == "forward", 4 - compute["stage"])
-    assert (compute["cycle"] - pipeline_stage == compute["micro_batch"]).all()
-    assert sorted(slots["cycle"].unique()) == list(range(6 + 5 - 1))
+    assert (compute["pipeline_cycle"] - pipeline_stage == compute["micro_batch"]).all()
+    assert sorted(slots["pipeline_cycle"].unique()) == list(range(6 + 5 - 1))
 
 
 @pytest.mark.parametrize("forward_stages,micro_batches", [(1, 1), (2, 2), (3, 7), (4, 16)])
@@ -120,10 +120,10 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     total = cost.call_overhead_ps
     updating: dict[int, int] = {}
     for _ in range(runs):
-        for cycle in range(per_run + len(pipeline) - 1):
-            busy, sent = defaultdict(int, updating if cycle == 0 else {}), defaultdict(int)
+        for pipeline_cycle in range(per_run + len(pipeline) - 1):
+            busy, sent = defaultdict(int, updating if pipeline_cycle == 0 else {}), defaultdict(int)
             for j, (k, forward, backward) in enumerate(pipeline):
-                if not 0 <= cycle - j < per_run:
+                if not 0 <= pipeline_cycle - j < per_run:
                     continue
                 ipu = stages[k].ipu
                 if forward:
@@ -182,7 +182,7 @@ def test_stages_sharing_an_ipu_run_one_after_the_other():
     work = Work(tuple(Stage(f"s{k}", ipu, Cost(time_ps=times[k]))
                       for k, ipu in enumerate((0, 1, 0))))
     events = simulate(work, pipelined(False, 5), system_spec("mk2", 2), cost_model=ZERO_SYNC).events
-    main = events[(events["cycle"] == 2) & (events["kind"] == "forward")]
+    main = events[(events["pipeline_cycle"] == 2) & (events["kind"] == "forward")]
     on_ipu0 = main[main["ipu"] == 0].sort_values("start_ps")
     assert list(on_ipu0["stage"]) == [0, 2]
     assert on_ipu0["start_ps"].iloc[1] == on_ipu0["end_ps"].iloc[0]
@@ -198,22 +198,25 @@ def test_four_equal_stages_keep_every_ipu_busy_in_the_main_phase():
                         activation_bytes=2 * 10**6)
     spec, cost = system_spec("mk2", forward_stages), CostModel()
     events = simulate(work, pipelined(True, micro_batches), spec, cost_model=cost).events
-    in_cycle = events[events["cycle"] >= 0]
-    bounds = in_cycle.groupby("cycle").agg(start=("start_ps", "min"), end=("end_ps", "max"))
+    in_cycle = events[events["pipeline_cycle"] >= 0]
+    bounds = in_cycle.groupby("pipeline_cycle").agg(start=("start_ps", "min"),
+                                                    end=("end_ps", "max"))
     compute = in_cycle[in_cycle["kind"].isin(["forward", "backward"])]
     busy = (compute["end_ps"] - compute["start_ps"]).groupby(
-        [compute["cycle"], compute["ipu"]]).sum().unstack(fill_value=0)
+        [compute["pipeline_cycle"], compute["ipu"]]).sum().unstack(fill_value=0)
     copies = in_cycle[in_cycle["kind"] == "ipu_copy"]
-    phase = (copies["end_ps"] - copies["start_ps"]).groupby(copies["cycle"]).max()
+    phase = (copies["end_ps"] - copies["start_ps"]).groupby(copies["pipeline_cycle"]).max()
     length = bounds["end"] - bounds["start"]
     exchange = cost.ipu_sync_ps(spec.num_ipus) + phase.reindex(length.index, fill_value=0)
     main = range(depth - 1, micro_batches)
-    for cycle in main:
-        assert (busy.loc[cycle] == length[cycle] - exchange[cycle]).all(), cycle
-        assert (busy.loc[cycle] == 1_200_000_000).all()
+    for pipeline_cycle in main:
+        c = pipeline_cycle
+        assert (busy.loc[c] == length[c] - exchange[c]).all(), c
+        assert (busy.loc[pipeline_cycle] == 1_200_000_000).all()
     ramp = [c for c in range(micro_batches + depth - 1) if c not in main]
-    for cycle in ramp:
-        assert (busy.loc[cycle] < length[cycle] - exchange[cycle]).any(), cycle
+    for pipeline_cycle in ramp:
+        c = pipeline_cycle
+        assert (busy.loc[c] < length[c] - exchange[c]).any(), c
 
 
 def test_pipelining_beats_sharding_on_equal_stages():

@@ -25,14 +25,14 @@ def test_every_run_has_n_plus_p_minus_one_cycles_in_three_contiguous_phases(
                          steps=2)
     p, n = timeline.plan.pipeline_depth, timeline.plan.micro_batches_per_run
     assert n == micro_batches
-    cycles = timeline.cycle_times()
+    cycles = timeline.pipeline_cycle_times()
     runs = cycles.groupby(["step", "run"])
     assert len(runs) == 2 * timeline.plan.pipeline_runs
-    assert (runs["cycle"].apply(list) == [list(range(n + p - 1))] * len(runs)).all()
+    assert (runs["pipeline_cycle"].apply(list) == [list(range(n + p - 1))] * len(runs)).all()
     phases = timeline.pipeline_phases()
     assert len(phases) == 3 * len(runs)
     for _, run in phases.groupby(["step", "run"]):
-        assert list(zip(run["phase"], run["first_cycle"], run["last_cycle"])) == [
+        assert list(zip(run["phase"], run["first_pipeline_cycle"], run["last_pipeline_cycle"])) == [
             ("ramp-up", 0, p - 2), ("main", p - 1, n - 1), ("ramp-down", n, n + p - 2)]
         assert list(run["end_ps"][:-1]) == list(run["start_ps"][1:])  # contiguous
         assert (run["start_ps"] < run["end_ps"]).all()

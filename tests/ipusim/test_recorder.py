@@ -8,10 +8,14 @@ from ipusim.engine.recorder import COLUMNS, KINDS, Recorder, Row
 from ipusim.plan.engine_plan import EnginePlan
 
 ROWS = [
-    Row(5, 9, 1, "forward", stage=0, micro_batch=3, step=0, cycle=2, bytes=10.0, flops=7.5),
-    Row(0, 4, 0, "backward", stage=1, micro_batch=2, step=0, cycle=1, bytes=20.0, flops=9.0),
-    Row(5, 6, 0, "sync_wait", stage=-1, micro_batch=-1, step=0, cycle=2, bytes=0.0, flops=0.0),
-    Row(5, 8, 0, "ipu_copy", stage=1, micro_batch=2, step=0, cycle=2, bytes=300.0, flops=0.0),
+    Row(5, 9, 1, "forward", stage=0, micro_batch=3, step=0,
+        pipeline_cycle=2, bytes=10.0, flops=7.5),
+    Row(0, 4, 0, "backward", stage=1, micro_batch=2, step=0,
+        pipeline_cycle=1, bytes=20.0, flops=9.0),
+    Row(5, 6, 0, "sync_wait", stage=-1, micro_batch=-1, step=0,
+        pipeline_cycle=2, bytes=0.0, flops=0.0),
+    Row(5, 8, 0, "ipu_copy", stage=1, micro_batch=2, step=0,
+        pipeline_cycle=2, bytes=300.0, flops=0.0),
 ]
 
 
@@ -44,7 +48,7 @@ def test_the_frame_holds_every_row_sorted_by_start_then_ipu_with_stable_ties():
     assert [tuple(row) for row in frame[list(COLUMNS)].itertuples(index=False)] == expected
     assert frame["kind"].dtype == pd.CategoricalDtype(KINDS)
     assert (frame["instance"] == 3).all() and frame["replica"].tolist() == frame["ipu"].tolist()
-    for name in ("start_ps", "end_ps", "ipu", "stage", "micro_batch", "step", "cycle"):
+    for name in ("start_ps", "end_ps", "ipu", "stage", "micro_batch", "step", "pipeline_cycle"):
         assert frame[name].dtype == np.int64
     assert frame["bytes"].dtype == frame["flops"].dtype == np.float64
 

@@ -61,10 +61,10 @@ def expected_inference_ps(pattern: SyncPattern, micro_batches: int, spec, cost: 
     host_out = cost.host_sync_ps + cost.host_transfer_ps(SAMPLE_BYTES, spec)
     copy = cost.ipu_copy_ps(4096, spec.ipu)
     total = cost.call_overhead_ps
-    for cycle in range(micro_batches + 3):
-        f = [t if 0 <= cycle - k < micro_batches else 0 for k, t in enumerate(FORWARD_PS)]
-        i = host_in if cycle < micro_batches else 0
-        o = host_out if 0 <= cycle - 3 < micro_batches else 0
+    for pipeline_cycle in range(micro_batches + 3):
+        f = [t if 0 <= pipeline_cycle - k < micro_batches else 0 for k, t in enumerate(FORWARD_PS)]
+        i = host_in if pipeline_cycle < micro_batches else 0
+        o = host_out if 0 <= pipeline_cycle - 3 < micro_batches else 0
         if pattern is SyncPattern.FULL:
             compute = i + max(f) + o
         elif pattern is SyncPattern.SINGLE_PIPELINE:
@@ -103,7 +103,8 @@ def test_full_stalls_every_ipu_for_a_host_transfer():
 def test_single_pipeline_computes_while_ipu0_streams_in():
     events = simulate(four_stage_work(), inference(SyncPattern.SINGLE_PIPELINE),
                       system_spec("mk2", 4)).events
-    transfer = events[(events["kind"] == "host_to_device") & (events["cycle"] == 2)].iloc[0]
+    transfer = events[(events["kind"] == "host_to_device")
+                      & (events["pipeline_cycle"] == 2)].iloc[0]
     during = events[(events["start_ps"] < transfer.end_ps) & (events["end_ps"] > transfer.start_ps)
                     & (events["ipu"] != transfer.ipu)]
     assert set(during.loc[during["kind"] == "forward", "ipu"]) == {1, 2}

@@ -73,14 +73,15 @@ def test_ramp_bands_sit_on_the_cycle_boundaries_of_a_4_stage_pipeline_with_g8():
     timeline = pipeline_run(micro_batches=8, synthetic_data=True)
     phases = timeline.pipeline_phases()
     # P = 2 x 4 - 1 = 7 pipeline stages, 8 + 7 - 1 = 14 cycles
-    assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
+    assert list(zip(phases["phase"], phases["first_pipeline_cycle"],
+                    phases["last_pipeline_cycle"])) == [
         ("ramp-up", 0, 5), ("main", 6, 7), ("ramp-down", 8, 13)]
     events = timeline.events
     compute = events[events["kind"].isin(("forward", "backward"))]
-    first = compute.groupby("cycle")["start_ps"].min()
+    first = compute.groupby("pipeline_cycle")["start_ps"].min()
     assert list(phases["start_ps"]) == [first[0], first[6], first[8]]
     assert list(phases["end_ps"][:2]) == [first[6], first[8]]
-    assert phases["end_ps"].iloc[2] == compute.loc[compute["cycle"] == 13, "end_ps"].max()
+    assert phases["end_ps"].iloc[2] == compute.loc[compute["pipeline_cycle"] == 13, "end_ps"].max()
     # the main phase starts with micro-batch 6 entering stage 0
     entering = compute[(compute["kind"] == "forward") & (compute["stage"] == 0)
                        & (compute["micro_batch"] == 6)]
@@ -91,7 +92,8 @@ def test_ramp_bands_sit_on_the_cycle_boundaries_of_a_4_stage_pipeline_with_g8():
     np.testing.assert_allclose([(r.x0, r.x1) for r in rects],
                                np.c_[phases["start_ps"], phases["end_ps"]] / PS_PER_US)
     labels = [a.text for a in fig.layout.annotations if a.text and "cycles" in a.text]
-    assert labels == ["ramp-up<br>cycles 0-5", "main<br>cycles 6-7", "ramp-down<br>cycles 8-13"]
+    assert labels == ["ramp-up<br>pipeline cycles 0-5", "main<br>pipeline cycles 6-7",
+                      "ramp-down<br>pipeline cycles 8-13"]
 
 
 def test_every_pass_lies_in_the_band_of_its_cycle():
@@ -102,7 +104,8 @@ def test_every_pass_lies_in_the_band_of_its_cycle():
     compute = events[events["kind"].isin(("forward", "backward"))]
     for row in phases.itertuples():
         mine = compute[(compute["step"] == row.step)
-                       & compute["cycle"].between(row.first_cycle, row.last_cycle)]
+                       & compute["pipeline_cycle"].between(row.first_pipeline_cycle,
+                                                           row.last_pipeline_cycle)]
         assert (mine["start_ps"] >= row.start_ps).all() and (mine["end_ps"] <= row.end_ps).all()
 
 
@@ -110,7 +113,8 @@ def test_inference_pipeline_has_p_equal_to_the_stage_count():
     work = Work(stages(3), micro_batch_size=2, input_bytes_per_sample=64)
     run = RunConfig(training=False, device_iterations=5, execution=Execution.PIPELINED)
     phases = simulate(work, run, system_spec("mk2", 3)).pipeline_phases()
-    assert list(zip(phases["phase"], phases["first_cycle"], phases["last_cycle"])) == [
+    assert list(zip(phases["phase"], phases["first_pipeline_cycle"],
+                    phases["last_pipeline_cycle"])) == [
         ("ramp-up", 0, 1), ("main", 2, 4), ("ramp-down", 5, 6)]
 
 

@@ -90,15 +90,15 @@ def test_the_pipeline_ramps_up_runs_full_then_ramps_down(baseline):
     timeline = baseline.timeline
     stages = 2 * len(BLOCKS) - 1  # P = 2F - 1 pipeline stages in training
     slots = timeline.pipeline_slots()
-    occupied = slots.groupby("cycle")["pipeline_stage"].nunique()
+    occupied = slots.groupby("pipeline_cycle")["pipeline_stage"].nunique()
     cycles = GA + stages - 1
     assert list(occupied.index) == list(range(cycles))
     assert list(occupied) == [min(c + 1, stages, cycles - c) for c in range(cycles)]
     # every IPU computes in every cycle of the main phase (cycles P-1 .. G-1)
     events = timeline.events
     main = events[events["kind"].isin(("forward", "backward"))
-                  & events["cycle"].between(stages - 1, GA - 1)]
-    assert main.groupby("cycle")["ipu"].nunique().eq(len(BLOCKS)).all()
+                  & events["pipeline_cycle"].between(stages - 1, GA - 1)]
+    assert main.groupby("pipeline_cycle")["ipu"].nunique().eq(len(BLOCKS)).all()
     assert len(slots) == GA * stages
     assert timeline.bubble_fraction() == pytest.approx((stages - 1) / (GA + stages - 1),
                                                        abs=1e-12)
@@ -218,7 +218,7 @@ def test_blocks_without_a_strategy_are_pipelined_as_poptorch_does_by_default():
     assert model.device.run.execution.value == "pipelined"
     events = model.timeline.events
     assert events.loc[events["kind"] == "forward", "ipu"].unique().tolist() == [0, 1]
-    assert events["cycle"].max() + 1 == GA + 3 - 1  # G + P - 1 cycles, P = 2F - 1 = 3
+    assert events["pipeline_cycle"].max() + 1 == GA + 3 - 1  # G + P - 1 cycles, P = 2F - 1 = 3
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     nn.functional.cross_entropy(reference(x, target)[0], target).backward()
     optimizer.step()

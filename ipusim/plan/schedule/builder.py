@@ -75,24 +75,26 @@ class ProgramBuilder:
         self._copy_ps: dict[int, int] = {}
 
     # Compute ---------------------------------------------------------------
-    def compute(self, kind: str, stage: int, micro_batch: int, cycle: int = -1) -> None:
+    def compute(self, kind: str, stage: int, micro_batch: int, pipeline_cycle: int = -1) -> None:
         """One pass of ``kind`` (forward, backward, recompute) of a stage, in every replica."""
         work, duration, code, programs = self._passes[kind, stage]
-        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, work.bytes,
+        ins = Busy(kind, stage, micro_batch, self.step, pipeline_cycle, duration, work.flops,
+                   work.bytes,
                    code)
         for program in programs:
             program.append(ins)
 
-    def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, cycle: int,
+    def busy(self, logical_ipu: int, kind: str, stage: int, micro_batch: int, pipeline_cycle: int,
              duration: int, work: Cost = Cost(), nbytes: float | None = None) -> None:
         """The IPU is busy for ``duration`` ps, in every replica."""
         nbytes = work.bytes if nbytes is None else nbytes
-        ins = Busy(kind, stage, micro_batch, self.step, cycle, duration, work.flops, nbytes,
+        ins = Busy(kind, stage, micro_batch, self.step, pipeline_cycle, duration, work.flops,
+                   nbytes,
                    label(kind, stage, nbytes, work.flops))
         for program in self._programs_of[logical_ipu]:
             program.append(ins)
 
-    def weight_update(self, stages: list[int] | None = None, cycle: int = -1) -> None:
+    def weight_update(self, stages: list[int] | None = None, pipeline_cycle: int = -1) -> None:
         """All-reduce the gradients across replicas, then update the stages' weights.
 
         With the optimizer state sharded across replicas the all-reduce is a
@@ -109,13 +111,13 @@ class ProgramBuilder:
             times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu,
                                              self.spec, self.ipus_per_replica)
                      for g in grads]
-            self._collective(ALL_REDUCE, max(times), times, grads, cycle)
+            self._collective(ALL_REDUCE, max(times), times, grads, pipeline_cycle)
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
-            self.stream(STREAM_IN, index, offloaded, cycle)
-            self.busy(self.stages[index].ipu, WEIGHT_UPDATE, index, -1, cycle,
+            self.stream(STREAM_IN, index, offloaded, pipeline_cycle)
+            self.busy(self.stages[index].ipu, WEIGHT_UPDATE, index, -1, pipeline_cycle,
                       price.update_ps, price.update)
-            self.stream(STREAM_OUT, index, offloaded, cycle)
+            self.stream(STREAM_OUT, index, offloaded, pipeline_cycle)
 
     def load_offloaded_weights(self) -> None:
         """Weights kept in streaming memory come on chip before an iteration's forward."""
@@ -136,10 +138,10 @@ class ProgramBuilder:
                 + (stage.optimizer_bytes // self.run.optimizer_shards if offload.optimizer else 0)
                 + (stage.weight_bytes if offload.accumulators and accumulating else 0))
 
-    def stream(self, kind: str, index: int, nbytes: int, cycle: int = -1) -> None:
+    def stream(self, kind: str, index: int, nbytes: int, pipeline_cycle: int = -1) -> None:
         """Move ``nbytes`` of a stage's state between SRAM and streaming memory."""
         if nbytes:
-            self.busy(self.stages[index].ipu, kind, index, -1, cycle,
+            self.busy(self.stages[index].ipu, kind, index, -1, pipeline_cycle,
                       self.cost.streaming_ps(nbytes, self.spec), nbytes=nbytes)
 
     # Host ------------------------------------------------------------------
@@ -149,18 +151,19 @@ class ProgramBuilder:
         self._collective(HOST_CALL, overhead, [overhead] * self.ipus_per_replica,
                          [0] * self.ipus_per_replica, -1, sync=0)
 
-    def host_input(self, micro_batch: int, cycle: int = -1) -> None:
+    def host_input(self, micro_batch: int, pipeline_cycle: int = -1) -> None:
         """Stream one micro-batch's inputs to the first stage's IPU."""
-        self._host_io(self.stages[0].ipu, 0, micro_batch, cycle, h2d_bytes=self.work.input_bytes)
+        self._host_io(self.stages[0].ipu, 0, micro_batch, pipeline_cycle,
+                      h2d_bytes=self.work.input_bytes)
 
-    def host_output(self, micro_batch: int, cycle: int = -1) -> None:
+    def host_output(self, micro_batch: int, pipeline_cycle: int = -1) -> None:
         """Stream one micro-batch's outputs back, if the output mode returns them."""
         if micro_batch in self.plan.returned_micro_batches:
             last = len(self.stages) - 1
-            self._host_io(self.stages[last].ipu, last, micro_batch, cycle,
+            self._host_io(self.stages[last].ipu, last, micro_batch, pipeline_cycle,
                           d2h_bytes=self.work.output_bytes)
 
-    def _host_io(self, logical_ipu: int, stage: int, micro_batch: int, cycle: int,
+    def _host_io(self, logical_ipu: int, stage: int, micro_batch: int, pipeline_cycle: int,
                  h2d_bytes: int = 0, d2h_bytes: int = 0) -> None:
         if self.run.synthetic_data or (h2d_bytes == 0 and d2h_bytes == 0):
             return
@@ -174,7 +177,8 @@ class ProgramBuilder:
             prefetch = h2d_bytes > 0 and micro_batch < self.plan.micro_batches_per_step - 1
             for ipu in active:
                 self.programs[ipu].append(HostIO((ipu,), 0, h2d, h2d_bytes, d2h, d2h_bytes, stage,
-                                                 micro_batch, self.step, cycle, True, prefetch))
+                                                 micro_batch, self.step, pipeline_cycle, True,
+                                                 prefetch))
             return
         groups = {gs1_group(pattern, ipu, n) for ipu in active}
         if self.folded:
@@ -182,13 +186,13 @@ class ProgramBuilder:
         for group in sorted(groups):
             # One instruction for the IPUs that stream, one shared by those that only wait.
             moving = HostIO(group, self.cost.host_sync_ps, h2d, h2d_bytes, d2h, d2h_bytes,
-                            stage, micro_batch, self.step, cycle)
+                            stage, micro_batch, self.step, pipeline_cycle)
             waiting = moving._replace(h2d=0, h2d_bytes=0, d2h=0, d2h_bytes=0)
             for ipu in group:
                 self.programs[ipu].append(moving if ipu in active else waiting)
 
     # IPU to IPU ------------------------------------------------------------
-    def exchange(self, copies: list[Copy], cycle: int = -1) -> None:
+    def exchange(self, copies: list[Copy], pipeline_cycle: int = -1) -> None:
         """An exchange on GS2: every IPU syncs, then the copies run in parallel."""
         nbytes = [0] * self.ipus_per_replica
         first: list[Copy | None] = [None] * self.ipus_per_replica
@@ -201,7 +205,7 @@ class ProgramBuilder:
             tag = first[logical]
             stage, mb = (tag.stage, tag.micro_batch) if tag else (-1, -1)
             ins = Exchange(self._gs2, self._ipu_sync, phase, times[logical], nbytes[logical],
-                           stage, mb, self.step, cycle, IPU_COPY,
+                           stage, mb, self.step, pipeline_cycle, IPU_COPY,
                            label(IPU_COPY, stage, nbytes[logical]))
             for program in self._programs_of[logical]:
                 program.append(ins)
@@ -213,10 +217,11 @@ class ProgramBuilder:
         return duration
 
     def _collective(self, kind: str, phase: int, times: list[int], nbytes: list[int],
-                    cycle: int, sync: int | None = None) -> None:
+                    pipeline_cycle: int, sync: int | None = None) -> None:
         sync = self._ipu_sync if sync is None else sync
         for logical in range(self.ipus_per_replica):
             ins = Exchange(self._gs2, sync, phase, times[logical], nbytes[logical],
-                           -1, -1, self.step, cycle, kind, label(kind, -1, nbytes[logical]))
+                           -1, -1, self.step, pipeline_cycle, kind,
+                           label(kind, -1, nbytes[logical]))
             for program in self._programs_of[logical]:
                 program.append(ins)

@@ -26,28 +26,28 @@ def emit_pipelined(b: ProgramBuilder) -> None:
     for r in range(runs):
         b.load_offloaded_weights()
         base = r * per_run
-        for cycle in range(per_run + len(pipeline) - 1):
-            if cycle < per_run:
-                b.host_input(base + cycle, cycle)
+        for pipeline_cycle in range(per_run + len(pipeline) - 1):
+            if pipeline_cycle < per_run:
+                b.host_input(base + pipeline_cycle, pipeline_cycle)
             copies = []
             for j, ps in enumerate(pipeline):
-                m = cycle - j
+                m = pipeline_cycle - j
                 if not 0 <= m < per_run:
                     continue
                 k, ipu = ps.stage, stages[ps.stage].ipu
                 if ps.forward:
-                    b.compute(FORWARD, k, base + m, cycle)
+                    b.compute(FORWARD, k, base + m, pipeline_cycle)
                     if k < last and stages[k + 1].ipu != ipu:
                         copies.append(Copy(ipu, stages[k].activation_bytes, k, base + m))
                 if ps.backward:
                     if run.recompute and not ps.forward:
-                        b.compute(RECOMPUTE, k, base + m, cycle)
-                    b.compute(BACKWARD, k, base + m, cycle)
+                        b.compute(RECOMPUTE, k, base + m, pipeline_cycle)
+                    b.compute(BACKWARD, k, base + m, pipeline_cycle)
                     if k > 0 and stages[k - 1].ipu != ipu:
                         copies.append(Copy(ipu, stages[k - 1].activation_bytes, k, base + m))
-            out = cycle - last
+            out = pipeline_cycle - last
             if 0 <= out < per_run:
-                b.host_output(base + out, cycle)
-            b.exchange(copies, cycle)
+                b.host_output(base + out, pipeline_cycle)
+            b.exchange(copies, pipeline_cycle)
         if run.training:
             b.weight_update()
