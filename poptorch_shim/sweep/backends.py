@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -45,6 +44,26 @@ class InProcess:
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+# Each worker's setup, run by the builtin exec (a function of this module would
+# make every worker import the shim, and torch with it). Workers leave Ctrl-C
+# and a hang-up of the terminal to the parent, which stops them in order; and
+# die with the parent however it ends (SIGKILL included): Linux sends them
+# SIGKILL when it dies (prctl PR_SET_PDEATHSIG), and one whose parent is
+# already gone exits at once. Nothing is left behind, and with every process
+# that held it gone, multiprocessing's resource tracker removes the
+# semaphores in /dev/shm.
+_WORKER_SETUP = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != {parent}:
+    os._exit(1)
+"""
+
+
 class LocalProcesses:
     """Worker processes on this machine (spawned: no state shared with the
     parent), each on one thread (the spawned workers inherit the setting)."""
@@ -52,6 +71,10 @@ class LocalProcesses:
     name = "local"
 
     def __init__(self, workers: int | None = None):
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                    or workers < 1):
+            raise ValueError(f"LocalProcesses: workers must be a positive integer, got "
+                             f"{workers!r} (InProcess() runs the points in this process)")
         self.workers = workers or os.cpu_count() or 1
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
@@ -65,12 +88,9 @@ class LocalProcesses:
                     os.environ.pop(name, None)
 
     def _run(self, tasks: Iterable[Task]) -> Iterator[Result]:
-        # Workers leave Ctrl-C to the parent, which stops them in order. The
-        # initializer is signal.signal itself: a function of this module would
-        # make every worker import the shim, and torch with it.
         pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=signal.signal,
-                                   initargs=(signal.SIGINT, signal.SIG_IGN))
+                                   initializer=exec,
+                                   initargs=(_WORKER_SETUP.format(parent=os.getpid()), {}))
         pending: dict[Future, str] = {}
         tasks = iter(tasks)
         finished = False
