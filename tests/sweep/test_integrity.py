@@ -326,7 +326,8 @@ def _until(condition, seconds: float) -> bool:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
 def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum):
     spec_path = tmp_path / "long.toml"
-    spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[space]\n'
+    spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[sweep]\nsteps = 2\n'
+                         '[space]\n'
                          'replicationFactor = [1, 2, 4]\n'
                          f'"Training.gradientAccumulation" = {list(range(8, 400))}\n')
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -354,8 +355,9 @@ def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum
         assert sweep_process.returncode == -signal.SIGKILL
     else:
         assert sweep_process.returncode == 128 + signum, err
-        assert err.rstrip().endswith(f"the finished points are in {tmp_path / 'long.parquet'}: "
-                                     "run the same command to resume"), err
+        said = [line for line in err.splitlines() if line.startswith("ipusim sweep: ")]
+        assert said[-1].endswith(f"the finished points are in {tmp_path / 'long.parquet'}: "
+                                 "run the same command to resume"), err
         assert "Traceback" not in err
     assert _until(lambda: not any(_alive(pid) for pid in started), 30), \
         [pid for pid in started if _alive(pid)]
