@@ -19,6 +19,9 @@ from poptorch_shim.sweep.backends import InProcess, LocalProcesses, RayCluster, 
 from poptorch_shim.sweep.spec import ModelSource
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
+# A sweep of more points than this is refused: its points would not fit in
+# memory, let alone be simulated; a sample of the grid is what it needs.
+MAX_POINTS = 1_000_000
 
 
 class Stopped(KeyboardInterrupt):
@@ -77,6 +80,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         spec = sweep_spec.load(args.spec)
     except (OSError, ValueError) as error:
         return _fail("sweep", str(error))
+    if spec.size > MAX_POINTS:
+        return _fail("sweep", f"{args.spec}: {spec.size:,} points (the product of the [space] "
+                              f"axes' lengths) is more than {MAX_POINTS:,}: give [sweep] "
+                              "sample = N to sweep a sample of the grid")
     output = Path(args.output) if args.output else Path(spec.output) if spec.output else \
         Path(args.spec).with_suffix(".parquet")
     with stopped_by_signals():

@@ -248,6 +248,16 @@ def test_a_grids_size_is_computed_without_building_it():
     assert time.monotonic() - started < 1
 
 
+def test_a_grid_too_large_to_sweep_is_refused_before_it_is_built(tmp_path, capsys):
+    path = tmp_path / "huge.toml"
+    axes = "\n".join(f'"model.a{index}" = {list(range(12))}' for index in range(9))
+    path.write_text(f'[model]\nfactory = "sweep_models:pipelined"\n[space]\n{axes}\n')
+    assert ipusim_main(["sweep", str(path), "--workers", "0", "--no-progress"]) == 1
+    line = _error_line(capsys)
+    assert line.startswith(f"ipusim sweep: error: {path}: 5,159,780,352 points") and \
+        "sample = N" in line
+
+
 @pytest.mark.parametrize("make, cause", [
     (lambda path: path.mkdir(), "is a folder, not a sweep spec"),
     (lambda path: path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe"), "not UTF-8 text"),
