@@ -79,7 +79,11 @@ class ModelSource:
                 raise ValueError(f"[model] {name} must be a non-empty string, got {value!r}")
         args = self.args
         if isinstance(args, str):  # one string: split as a shell splits it
-            args = shlex.split(args)
+            try:
+                args = shlex.split(args)
+            except ValueError as error:
+                raise ValueError(f"[model] args {args!r}: cannot split it as a shell would "
+                                 f"({error})") from None
         if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
             raise ValueError("[model] args must be a list of strings or one string, got "
                              f"{self.args!r}")

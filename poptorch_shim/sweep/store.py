@@ -97,8 +97,7 @@ class ResultsStore:
     def _load(self) -> None:
         if self.path.exists():
             try:
-                table = (pd.read_parquet(self.path) if self.path.suffix == ".parquet"
-                         else pd.read_csv(self.path))
+                table = _read_table(self.path)
             except Exception as error:  # not a results table: say so, never overwrite it
                 raise ValueError(f"results file {self.path}: cannot read it as a sweep's "
                                  f"results ({type(error).__name__}: {error})") from None
@@ -208,11 +207,18 @@ def normalised(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+# Columns of hashes: text, even when a CSV's hash happens to read as a number.
+_TEXT_COLUMNS = {name: str for name in ("point_id", "spec", "model", "work")}
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    return (pd.read_parquet(path) if path.suffix == ".parquet"
+            else pd.read_csv(path, dtype=_TEXT_COLUMNS))
+
+
 def read(path: str | Path) -> pd.DataFrame:
     """A results file (Parquet or CSV) as a table."""
-    path = Path(path)
-    table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    return normalised(table)
+    return normalised(_read_table(Path(path)))
 
 
 def _plain(value):

@@ -96,6 +96,15 @@ def test_a_sweep_of_another_spec_on_the_same_results_is_refused_naming_both(tmp_
     assert "2 points: " in capsys.readouterr().out
 
 
+def test_a_csv_keeps_hashes_that_look_like_numbers_as_text(tmp_path):
+    path = tmp_path / "results.csv"
+    store = ResultsStore(path, "A")
+    store.add({"point": 0, "point_id": "1234567890123456", "work": "12e45", "error": None})
+    store.close()
+    assert ResultsStore(path, "A", lock=False).done == {"1234567890123456"}
+    assert ResultsStore(path, "A", lock=False).row("1234567890123456")["work"] == "12e45"
+
+
 def test_two_sweeps_of_one_results_file_take_turns_and_another_spec_is_refused_at_once(tmp_path):
     path = tmp_path / "results.csv"
     first = ResultsStore(path, "A.toml")
@@ -219,6 +228,7 @@ MODEL = {"factory": "sweep_models:pipelined"}
 @pytest.mark.parametrize("data, message", [
     ({"model": {**MODEL, "args": 3}}, r"\[model\] args must be a list of strings"),
     ({"model": {**MODEL, "args": ["--a", 1]}}, r"\[model\] args must be a list of strings"),
+    ({"model": {**MODEL, "args": "--name 'a"}}, r"\[model\] args .*: cannot split it"),
     ({"model": {**MODEL, "kwargs": 3}}, r"\[model\] kwargs must be a table"),
     ({"model": {"factory": 3}}, r"\[model\] factory must be a non-empty string"),
     ({"model": MODEL, "sweep": {"sample": True}}, r"\[sweep\] sample must be a positive integer"),
