@@ -51,11 +51,18 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 # SIGKILL when it dies (prctl PR_SET_PDEATHSIG), and one whose parent is
 # already gone exits at once. Nothing is left behind, and with every process
 # that held it gone, multiprocessing's resource tracker removes the
-# semaphores in /dev/shm.
+# semaphores in /dev/shm. A worker's progress bars (tqdm) lock with a thread
+# lock, not the named semaphore tqdm would make, which a worker ended by its
+# parent could not remove (the resource tracker would, warning of a leak).
 _WORKER_SETUP = """
-import os, signal, sys
+import os, signal, sys, threading
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
+try:
+    import tqdm
+    tqdm.tqdm.set_lock(threading.RLock())
+except ImportError:
+    pass
 if sys.platform.startswith("linux"):
     import ctypes
     ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
