@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -152,6 +156,97 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         manager.join()
 
 
+# Ray's own processes die with the driver that started them, but not all of
+# them (its agents outlive a killed driver): a watchdog the sweep starts with
+# a local Ray is told their ids as they appear, and kills them if the sweep
+# dies without saying it is done (its end of the pipe closes either way).
+_RAY_WATCHDOG = """
+import os, signal, sys
+for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
+
+def started(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+watched = {}
+for line in sys.stdin:
+    if line.strip() == "done":
+        sys.exit(0)
+    pid, start = line.split()
+    watched[int(pid)] = start
+for pid, start in watched.items():
+    if started(pid) == start:  # the same process, not a later one given its id
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def _started(pid: int) -> str | None:
+    """When a process started (its start time in /proc), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (Linux: /proc)."""
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as children:
+                listed = children.read().split()
+        except OSError:
+            continue
+        for child in map(int, listed):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class _Watchdog:
+    """Kills the processes it is told about if this process dies before :meth:`done`."""
+
+    def __init__(self):
+        self._process = subprocess.Popen([sys.executable, "-c", _RAY_WATCHDOG],
+                                         stdin=subprocess.PIPE, text=True,
+                                         start_new_session=True)
+        self._told: set[int] = set()
+        self._looked = 0.0
+
+    def watch_descendants(self, every_s: float = 0.0) -> None:
+        """Tell it about this process's descendants (at most every ``every_s``)."""
+        if time.monotonic() - self._looked < every_s:
+            return
+        self._looked = time.monotonic()
+        try:
+            for pid in _descendants(os.getpid()) - self._told - {self._process.pid}:
+                start = _started(pid)
+                if start is not None:
+                    self._process.stdin.write(f"{pid} {start}\n")
+                    self._told.add(pid)
+            self._process.stdin.flush()
+        except OSError:  # the watchdog is gone: nothing more to do
+            pass
+
+    def done(self) -> None:
+        try:
+            self._process.stdin.write("done\n")
+            self._process.stdin.close()
+        except OSError:
+            pass
+        self._process.wait()
+
+
 class RayCluster:
     """Ray tasks on a running cluster (``address``) or a local Ray started
     here (``address`` None) and shut down when the sweep ends. Each measured
@@ -167,6 +262,7 @@ class RayCluster:
         self._ray = ray
         self.address, self.num_cpus = address, num_cpus
         self._started = False
+        self._watchdog: _Watchdog | None = None
         self.workers = num_cpus or 1
 
     def _start(self) -> None:
@@ -176,9 +272,23 @@ class RayCluster:
             return
         import ipusim
         runtime_env = {"py_modules": [ipusim]} if self.address else None
+        # Ray's driver replaces the handlers of SIGTERM (and others) with its
+        # own, which abort the process: this one keeps its own, so that a
+        # signal stops the sweep in order (Ray shut down, the resume hint).
+        caught = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+        saved = {signum: signal.getsignal(signum) for signum in caught}
         ray.init(address=self.address, num_cpus=None if self.address else self.num_cpus,
                  runtime_env=runtime_env, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
+        for signum, handler in saved.items():
+            if handler is not None:
+                try:
+                    signal.signal(signum, handler)
+                except ValueError:  # not the main thread: Ray's handlers stay
+                    break
+        if sys.platform.startswith("linux"):
+            self._watchdog = _Watchdog()
+            self._watchdog.watch_descendants()
         self._started = True
         self.workers = int(ray.cluster_resources().get("CPU", 1))
 
@@ -210,9 +320,14 @@ class RayCluster:
                         raise WorkersLost(f"Ray lost the point's worker ({type(error).__name__}); "
                                           "the points in flight are not done") from None
                     yield key, row, seconds
+                if self._watchdog is not None:  # Ray starts processes as it goes
+                    self._watchdog.watch_descendants(every_s=2.0)
         finally:
             for reference in pending:
                 ray.cancel(reference, force=True)
             if self._started:
                 ray.shutdown()
                 self._started = False
+            if self._watchdog is not None:
+                self._watchdog.done()
+                self._watchdog = None

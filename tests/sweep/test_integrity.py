@@ -382,3 +382,35 @@ def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum
     assert _until(lambda: not any(_alive(pid) for pid in started), 30), \
         [pid for pid in started if _alive(pid)]
     assert _until(lambda: not (_semaphores() - before), 30), _semaphores() - before
+
+
+@pytest.mark.slow  # starts a local Ray per signal
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_ray_the_sweep_started_dies_with_it(tmp_path, signum):
+    pytest.importorskip("ray")
+    spec_path = tmp_path / "long.toml"
+    spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[sweep]\nsteps = 2\n'
+                         '[space]\nreplicationFactor = [1, 2, 4]\n'
+                         f'"Training.gradientAccumulation" = {list(range(8, 400))}\n')
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPOSITORY), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    sweep_process = subprocess.Popen(
+        [sys.executable, "-m", "poptorch_shim.commands", "sweep", str(spec_path), "--ray",
+         "--no-progress"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert _until(lambda: (tmp_path / "long.parquet.journal.jsonl").exists(), 240)
+        started = _descendants(sweep_process.pid)  # Ray's processes and its workers
+        os.kill(sweep_process.pid, signum)
+        _, err = sweep_process.communicate(timeout=120)
+    finally:
+        if sweep_process.poll() is None:
+            sweep_process.kill()
+            sweep_process.communicate()
+    if signum != signal.SIGKILL:
+        assert sweep_process.returncode == 128 + signum, err
+        assert "run the same command to resume" in err
+    assert _until(lambda: not any(_alive(pid) for pid in started), 60), \
+        [Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ")
+         for pid in started if _alive(pid)]
