@@ -220,6 +220,21 @@ def test_a_model_that_cannot_be_built_fails_the_sweep_naming_the_cause(
         sweep(str(spec_path), tmp_path / "other.csv", InProcess())
 
 
+@pytest.mark.parametrize("script, cause", [
+    ("raise RuntimeError('boom')\n", "raised RuntimeError: boom"),
+    ("import sys\nsys.exit(3)\n", "exited (status 3) before compiling a poptorch model"),
+    (None, "no such script"),
+])
+def test_ipusim_advise_on_a_model_that_cannot_be_built_is_one_error_line(tmp_path, capsys,
+                                                                         script, cause):
+    path = tmp_path / "train.py"
+    if script is not None:
+        path.write_text(script)
+    assert ipusim_main(["advise", "--workers", "0", "--no-progress", str(path)]) == 1
+    line = _error_line(capsys)
+    assert line.startswith("ipusim advise: error: ") and str(path) in line and cause in line
+
+
 # Values checked, naming the key.
 
 MODEL = {"factory": "sweep_models:pipelined"}
