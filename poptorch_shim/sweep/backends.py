@@ -31,6 +31,38 @@ class WorkersLost(RuntimeError):
     """Workers died (killed, or a Ray node lost): the points they held are not done."""
 
 
+# Where a signal may stop a sweep. A handler that raises stops the main
+# thread wherever it is, and inside concurrent.futures (waiting on futures,
+# handing one out) that can leave a lock taken that the pool's own thread then
+# waits for forever. So a signal handler calls :func:`interrupt`: inside those
+# calls the exception is kept, and raised as soon as the call returns.
+_deferring = 0
+_deferred: list[BaseException] = []
+
+
+def interrupt(error: BaseException) -> None:
+    """Raise ``error`` (a signal handler's), now or as soon as it is safe."""
+    if _deferring:
+        if not _deferred:
+            _deferred.append(error)
+        return
+    raise error
+
+
+class _Deferred:
+    """A region where :func:`interrupt` keeps its exception, raising it on leaving."""
+
+    def __enter__(self) -> None:
+        global _deferring
+        _deferring += 1
+
+    def __exit__(self, *exc_info) -> None:
+        global _deferring
+        _deferring -= 1
+        if not _deferring and _deferred:
+            raise _deferred.pop()
+
+
 class InProcess:
     """Each point in turn in this process: no start-up, no parallelism."""
 
@@ -108,14 +140,20 @@ class LocalProcesses:
         try:
             while True:
                 _check_workers(pool)
-                for key, point in tasks:
-                    pending[pool.submit(evaluate, point)] = key
-                    if len(pending) >= 2 * self.workers:
+                while len(pending) < 2 * self.workers:
+                    entry = next(tasks, None)
+                    if entry is None:
                         break
+                    with _Deferred():
+                        future = pool.submit(evaluate, entry[1])
+                    pending[future] = entry[0]
                 if not pending:
                     finished = True
                     return
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                # Not waiting long at a time: a signal kept while waiting is
+                # raised within the timeout, however long the points take.
+                with _Deferred():
+                    done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 for future in done:
                     key = pending.pop(future)
                     row, seconds = future.result()

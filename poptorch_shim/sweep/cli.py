@@ -15,7 +15,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from poptorch_shim.sweep.backends import InProcess, LocalProcesses, RayCluster, WorkersLost
+from poptorch_shim.sweep.backends import (
+    InProcess,
+    LocalProcesses,
+    RayCluster,
+    WorkersLost,
+    interrupt,
+)
 from poptorch_shim.sweep.spec import ModelSource
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
@@ -34,11 +40,21 @@ class Stopped(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def stopped_by_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Stopped` in the main thread while in the block."""
+    """SIGTERM and SIGHUP raise :class:`Stopped`, and Ctrl-C KeyboardInterrupt, in
+    the main thread while in the block, where the sweep can stop in order
+    (:func:`~poptorch_shim.sweep.backends.interrupt`); signals after the first
+    are ignored, so that they do not cut the stopping short."""
+    stopping = []
+
     def handler(signum, frame):
-        raise Stopped(signum)
+        if stopping:
+            return
+        stopping.append(signum)
+        interrupt(KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum))
 
     caught = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
+        caught.append(signal.SIGINT)
     saved = {signum: signal.signal(signum, handler) for signum in caught}
     try:
         yield
