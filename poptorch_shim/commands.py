@@ -85,13 +85,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         epilog="example: ipusim advise --ipus 16 --system bow scenarios/resnet50.py --size reduced",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_script(advise, "a PopTorch script or module:function")
-    advise.add_argument("--ipus", type=int, default=16, help="IPUs of the machine (default: 16)")
+    advise.add_argument("--ipus", type=_at_least(1), default=16,
+                        help="IPUs of the machine (default: 16)")
     advise.add_argument("--system", choices=("bow", "mk2", "mk1"), default="bow",
                         help="the IPU (default: bow)")
-    advise.add_argument("--top", type=int, default=5, help="runners-up to show (default: 5)")
-    advise.add_argument("--trials", type=int, default=48,
+    advise.add_argument("--top", type=_at_least(1), default=5,
+                        help="runners-up to show (default: 5)")
+    advise.add_argument("--trials", type=_at_least(1), default=48,
                         help="configurations Optuna tries in a large space (default: 48)")
-    advise.add_argument("--exhaustive-limit", type=int, default=64, metavar="N",
+    advise.add_argument("--exhaustive-limit", type=_at_least(1), default=64, metavar="N",
                         help="search exhaustively up to N configurations (default: 64)")
     alias = commands.add_parser(
         "alias", help="make `import poptorch` mean the shim in this whole environment",
@@ -107,7 +109,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                             "the venv's in a venv)")
     alias.set_defaults(handler=_alias)
     for sub, handler in ((sweep, _sweep), (advise, _advise)):
-        sub.add_argument("--workers", type=int, default=None, metavar="N",
+        sub.add_argument("--workers", type=_at_least(0), default=None, metavar="N",
                          help="local worker processes (default: one per core; 0: in this "
                               "process)")
         sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -116,6 +118,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                               "SCRIPT or SPEC, which it would take for the address)")
         sub.add_argument("--no-progress", action="store_true", help="no progress bar")
         sub.set_defaults(handler=handler)
+
+
+def _at_least(minimum: int):
+    """An argparse type: an integer of at least ``minimum`` (argparse names the option)."""
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    number.__name__ = "integer"
+    return number
 
 
 def _add_script(parser: argparse.ArgumentParser, what: str) -> None:

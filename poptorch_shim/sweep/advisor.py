@@ -21,7 +21,7 @@ from poptorch_shim._core.option_names import sweep_key
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.backends import InProcess
 from poptorch_shim.sweep.measure import Measurements, micro_batch_size
-from poptorch_shim.sweep.run import THROUGHPUT, run_points
+from poptorch_shim.sweep.run import THROUGHPUT, _config, run_points
 from poptorch_shim.sweep.spec import ModelSource, SweepSpec
 from poptorch_shim.sweep.store import normalised
 
@@ -200,13 +200,13 @@ def _optuna_search(spec: SweepSpec, fixed: dict, space: dict, trials: int, seed:
         combos = [tuple(by_text[name][trial.suggest_categorical(name, choices[name])]
                         for name in space) for trial in asked]
         points = _points(fixed, space, combos)
-        new = [p for p in points if spec.point_id(p) not in rows]
+        new = [p for p in points if _config(p) not in rows]
         for row in run_points(spec, new, None, backend, progress, measurements=measurements,
                               first_index=len(rows)):
-            rows[row["point_id"]] = row
+            rows[row["config"]] = row  # a point's key needs its measurement: its settings do
         for trial, combo in zip(asked, combos):
             matching = _points(fixed, space, [combo])
-            row = rows.get(spec.point_id(matching[0])) if matching else None
+            row = rows.get(_config(matching[0])) if matching else None
             good = row is not None and not row.get("error") and row.get("fits")
             study.tell(trial, row[THROUGHPUT] if good else 0.0)
     return list(rows.values())

@@ -10,7 +10,9 @@ pattern, system and the rest only change how that work runs.
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib
+import pickle
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,7 +27,7 @@ from poptorch_shim._run.runner import install_aliases
 from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
-from poptorch_shim.sweep.spec import ModelSource
+from poptorch_shim.sweep.spec import ModelError, ModelSource
 
 # Batching the measurement runs under: only the stages' costs are kept, so it
 # is chosen to pass every check (a pipeline of up to this many stages).
@@ -55,6 +57,15 @@ class Measured:
     strategy: Any  # the execution strategy the stages were placed by (None: one stage)
     overlap: tuple[bool, bool]  # overlapped input / output stream copies asked for
 
+    @property
+    def fingerprint(self) -> str:
+        """A hash of what was measured: the work, training or not, the overlap."""
+        try:
+            data = pickle.dumps((self.work, self.training, self.overlap), protocol=4)
+        except Exception:  # something in the work that does not pickle: its text
+            data = repr((self.work, self.training, self.overlap)).encode()
+        return hashlib.sha256(data).hexdigest()[:16]
+
 
 def signature(point_settings: dict[str, Any]) -> dict[str, Any]:
     """The settings of a point that change its measurement."""
@@ -68,14 +79,22 @@ def from_factory(source: ModelSource, model_arguments: dict[str, Any]) -> ModelC
     install_aliases()  # the factory's module may `import poptorch`
     try:
         factory = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"[model] factory {source.factory!r}: {error}") from None
-    made = factory(**{**source.kwargs, **model_arguments})
+    except Exception as error:  # missing, or its module fails to import
+        raise ModelError(f"[model] factory {source.factory!r} cannot be loaded: "
+                         f"{type(error).__name__}: {error}") from None
+    arguments = {**source.kwargs, **model_arguments}
+    try:
+        made = factory(**arguments)
+    except Exception as error:
+        raise ModelError(f"[model] factory {source.factory!r} raised {type(error).__name__}: "
+                         f"{error} (called with {arguments})") from None
     if isinstance(made, ModelCase):
         return made
-    if not isinstance(made, tuple) or len(made) not in (3, 4):
-        raise TypeError(f"the model factory {source.factory!r} must return (model, inputs, "
-                        f"options) or (model, inputs, options, optimizer), got {type(made)}")
+    if not isinstance(made, tuple) or len(made) not in (3, 4) or \
+            not isinstance(made[0], torch.nn.Module) or not isinstance(made[2], Options):
+        raise ModelError(f"[model] factory {source.factory!r} must return (model, inputs, "
+                         f"options) or (model, inputs, options, optimizer), got "
+                         f"{type(made).__name__}")
     model, inputs, options, *optimizer = made
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     return ModelCase(model, inputs, {}, options.clone(), training=True,
@@ -106,10 +125,19 @@ def from_script(source: ModelSource) -> ModelCase:
         run_script(source.script, list(source.args), settings)
     except _Captured:
         pass
+    except FileNotFoundError:
+        raise ModelError(f"[model] script {source.script}: no such file") from None
+    except SystemExit as error:
+        if not captured:
+            raise ModelError(f"[model] script {source.script} exited (status {error.code}) "
+                             "before compiling a poptorch model") from None
+    except Exception as error:
+        raise ModelError(f"[model] script {source.script} raised {type(error).__name__}: "
+                         f"{error}") from None
     finally:
         handle.remove()
     if not captured:
-        raise ValueError(f"the script {source.script} ended without compiling or running a "
+        raise ModelError(f"[model] script {source.script} ended without compiling or running a "
                          "poptorch model (trainingModel or inferenceModel)")
     return captured[0]
 
@@ -190,6 +218,14 @@ class Measurements:
         self.source = source
         self._cases: dict[str, ModelCase] = {}
         self._measured: dict[str, Measured | Exception] = {}
+        self._code: str | None = None
+
+    @property
+    def code(self) -> str:
+        """A hash of the model's code (:class:`ModelError` if there is none to read)."""
+        if self._code is None:
+            self._code = self.source.code_hash()
+        return self._code
 
     def case(self, point_settings: dict[str, Any]) -> ModelCase:
         """The model case for the point's model arguments (built once each)."""
@@ -200,7 +236,7 @@ class Measurements:
         if key not in self._cases:
             if self.source.script is not None:
                 if arguments:
-                    raise ValueError(f"model arguments {sorted(arguments)} need a model factory; "
+                    raise ModelError(f"model arguments {sorted(arguments)} need a model factory; "
                                      f"the model comes from the script {self.source.script}")
                 self._cases[key] = from_script(self.source)
             else:
@@ -211,8 +247,9 @@ class Measurements:
         """The measurement the point needs (measured now if it is the first)."""
         key = repr(signature(point_settings))
         if key not in self._measured:
+            case = self.case(point_settings)  # a model that cannot be built ends the sweep
             try:
-                self._measured[key] = measure(self.case(point_settings), point_settings)
+                self._measured[key] = measure(case, point_settings)
             except Exception as error:  # every point of the signature fails the same way
                 self._measured[key] = error
         measured = self._measured[key]

@@ -5,6 +5,14 @@ the results file are skipped; the rest are grouped by stage signature, so
 each signature is measured once, then simulated on the backend as its
 points come up. A point that PopTorch's checks refuse, or that fails to
 simulate, is a row with its error. Rows are recorded as they finish.
+
+A point's key covers the model's code and the work measured for it, so a
+recorded row is reused only while both are unchanged (each signature is
+measured again on a resumed sweep to know): a row of the same settings
+made with another model is dropped and the point computed again, and the
+error row of a point whose model failed to measure is never reused. A
+model that cannot be built ends the sweep
+(:class:`~poptorch_shim.sweep.spec.ModelError`).
 """
 from __future__ import annotations
 
@@ -49,6 +57,11 @@ class _Rows:
         for row in done:  # a resumed sweep's counts start from the points it has
             self._count(row)
 
+    def reuse(self, row: dict) -> None:
+        """A point already recorded, with this model: counted, not computed."""
+        self._count(row)
+        self.bar.update()
+
     def _count(self, row: dict) -> None:
         if row.get("error"):
             self.failed += 1
@@ -67,13 +80,45 @@ class _Rows:
             self.on_result(row)
 
 
-def _row(index: int, key: str, point_settings: dict, figures: dict) -> dict:
+def _row(index: int, key: str, point_settings: dict, figures: dict,
+         identity: dict[str, str | None]) -> dict:
     row = {"point": index, "point_id": key}
     row.update({name: cell(value) for name, value in point_settings.items()})
     row.update({name: figures.get(name) for name in FIGURES})
     row["error"] = figures.get("error")
-    row["config"] = json.dumps(point_settings, sort_keys=True)
+    row["config"] = _config(point_settings)
+    row.update(identity)  # spec, model (its code's hash), work (the measured work's hash)
     return row
+
+
+def _config(point_settings: dict) -> str:
+    """A point's settings as its row's ``config`` holds them."""
+    return json.dumps(point_settings, sort_keys=True)
+
+
+# Why a recorded row of a point's settings was not reused.
+MODEL_CODE_CHANGED = "the model's code changed"
+MODEL_WORK_CHANGED = "the measured model changed"
+ERROR_AGAIN = "its model had failed to measure"
+STEPS_CHANGED = "the steps changed"
+
+
+def _reusable(row: dict) -> bool:
+    """Whether a row of this key holds the point's result: one whose model
+    was measured (an error of a failed measurement is tried again)."""
+    return not row.get("error") or row.get("work") is not None
+
+
+def _stale_reason(old: dict, code: str, work: str | None) -> str:
+    if old.get("model") is not None and old.get("model") != code:
+        return MODEL_CODE_CHANGED
+    if old.get("error") and old.get("work") is None:
+        return ERROR_AGAIN
+    if old.get("work") is not None and old.get("work") != work:
+        return MODEL_WORK_CHANGED
+    if old.get("model") is None:  # a row of an earlier version of ipusim
+        return MODEL_WORK_CHANGED
+    return STEPS_CHANGED
 
 
 def sweep(spec: SweepSpec | str | Path, output: str | Path | None = None,
@@ -92,52 +137,88 @@ def sweep(spec: SweepSpec | str | Path, output: str | Path | None = None,
     """
     spec = sweep_spec.load(spec) if isinstance(spec, (str, Path)) else spec
     output = output if output is not None else spec.output
-    store = ResultsStore(output) if output is not None else None
-    rows = run_points(spec, spec.points(), store, backend, progress, on_result, measurements)
+    measurements = measurements if measurements is not None else Measurements(spec.model)
+    measurements.code  # a model with no code to read fails before anything starts
+    store = ResultsStore(output, spec.label) if output is not None else None
+    dropped: dict[str, int] = {}
+    try:
+        rows = run_points(spec, spec.points(), store, backend, progress, on_result,
+                          measurements, dropped=dropped)
+    finally:
+        if store is not None:
+            store.close()
     if store is not None and store.path.exists():
-        return read_results(store.path)
-    return store_module.normalised(pd.DataFrame(rows))
+        table = read_results(store.path)
+    else:
+        table = store_module.normalised(pd.DataFrame(rows))
+    table.attrs["dropped"] = dropped  # rows not reused, by reason
+    return table
 
 
 def run_points(spec: SweepSpec, points: list[dict[str, Any]], store: ResultsStore | None = None,
                backend: Any = None, progress: bool = False,
                on_result: Callable[[dict], None] | None = None,
-               measurements: Measurements | None = None, first_index: int = 0) -> list[dict]:
+               measurements: Measurements | None = None, first_index: int = 0,
+               dropped: dict[str, int] | None = None) -> list[dict]:
     """Simulate the points (settings) of ``spec``'s model not yet in ``store``;
-    the rows of this run, numbered from ``first_index`` in the order given."""
+    the rows of this run, numbered from ``first_index`` in the order given.
+    ``dropped`` counts, by reason, the recorded rows of these points that
+    were not reused (made with another model, or errors)."""
     backend = backend if backend is not None else LocalProcesses()
     measurements = measurements if measurements is not None else Measurements(spec.model)
-    done = store.done if store is not None else set()
-    todo = [(first_index + index, spec.point_id(settings), settings)
-            for index, settings in enumerate(points)]
-    finished = [store.row(key) for _, key, _ in todo if key in done]
-    todo = [entry for entry in todo if entry[1] not in done]
+    code = measurements.code
+    dropped = dropped if dropped is not None else {}
+    recorded: dict[str, dict] = {}  # config -> the recorded row of those settings
+    if store is not None:
+        for row in store.rows():
+            if row.get("config") is not None:
+                recorded[row["config"]] = row
+    todo = [(first_index + index, settings) for index, settings in enumerate(points)]
     # Points that share a measurement run together: each signature measured once.
-    todo.sort(key=lambda entry: repr(signature(entry[2])))
-    rows = _Rows(store, len(points), finished, progress, on_result)
-    by_key = {key: (index, settings) for index, key, settings in todo}
+    todo.sort(key=lambda entry: repr(signature(entry[1])))
+    rows = _Rows(store, len(points), [], progress, on_result)
+    by_key: dict[str, tuple[int, dict, dict]] = {}
 
     def tasks() -> Iterator[Task]:
-        for index, key, settings in todo:
+        for index, settings in todo:
+            work = error = None
             try:
                 measured = measurements.get(settings)
-                options = point_options(measurements.case(settings).options, settings)
-                point = design_point(measured, options, spec.steps)
-            except Exception as error:  # PopTorch refuses the point: its row says why
-                rows.add(_row(index, key, settings, {"error": f"{type(error).__name__}: "
-                                                              f"{error}"}))
+                work = measured.fingerprint
+            except sweep_spec.ModelError:
+                raise
+            except Exception as failure:  # PopTorch refuses the point's measurement
+                error = failure
+            key = spec.point_id(settings, code, work)
+            identity = {"spec": spec.label, "model": code, "work": work}
+            old = recorded.get(_config(settings))
+            if old is not None and store is not None:
+                if old["point_id"] == key and _reusable(old):
+                    rows.reuse(old)
+                    continue
+                reason = _stale_reason(old, code, work)
+                dropped[reason] = dropped.get(reason, 0) + 1
+                store.drop(old["point_id"])
+            if error is None:
+                try:
+                    options = point_options(measurements.case(settings).options, settings)
+                    point = design_point(measured, options, spec.steps)
+                except Exception as failure:  # PopTorch refuses the point
+                    error = failure
+            if error is not None:  # its row says why
+                rows.add(_row(index, key, settings,
+                              {"error": f"{type(error).__name__}: {error}"}, identity))
                 continue
+            by_key[key] = (index, settings, identity)
             yield key, point
 
     try:
         with closing(backend.map_unordered(tasks())) as results:
             for key, figures, _ in results:
-                index, settings = by_key[key]
-                rows.add(_row(index, key, settings, figures))
+                index, settings, identity = by_key[key]
+                rows.add(_row(index, key, settings, figures, identity))
     finally:
         rows.bar.close()
-        if store is not None:
-            store.close()
     return list(rows.rows.values())
 
 
