@@ -152,11 +152,10 @@ def advise(source: ModelSource, ipus: int = 16, system: str = "bow", top: int = 
         rows = _optuna_search(spec, fixed, space, trials, seed, backend, progress, measurements)
         searched = "optuna"
     yours = your_point(measurements, fixed)
-    yours_id = spec.point_id(yours)
-    if all(row["point_id"] != yours_id for row in rows):
+    if all(row["config"] != _config(yours) for row in rows):
         rows += run_points(spec, [yours], None, backend, False, measurements=measurements,
                            first_index=len(rows))
-    return _advice(rows, searched, yours_id)
+    return _advice(rows, searched, _config(yours))
 
 
 def _fits(table: pd.DataFrame) -> pd.Series:
@@ -164,7 +163,7 @@ def _fits(table: pd.DataFrame) -> pd.Series:
     return table["error"].isna() & table["fits"].fillna(False).astype(bool)
 
 
-def _advice(rows: list[dict], searched: str, yours_id: str | None = None) -> Advice:
+def _advice(rows: list[dict], searched: str, yours: str | None = None) -> Advice:
     import json
 
     table = normalised(pd.DataFrame(rows))
@@ -176,7 +175,7 @@ def _advice(rows: list[dict], searched: str, yours_id: str | None = None) -> Adv
     if best is not None:  # in the order a person writes them
         best = dict(sorted(best.items(), key=lambda item: _ORDER.index(item[0])
                            if item[0] in _ORDER else len(_ORDER)))
-    mine = table.index[table["point_id"] == yours_id]
+    mine = table.index[table["config"] == yours]  # the script's own settings
     return Advice(table, best, searched, int(mine[0]) if len(mine) else None)
 
 
