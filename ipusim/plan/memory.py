@@ -123,13 +123,14 @@ def fits(table: pd.DataFrame) -> bool:
 
 
 def check_fits(table: pd.DataFrame, stages: tuple[Stage, ...] = (),
-               names: SettingNames | None = None) -> None:
+               names: SettingNames | None = None, training: bool = True) -> None:
     """Raise :class:`OutOfMemoryError` for the first IPU that does not fit: its model
     stages (of ``stages``, the plan's), what its bytes are, and what would help,
-    worded by ``names``."""
+    worded by ``names`` (recomputation and the optimizer state only in training)."""
     for ipu, row in table.iterrows():
         if row["total"] > row["capacity"]:
-            raise OutOfMemoryError(out_of_memory_message(ipu, row, stages, names), table)
+            raise OutOfMemoryError(
+                out_of_memory_message(ipu, row, stages, names, training), table)
 
 
 def excess(table: pd.DataFrame) -> str | None:
@@ -147,17 +148,19 @@ def excess(table: pd.DataFrame) -> str | None:
 
 
 def out_of_memory_message(ipu: int, row: pd.Series, stages: tuple[Stage, ...] = (),
-                          names: SettingNames | None = None) -> str:
+                          names: SettingNames | None = None, training: bool = True) -> str:
     """Why IPU ``ipu`` (a row of :func:`memory_per_ipu`) does not fit, and what would help."""
     names = names or SettingNames()
     held = [stage.name for stage in stages if stage.ipu == ipu]
     where = f" (model stage{'s' if len(held) > 1 else ''} {', '.join(held)})" if held else ""
     parts = ", ".join(f"{name} {row[name] / MB:,.1f} MB" for name in MEMORY_PARTS if row[name])
     over = row["total"] / row["capacity"]
+    helps = ([f"recomputation ({names.word('recompute')})",
+              f"the optimizer state off chip ({names.word('optimizer_location')})"]
+             if training else [])
+    helps += [f"more pipeline stages ({names.word('stage_placement')})",
+              f"a smaller micro-batch ({names.word('micro_batch')})"]
     return (f"Out of memory on IPU {ipu}{where}: it needs {row['total'] / MB:,.1f} MB "
             f"({parts}) but has {row['capacity'] / MB:,.1f} MB of SRAM ({over:.0%}). "
-            f"Try recomputation ({names.word('recompute')}), the optimizer state off chip "
-            f"({names.word('optimizer_location')}), more pipeline stages "
-            f"({names.word('stage_placement')}), or a smaller micro-batch "
-            f"({names.word('micro_batch')}); {names.word('allow_out_of_memory')} simulates "
-            "it anyway and reports by how much it does not fit.")
+            f"Try {', '.join(helps[:-1])} or {helps[-1]}; {names.word('allow_out_of_memory')} "
+            "simulates it anyway and reports by how much it does not fit.")

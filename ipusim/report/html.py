@@ -53,7 +53,11 @@ h2 { font-size: 1.15rem; margin: 1.6rem 0 0.5rem; }
          border-radius: 0.6rem; background: #eee; margin-right: 0.5rem; }
 .verdict ul { margin: 0.5rem 0 0; padding-left: 1.2rem; }
 table.what-if { border-collapse: collapse; background: white; margin-top: 0.8rem; width: 100%;
-                box-shadow: 0 1px 3px rgba(0,0,0,0.12); font-size: 0.9rem; }
+                box-shadow: 0 1px 3px rgba(0,0,0,0.12); font-size: 0.9rem;
+                table-layout: fixed; }
+table.what-if th:nth-child(1) { width: 30%; }
+table.what-if th:nth-child(2) { width: 34%; }
+table.what-if code { white-space: normal; overflow-wrap: anywhere; font-size: 0.8rem; }
 table.what-if caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
 table.what-if td, table.what-if th { padding: 0.2rem 0.7rem; border-bottom: 1px solid #eee;
                                      text-align: left; }

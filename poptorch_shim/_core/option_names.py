@@ -67,8 +67,8 @@ OTHER_WORDS: MappingProxyType[str, str] = MappingProxyType({
     "async_loader": "poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async)",
     "loader_workers": "num_workers",
     "stage_placement": "poptorch.BeginBlock(layer, ipu_id=...) or poptorch.Block(ipu_id=...)",
-    "recompute": ("opts._Popart.set('autoRecomputation', int(poptorch.RecomputationType."
-                  "Pipeline)) with poptorch.recomputationCheckpoint"),
+    "recompute": ("opts._Popart.set('autoRecomputation', 3) (RecomputationType::Pipeline) "
+                  "with poptorch.recomputationCheckpoint"),
     "micro_batch": "a smaller batch_size of the poptorch.DataLoader",
     "allow_out_of_memory": ("opts._Popart.set('engineOptions', "
                             "{{'debug.allowOutOfMemory': 'true'}})"),

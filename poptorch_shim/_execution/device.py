@@ -25,9 +25,10 @@ from poptorch_shim._execution.engine_config import cost_model, instance_system
 from poptorch_shim._run.profiling import model_name
 
 
-def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...]) -> None:
+def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...],
+                           training: bool) -> None:
     try:
-        check_fits(memory, stages, REPORT_NAMES)
+        check_fits(memory, stages, REPORT_NAMES, training)
     except OutOfMemoryError as error:
         warnings.warn(f"{error} (debug.allowOutOfMemory is set: simulating anyway)",
                       stacklevel=3)
@@ -55,9 +56,9 @@ class SimulatedDevice:
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the
             # memory goes; here the simulation runs and the report shows the excess.
-            _warn_if_out_of_memory(self.memory, self.simulation.plan.stages)
+            _warn_if_out_of_memory(self.memory, self.simulation.plan.stages, run.training)
         else:
-            check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES)
+            check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
         self.step_durations: list[int] = []
         self._verdict: tuple[tuple, Verdict] | None = None
         # `ipusim run` asks for a progress bar of the simulated calls.

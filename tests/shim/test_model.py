@@ -339,9 +339,27 @@ def test_a_model_that_does_not_fit_names_the_ipu_and_the_bytes():
                                          r"[\d,]+\.\d MB") as caught:
         shim(torch.zeros(1, 1000))
     message = str(caught.value)  # what would help, in PopTorch's words
-    for option in ("autoRecomputation", "setOptimizerLocation", "poptorch.BeginBlock",
-                   "batch_size", "debug.allowOutOfMemory"):
+    for option in ("poptorch.BeginBlock", "batch_size", "debug.allowOutOfMemory"):
         assert option in message
+    # An inference model keeps no optimizer state and recomputes nothing.
+    assert "autoRecomputation" not in message and "setOptimizerLocation" not in message
+    net = torch.nn.Linear(1000, 1000)
+    training = poptorch.trainingModel(_WithLoss(net), tiny_ipu_options(),
+                                      torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="Out of memory") as caught:
+        training(torch.zeros(1, 1000), torch.zeros(1, 1000))
+    assert "autoRecomputation', 3)" in str(caught.value)
+    assert "setOptimizerLocation" in str(caught.value)
+
+
+class _WithLoss(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, target):
+        out = self.net(x)
+        return out, torch.nn.functional.mse_loss(out, target)
 
 
 def test_profiling_with_allow_out_of_memory_simulates_and_reports_the_excess(tmp_path):
