@@ -9,24 +9,12 @@ from collections import namedtuple
 
 import pytest
 import torch
+from support.datasets import Indices
 
 from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.errors import Error
 from poptorch_shim.options import Options
-
-
-class Indices(torch.utils.data.Dataset):
-    """dataset[i] = i."""
-
-    def __init__(self, length):
-        self.length = length
-
-    def __len__(self):
-        return self.length
-
-    def __getitem__(self, index):
-        return index
 
 
 class Given(torch.utils.data.Sampler):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from support.datasets import Indices
 
 from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.enums import CommGroupType, DataLoaderMode, SharingStrategy
@@ -24,19 +25,6 @@ pytestmark = [pytest.mark.slow]  # starts DataLoader worker processes
 
 
 FORK = {"sharing_strategy": SharingStrategy.Fork}
-
-
-class Indices(torch.utils.data.Dataset):
-    """dataset[i] = i."""
-
-    def __init__(self, length):
-        self.length = length
-
-    def __len__(self):
-        return self.length
-
-    def __getitem__(self, index):
-        return index
 
 
 class FailsAt(Indices):
