@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
+import sys
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -93,6 +95,7 @@ class PoplarExecutor:
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
         self._user_model = model
+        self._stack_needed = stack_needed(model)
         self._options = options
         self._training = training
         self._optimizer = optimizer
@@ -197,7 +200,8 @@ class PoplarExecutor:
         """
         if self._device is None:
             flatten_custom_types((args, kwargs))
-            self._compile(split((args, kwargs), self._shape)[0])
+            with recursion_room(self._stack_needed):
+                self._compile(split((args, kwargs), self._shape)[0])
         else:
             logger.warning("Call to compile() ignored: the executable is already compiled")
 
@@ -256,7 +260,7 @@ class PoplarExecutor:
         return run, stages, output, list(recorder.ipus), called
 
     def __call__(self, *args, **kwargs) -> Any:
-        with simulated_clock.model_call() as call:
+        with simulated_clock.model_call() as call, recursion_room(self._stack_needed):
             return self._call(call, args, kwargs)
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
@@ -480,3 +484,32 @@ def trainingModel(model: torch.nn.Module, options: Options | None = None,
 def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
     """Wrap ``model`` for inference on the simulated IPUs."""
     return PoplarExecutor(model, options, training=False)
+
+
+# Python frames one level of a module tree takes when it is copied, or called
+# under the shim's hooks and torch function modes, with room to spare.
+_FRAMES_PER_LEVEL = 12
+
+
+def stack_needed(model: torch.nn.Module) -> int:
+    """The recursion limit that copying and running ``model`` under the shim needs:
+    a model nested a few hundred modules deep runs in torch, and must here too."""
+    depth, level = 0, [model]
+    while level:
+        depth += 1
+        level = [child for module in level for child in module.children()]
+    return depth * _FRAMES_PER_LEVEL + 1000
+
+
+@contextmanager
+def recursion_room(needed: int):
+    """Python's recursion limit raised to ``needed`` inside the ``with`` body, if lower."""
+    limit = sys.getrecursionlimit()
+    if needed <= limit:
+        yield
+        return
+    sys.setrecursionlimit(needed)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)

@@ -17,6 +17,7 @@ import pandas as pd
 from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Work
 from ipusim.hardware import SystemSpec
+from ipusim.hardware.specs import check_amount, check_type
 from ipusim.plan.memory import MB, fits
 from ipusim.plan.run_config import RunConfig
 from ipusim.simulation import Simulation, Timeline
@@ -37,6 +38,12 @@ class DesignPoint:
     system: SystemSpec
     cost_model: CostModel
     steps: int = 1
+
+    def __post_init__(self) -> None:
+        for name, kind in (("work", Work), ("run", RunConfig), ("system", SystemSpec),
+                           ("cost_model", CostModel)):
+            check_type("DesignPoint.", name, getattr(self, name), kind)
+        check_amount("DesignPoint.", "steps", self.steps, integer=True, positive=True)
 
 
 def simulate_point(point: DesignPoint) -> Timeline:

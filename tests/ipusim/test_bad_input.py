@@ -157,3 +157,10 @@ def test_amounts_that_are_not_finite_numbers_are_refused(build, message):
     """NaN used to pass the checks (NaN < 0 is false) and shorten a step."""
     with pytest.raises(ValueError, match=re.escape(message)):
         build()
+
+
+@pytest.mark.parametrize("steps", [True, 0, -1, 1.5, float("nan"), "2"])
+def test_a_design_point_refuses_a_bad_number_of_steps(steps):
+    from ipusim.explore.design_point import DesignPoint
+    with pytest.raises(ValueError, match=r"DesignPoint\.steps"):
+        DesignPoint(ONE_STAGE, RunConfig(), SystemSpec(), CostModel(), steps)

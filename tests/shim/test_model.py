@@ -1,6 +1,7 @@
 """trainingModel / inferenceModel: PopTorch's batching semantics on real torch compute."""
 import copy
 import json
+import sys
 
 import pytest
 import torch
@@ -423,3 +424,23 @@ def test_allowed_out_of_memory_every_headline_says_by_how_much(tmp_path):
     assert f"({over:.0%}, " in profile["verdict"]["headline"]
     assert said in (directory / "summary.txt").read_text().replace("\n  ", " ")
     assert said in (directory / "report.html").read_text()
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_model_nested_hundreds_deep_runs_as_in_torch(training):
+    layer = torch.nn.Linear(4, 4)
+    deep = layer
+    for _ in range(180):  # plain torch runs it under the default recursion limit
+        deep = torch.nn.Sequential(deep)
+    expected = deep(torch.ones(2, 4))
+    limit = sys.getrecursionlimit()
+    if training:
+        model = poptorch.trainingModel(_WithLoss(deep), optimizer=torch.optim.SGD(
+            deep.parameters(), lr=0.0))
+        out, _ = model(torch.ones(2, 4), torch.zeros(2, 4))
+    else:
+        model = poptorch.inferenceModel(deep)
+        model.compile(torch.ones(2, 4))
+        out = model(torch.ones(2, 4))
+    assert torch.allclose(out, expected)
+    assert sys.getrecursionlimit() == limit  # put back after each call
