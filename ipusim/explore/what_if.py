@@ -142,8 +142,15 @@ def _balanced(setup: Setup, plan: EnginePlan) -> Setup | str:
         return (f"{setup.run.execution.value} execution runs one stage at a time: balancing "
                 "the stages changes nothing")
 
+    ipus = [stage.ipu for stage in plan.stages]
+
     def at_mean(times: list[int]) -> list[int]:
-        return [round(fmean(times))] * len(times)
+        """Each IPU's share of a pass scaled to the IPUs' mean (model stages that share
+        an IPU, as BERT's head shares the embedding's, keep their proportions)."""
+        per_ipu = {ipu: sum(t for t, on in zip(times, ipus) if on == ipu) for ipu in set(ipus)}
+        mean = fmean(per_ipu.values())
+        return [round(t * mean / per_ipu[ipu]) if per_ipu[ipu] else t
+                for t, ipu in zip(times, ipus)]
 
     return setup._replace(work=_fixed_compute(setup, plan, at_mean, update=False))
 
@@ -218,7 +225,7 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
         Change("an infinitely fast host link", None, "host_link", _host_link),
         Change("an infinitely fast data loader", "async_loader", "data_loader", _loader),
         Change("syncs that cost nothing", None, "sync", _syncs),
-        Change("every pipeline stage as fast as their mean", "stage_placement",
+        Change("balanced stages, every IPU at the mean", "stage_placement",
                "imbalance", _balanced),
         # A pipeline's bubble shrinks with more micro-batches per run; elsewhere more
         # accumulation spreads the weight update, the all-reduce and streamed phases.
