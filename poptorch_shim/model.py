@@ -37,6 +37,7 @@ from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
     check_inference_options,
     check_layout,
+    log_compilation,
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
@@ -205,6 +206,7 @@ class PoplarExecutor:
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             run, stages, output, _, called = self._profile(first_args, first_kwargs)
+        log_compilation(self._options, run, ipusim.Work(tuple(stages)), self._runner.strategy)
         self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
@@ -247,7 +249,7 @@ class PoplarExecutor:
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
         if self._options.connection_type is enums.ConnectionType.Never:
-            raise InvalidUseError(OFFLINE_ERR)
+            raise AssertionError(OFFLINE_ERR)   # PopTorch asserts it: not a poptorch.Error
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
         flatten_custom_types((args, kwargs))
@@ -350,6 +352,8 @@ class PoplarExecutor:
 
     def attachToDevice(self) -> None:
         self._require_device()
+        if self._options.connection_type is enums.ConnectionType.Never:
+            raise AssertionError("Trying to attach to an offline device (ConnectionType.Never)")
         if self._attached:
             raise RuntimeError("Device is already attached")
         self._attached = True

@@ -34,7 +34,13 @@ from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
 from poptorch_shim._execution.loss_finder import LossFinder
-from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
+from poptorch_shim.blocks import (
+    BlockRecorder,
+    block_hooks,
+    current_block,
+    recording,
+    require_active_block,
+)
 from poptorch_shim.strategies import ExecutionStrategy, PlacedStage
 
 _TENSOR = object()   # marks a tensor leaf among the constant leaves of a call
@@ -44,11 +50,18 @@ _IN_PLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.
                        operator.imatmul, operator.iand, operator.ior, operator.ixor)
 
 
+#: Calls that read a tensor's shape, which PopTorch's graph holds no operation for.
+_SHAPE_QUERIES = frozenset({"size", "dim", "numel", getattr, len})
+
+
 class _BlockTracer(fx.Tracer):
     """A torch.fx tracer that records, in ``node.meta["block"]``, the block
     that was current when each node was created."""
 
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        if kind in ("call_function", "call_method", "call_module") \
+                and target not in _SHAPE_QUERIES:
+            require_active_block()
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         mark = current_block()
         node.meta["block"] = None if mark is None else mark.user_id

@@ -94,8 +94,9 @@ class _TensorLocationOptions(OptionsGroup):
         """Reserve this many tiles per IPU for I/O instead of compute."""
         require_arg(self._path, "numIOTiles", "num_tiles", num_tiles, int)
         if num_tiles % 2 or not 32 <= num_tiles <= 192:
-            raise ValueError(f"{self._path}.numIOTiles: numIOTiles must be an even number "
-                             f"between 32 and 192, got {num_tiles}.")
+            # PopTorch asserts here: an AssertionError with these words.
+            raise AssertionError(f"numIOTiles must be an even number between 32 and 192 "
+                                 f"({self._path}.numIOTiles: got {num_tiles}).")
         self._set("num_io_tiles", num_tiles)
         return self
 
