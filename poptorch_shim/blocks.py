@@ -261,3 +261,23 @@ def removeBlocks(module: torch.nn.Module) -> None:
         for key in [k for k, hook in sub._forward_pre_hooks.items()
                     if isinstance(hook, _BlockHook)]:
             del sub._forward_pre_hooks[key]
+
+
+def module_repr(module: torch.nn.Module) -> str:
+    """``repr(module)`` with each submodule's ``BeginBlock`` (its forward
+    pre-hooks) written before its name, as PopTorch's ``module_repr`` shows
+    them: ``(l1): BeginBlock(user_id=None, ipu_id=1) Linear(...)``."""
+    extra = module.extra_repr()
+    extra_lines = extra.split("\n") if extra else []
+    child_lines = []
+    for key, child in module._modules.items():
+        text = module_repr(child).replace("\n", "\n  ")
+        child_lines.append(f"({key}): {text}")
+    hooks = "".join(f"{hook!r} " for hook in module._forward_pre_hooks.values())
+    text = hooks + module._get_name() + "("
+    lines = extra_lines + child_lines
+    if len(extra_lines) == 1 and not child_lines:
+        text += extra_lines[0]
+    elif lines:
+        text += "\n  " + "\n  ".join(lines) + "\n"
+    return text + ")"

@@ -31,7 +31,7 @@ from poptorch_shim._execution.batching import (
     flatten_inputs,
     split,
 )
-from poptorch_shim._execution.compute import WholeModel
+from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
@@ -44,7 +44,7 @@ from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
 from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
-from poptorch_shim.blocks import BlockRecorder, recording
+from poptorch_shim.blocks import BlockRecorder, module_repr, recording
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
@@ -139,6 +139,10 @@ class PoplarExecutor:
         """The simulated device (work, run configuration, system, memory)."""
         return self._require_device()
 
+    def __repr__(self) -> str:
+        """The wrapped model with its Blocks, as PopTorch prints it."""
+        return module_repr(self._user_model)
+
     def __getattr__(self, name: str) -> Any:
         """The wrapped model's attributes, as PopTorch forwards them."""
         model = self.__dict__["_user_model"]
@@ -232,6 +236,7 @@ class PoplarExecutor:
                  for name, module in activation_names(probe.model)]
         try:
             with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
+                    promoting_mixed_floats(probe.model, (args, kwargs)), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 run = check_layout(self._options, self._shape, self._training,
@@ -310,6 +315,7 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         with _mode(self._user_model, self._training), running_on_ipu(), \
+                promoting_mixed_floats(self._user_model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:

@@ -80,6 +80,12 @@ class TensorLocationSettings(OptionsGroup):
         """The settings changed from PopART's defaults, under PopART's names."""
         return {self._popart_names[k]: v for k, v in self._changed().items()}
 
+    def __getitem__(self, popart_name: str):
+        """A changed setting by its PopART name, as PopTorch's options hold a
+        location (``opts.TensorLocations.location_weight["onChip"]``); KeyError
+        for one left at PopART's default."""
+        return self.toDict()[popart_name]
+
 
 class _TensorLocationOptions(OptionsGroup):
     """Where activations, weights, optimizer state and accumulators live

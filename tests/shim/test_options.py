@@ -67,6 +67,7 @@ SETTERS = [
          ConnectionType.OnDemand),
     Case("useOfflineIpuTarget", lambda: (1,), lambda o: (o.connection_type, o.ipu_version),
          (ConnectionType.Never, 1)),
+    Case("maxRepeatLogs", lambda: (2,), lambda o: o.max_repeat_logs, 2),
     Case("broadcastBuffers", lambda: (False,), lambda o: o.broadcast_buffers, False),
     Case("setAvailableMemoryProportion", lambda: ({"IPU0": 0.5, "IPU3": 1},),
          lambda o: o.available_memory_proportion, {0: 0.5, 3: 1.0}),
