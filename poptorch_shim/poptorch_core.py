@@ -49,6 +49,12 @@ accumulateOuterFragmentSettings.excludedVirtualGraphs tensorLocationSettingsOver
 """.split())
 
 
+def isCompilingWithDispatcher() -> bool:
+    """Whether a model is being traced by PopTorch's dispatcher now: never after
+    a compilation returns, here as in PopTorch."""
+    return False
+
+
 def _type_name(value) -> str | None:
     """The option type PopTorch's parser files ``value`` under (None: none)."""
     if isinstance(value, bool):

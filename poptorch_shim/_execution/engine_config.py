@@ -114,9 +114,10 @@ def check_layout(options, shape: StepShape, training: bool, layout: list[tuple[s
     ``strategy``, checked against the options and the simulated system before
     any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
+    # PopTorch reserves the device before it checks the pipeline.
+    reserved_ipus(options, shape.replicas * work.ipus_per_replica)
     run = checked_run_config(options, shape, training, work, strategy)
     _check_poprun_ipus(work.ipus_per_replica)
-    reserved_ipus(options, run.ipus(work))
     return run
 
 
@@ -198,14 +199,19 @@ def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
     for key, value in given.items():
         if key.startswith("sim_") or key in popart:
             continue
-        if isinstance(value, (dict, list, set, tuple)):
+        if value is None or isinstance(value, (dict, list, set, tuple)):
             continue
         poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
     if run.execution in EXECUTION_MODES:
         poptorch_log.debug("poptorch.Options set execution_mode to value %d",
                            EXECUTION_MODES[run.execution])
     elif run.execution.phased:
-        poptorch_log.debug("poptorch.Options set execution_mode to value 2")
+        # What PopTorch's phased strategies hand the compiler (their backendOptions).
+        for key, value in (("execution_mode", 2),
+                           ("separate_backward_phase", strategy.separate_backward_phase),
+                           ("tensors_liveness", strategy.tensors_liveness.value),
+                           ("serial_phases_execution", run.execution is Execution.PHASED)):
+            poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
     for key, value in popart.items():
         if isinstance(value, dict):
             for item, text in value.items():
@@ -239,10 +245,14 @@ def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -
         default("enablePipelining", "0")
     if run.execution.phased:
         if run.execution is Execution.PHASED and strategy is not None:
-            # Serial phases are numbered 0..n-1; tensors sent off chip leave a gap of
-            # 3 phases before the backward pass, a separate backward phase 1.
-            phases = len(strategy._phases)
-            if strategy.tensors_liveness is not enums.Liveness.AlwaysLive:
+            # Serial phases are numbered 0, s, 2s... with the stride s the liveness needs
+            # (PopTorch's tests of tensor liveness); tensors sent off chip leave a gap
+            # of 3 phases before the backward pass, a separate backward phase 1.
+            liveness = strategy.tensors_liveness
+            stride = {enums.Liveness.OffChipAfterFwdNoOverlap: 2,
+                      enums.Liveness.OffChipAfterEachPhase: 4}.get(liveness, 1)
+            phases = (len(strategy._phases) - 1) * stride + 1
+            if liveness is not enums.Liveness.AlwaysLive:
                 phases += 3
             elif strategy.separate_backward_phase:
                 phases += 1

@@ -50,8 +50,9 @@ _IN_PLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.
                        operator.imatmul, operator.iand, operator.ior, operator.ixor)
 
 
-#: Calls that read a tensor's shape, which PopTorch's graph holds no operation for.
-_SHAPE_QUERIES = frozenset({"size", "dim", "numel", getattr, len})
+#: Calls that read a tensor's shape or pick an output of a call returning several
+#: (``torch.split``), which PopTorch's graph holds no operation for.
+_SHAPE_QUERIES = frozenset({"size", "dim", "numel", getattr, len, operator.getitem})
 
 
 class _BlockTracer(fx.Tracer):
@@ -68,9 +69,15 @@ class _BlockTracer(fx.Tracer):
         return node
 
     def call_module(self, m, forward, args, kwargs):
+        try:
+            path = self.path_of_module(m)
+        except NameError:
+            # A module made inside forward (``nn.L1Loss()(out, target)``): not part
+            # of the model, so its operations are traced through.
+            return forward(*args, **kwargs)
         # A leaf module becomes one node without running its hooks: start its
         # BeginBlock here so that the node lands in the block.
-        if self.is_leaf_module(m, self.path_of_module(m)):
+        if self.is_leaf_module(m, path):
             for hook in block_hooks(m):
                 hook(m, args)
         return super().call_module(m, forward, args, kwargs)

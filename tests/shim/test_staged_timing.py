@@ -182,10 +182,10 @@ def test_pipelined_inference_needs_device_iterations_of_f_before_any_compute():
 
 
 def test_a_stage_on_an_ipu_the_system_lacks_is_named():
-    opts = options(ipus=(0, 1, 2, 5))
+    opts = options(ipus=(0, 1, 2, 7))   # 8 IPUs per replica: a count PopTorch can reserve
     opts.Simulation.system("mk2", 4)
     with pytest.raises(ValueError, match=re.escape(
-            "Stage 'B4' is placed on IPU 5 but the system has num_ipus=4 (IPUs 0..3)")):
+            "Stage 'B4' is placed on IPU 7 but the system has num_ipus=4 (IPUs 0..3)")):
         train_one_step(opts)
 
 
