@@ -134,13 +134,15 @@ def round_up_num_ipus(num_ipus: int) -> int:
 
 
 def reserved_ipus(options, num_ipus: int) -> int:
-    """The IPUs one process reserves for a model that uses ``num_ipus``: PopTorch
-    refuses a count it would have to round up (a device is a power of two IPUs)
-    unless ``autoRoundNumIPUs(True)``, then reserves the rounded count and warns
-    that the rest go unused (the simulated run uses only ``num_ipus``)."""
+    """The IPUs one process reserves for a model that uses ``num_ipus``: on
+    hardware PopTorch refuses a count it would have to round up (a device is a
+    power of two IPUs) unless ``autoRoundNumIPUs(True)``, then reserves the
+    rounded count and warns that the rest go unused (the simulated run uses only
+    ``num_ipus``); an IPU Model or an offline target is never rounded."""
     rounded = round_up_num_ipus(num_ipus)
-    if rounded == num_ipus:
-        return num_ipus
+    if rounded == num_ipus or options.use_model \
+            or options.connection_type is enums.ConnectionType.Never:
+        return num_ipus   # an IPU Model or an offline target has exactly the IPUs asked for
     common = ", because PopTorch must reserve a power of 2 or maximum of 64 IPUs per process"
     if not options.auto_round_num_ipus:
         raise InvalidUseError(

@@ -282,3 +282,13 @@ def test_float16_and_float32_operands_run_in_float32():
     expected = nn.functional.linear(x, model.fc.weight.float(), model.fc.bias.float())
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("setting", [lambda opts: opts.useOfflineIpuTarget(),
+                                     lambda opts: opts.useIpuModel(True)])
+def test_an_offline_target_or_an_ipu_model_takes_any_ipu_count(setting):
+    opts = poptorch.Options().replicationFactor(3)
+    setting(opts)
+    model = poptorch.inferenceModel(nn.Linear(2, 2), opts)
+    model.compile(torch.ones(3, 2))
+    assert model.isCompiled()
