@@ -77,7 +77,8 @@ def _validateOptions(options: dict) -> None:
     """Check an options dict (``Options.toDict()``) as PopTorch's compiler reads
     it: ``poptorch.Error`` for a value of a type no option takes ("Unknown
     value type ... for option ...") or an option it does not know ("Unknown
-    bool option asdfasdf")."""
+    bool option asdfasdf"); at DEBUG level the PopART options are logged as
+    PopTorch's compiler logs them."""
     from poptorch_shim.options import Options  # the options module imports this one's errors
     own = set(Options().toDict())   # typed and range-checked when they were set
     for key, value in options.items():
@@ -92,3 +93,6 @@ def _validateOptions(options: dict) -> None:
                         type="poptorch_cpp_error")
         if key not in POPART_OPTIONS:
             raise Error(f"Unknown {kind} option {key}", type="poptorch_cpp_error")
+    # PopTorch's compiler logs each option as it takes it.
+    from poptorch_shim._execution.engine_config import log_options
+    log_options({key: value for key, value in options.items() if key not in own})

@@ -194,27 +194,36 @@ def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
     given ("poptorch.Options set replication_factor to value 2") and the
     defaults it then chooses for this model (pipelining, recomputation,
     execution phases, tensor locations): what PopTorch logs when it compiles."""
-    if not poptorch_log.isEnabledFor(logging.DEBUG):
+    if not poptorch_log.isEnabledFor(logging.INFO):
         return
     given = options.toDict()
     popart = options._Popart.options
-    for key, value in given.items():
-        if key.startswith("sim_") or key in popart:
-            continue
-        if value is None or isinstance(value, (dict, list, set, tuple)):
-            continue
-        poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
+    log_options({key: value for key, value in given.items()
+                 if not key.startswith("sim_") and key not in popart
+                 and not isinstance(value, (dict, list, set, tuple))})
     if run.execution in EXECUTION_MODES:
         poptorch_log.debug("poptorch.Options set execution_mode to value %d",
                            EXECUTION_MODES[run.execution])
     elif run.execution.phased:
         # What PopTorch's phased strategies hand the compiler (their backendOptions).
-        for key, value in (("execution_mode", 2),
-                           ("separate_backward_phase", strategy.separate_backward_phase),
-                           ("tensors_liveness", strategy.tensors_liveness.value),
-                           ("serial_phases_execution", run.execution is Execution.PHASED)):
-            poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
-    for key, value in popart.items():
+        log_options({"execution_mode": 2,
+                     "separate_backward_phase": strategy.separate_backward_phase,
+                     "tensors_liveness": strategy.tensors_liveness.value,
+                     "serial_phases_execution": run.execution is Execution.PHASED})
+    log_options(popart)
+    _log_defaults(options, run, work, popart, strategy)
+
+
+def log_options(values: dict) -> None:
+    """Log each option of ``values`` as PopTorch's compiler does when it is given
+    it: "poptorch.Options set X to value V", a container's items one by one
+    ("poptorch.Options added FINAL to dotChecks", "poptorch.Options set
+    engineOptions[debug.allowOutOfMemory] to true"); unset (None) ones are not."""
+    if not poptorch_log.isEnabledFor(logging.DEBUG):
+        return
+    for key, value in values.items():
+        if value is None:
+            continue
         if isinstance(value, dict):
             for item, text in value.items():
                 poptorch_log.debug("poptorch.Options set %s[%s] to %s", key, item, text)
@@ -223,7 +232,6 @@ def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
                 poptorch_log.debug("poptorch.Options added %s to %s", item, key)
         else:
             poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
-    _log_defaults(options, run, work, popart, strategy)
 
 
 def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -> None:

@@ -292,3 +292,31 @@ def test_an_offline_target_or_an_ipu_model_takes_any_ipu_count(setting):
     model = poptorch.inferenceModel(nn.Linear(2, 2), opts)
     model.compile(torch.ones(3, 2))
     assert model.isCompiled()
+
+
+def test_validating_options_logs_the_popart_ones(debug_log, caplog):
+    opts = poptorch.Options()
+    opts._Popart.set("hardwareInstrumentations", {0, 1})
+    opts._Popart.set("reportOptions", {"reportOptA": "A"})
+    opts._Popart.set("enableOutlining", True)
+    with caplog.at_level(logging.DEBUG, logger="poptorch"):
+        poptorch.poptorch_core._validateOptions(opts.toDict())
+    lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
+    assert {"poptorch.Options added 0 to hardwareInstrumentations",
+            "poptorch.Options added 1 to hardwareInstrumentations",
+            "poptorch.Options set reportOptions[reportOptA] to A",
+            "poptorch.Options set enableOutlining to value true"} <= set(lines)
+
+
+def test_the_pipeline_line_is_logged_at_info(caplog):
+    poptorch.setLogLevel("INFO")
+    try:
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(3)
+        with caplog.at_level(logging.INFO, logger="poptorch"):
+            poptorch.trainingModel(TwoBlocks(), opts)(torch.randn(3, 4))
+    finally:
+        poptorch.setLogLevel("WARN")
+    lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
+    assert lines == ["Pipelined execution: 2 model stage(s) on 2 IPU(s), 3 pipeline stage(s) "
+                     "(training), recomputation on"]
