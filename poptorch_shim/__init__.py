@@ -17,7 +17,7 @@ from poptorch_shim.annotations import (
     set_overlap_for_input,
     set_overlap_for_output,
 )
-from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, removeBlocks
+from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, module_repr, removeBlocks
 from poptorch_shim.compile_hooks import registerPostCompileHook, registerPreCompileHook
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.enums import (
@@ -78,7 +78,8 @@ __all__ = [
     "PoplarExecutor", "RecomputationType", "RecoverableError",
     "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
     "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
-    "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "optim", "OverlapMode",
+    "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "module_repr", "optim",
+    "OverlapMode",
     "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",
     "registerPostCompileHook", "registerPreCompileHook", "removeBlocks",
     "setLogLevel", "set_overlap_for_input", "set_overlap_for_output", "trainingModel",

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from poptorch_shim.errors import Error
+
 _RECORDER: ContextVar[BlockRecorder | None] = ContextVar("poptorch_block_recorder",
                                                               default=None)
 
@@ -45,6 +47,7 @@ class BlockRecorder:
 
     def __init__(self, on_start: Callable[[BlockMark], None] | None = None):
         self.current: BlockMark | None = None
+        self.ended = False   # a ``with Block`` has ended and no block has started since
         self.ipus: dict[Hashable, int | None] = {}  # block id -> first ipu_id, in order seen
         self._next_auto_id = 0
         self._hook_ids: dict[int, str] = {}
@@ -56,11 +59,15 @@ class BlockRecorder:
         if not user_id:
             user_id = self.next_auto_id()
         mark = BlockMark(user_id, ipu_id)
-        self.current = mark
+        self.current, self.ended = mark, False
         if self.ipus.get(user_id) is None:
             self.ipus[user_id] = ipu_id
         if self._on_start is not None:
             self._on_start(mark)
+
+    def end(self) -> None:
+        """A ``with Block`` ended: until the next block starts, no block is active."""
+        self.current, self.ended = None, True
 
     def next_auto_id(self) -> str:
         user_id = str(self._next_auto_id)
@@ -86,6 +93,18 @@ def recording(recorder: BlockRecorder) -> Iterator[BlockRecorder]:
         yield recorder
     finally:
         _RECORDER.reset(token)
+
+
+NO_ACTIVE_BLOCK_ERR = "No active Block, all the ops must belong to a Block"
+
+
+def require_active_block() -> None:
+    """Refuse an operation of a model split at Blocks that runs after a ``with
+    Block`` ended and before another block started, as PopTorch's compiler does
+    (``poptorch.Error``, popart_compiler's CompilerImpl.cpp)."""
+    recorder = _RECORDER.get()
+    if recorder is not None and recorder.ended:
+        raise Error(NO_ACTIVE_BLOCK_ERR, type="poptorch_cpp_error")
 
 
 def current_block() -> BlockMark | None:
@@ -141,7 +160,11 @@ class Block:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        """The block stays current until the next one starts, as in PopTorch."""
+        """The block ends, as in PopTorch: until the next one starts, an operation
+        of a model split at Blocks belongs to none, which PopTorch refuses."""
+        recorder = _RECORDER.get()
+        if recorder is not None:
+            recorder.end()
 
 
 class _BlockHook:
@@ -161,6 +184,26 @@ class _BlockHook:
         return f"BeginBlock(user_id={self.user_id!r}, ipu_id={self.ipu_id!r})"
 
 
+class _BeginBlockFn(torch.nn.Module):
+    """What ``BeginBlock`` returns for a callable that is not a module: a module
+    that starts the block, then calls it (PopTorch's ``LegacyBeginBlockFn``); it
+    pickles whenever the callable does."""
+
+    def __init__(self, layer_to_call: Callable, user_id: Hashable | None,
+                 ipu_id: int | None):
+        super().__init__()
+        self._layer_to_call = layer_to_call
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    def __call__(self, *args, **kwargs) -> Any:
+        Block.start(self._user_id, self._ipu_id)
+        return self._layer_to_call(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"user_id={self._user_id!r}, ipu_id={self._ipu_id!r}"
+
+
 def block_hooks(module: torch.nn.Module) -> list[_BlockHook]:
     """The ``BeginBlock`` hooks registered on ``module`` itself."""
     return [hook for hook in module._forward_pre_hooks.values() if isinstance(hook, _BlockHook)]
@@ -172,7 +215,7 @@ def BeginBlock(layer_to_call: Any, user_id: Hashable | None = None,
 
     The module, and everything after it until the next block, belongs to the
     block. Returns the module (changed in place). A plain callable is wrapped
-    in a function that starts the block and then calls it.
+    in a picklable module that starts the block and then calls it.
     """
     _check_ids(user_id, ipu_id, "poptorch.BeginBlock")
     if not isinstance(layer_to_call, torch.nn.Module):
@@ -180,12 +223,7 @@ def BeginBlock(layer_to_call: Any, user_id: Hashable | None = None,
             raise TypeError("poptorch.BeginBlock: layer_to_call must be a torch.nn.Module or a "
                             f"callable, got {type(layer_to_call).__name__}.")
 
-        @functools.wraps(layer_to_call)
-        def begin_then_call(*args, **kwargs):
-            Block.start(user_id, ipu_id)
-            return layer_to_call(*args, **kwargs)
-
-        return begin_then_call
+        return _BeginBlockFn(layer_to_call, user_id, ipu_id)
     if block_hooks(layer_to_call):
         raise ValueError(f"poptorch.BeginBlock: the module has already been assigned to a block "
                          f"({block_hooks(layer_to_call)[0]!r}); call poptorch.removeBlocks(module) "
@@ -223,3 +261,23 @@ def removeBlocks(module: torch.nn.Module) -> None:
         for key in [k for k, hook in sub._forward_pre_hooks.items()
                     if isinstance(hook, _BlockHook)]:
             del sub._forward_pre_hooks[key]
+
+
+def module_repr(module: torch.nn.Module) -> str:
+    """``repr(module)`` with each submodule's ``BeginBlock`` (its forward
+    pre-hooks) written before its name, as PopTorch's ``module_repr`` shows
+    them: ``(l1): BeginBlock(user_id=None, ipu_id=1) Linear(...)``."""
+    extra = module.extra_repr()
+    extra_lines = extra.split("\n") if extra else []
+    child_lines = []
+    for key, child in module._modules.items():
+        text = module_repr(child).replace("\n", "\n  ")
+        child_lines.append(f"({key}): {text}")
+    hooks = "".join(f"{hook!r} " for hook in module._forward_pre_hooks.values())
+    text = hooks + module._get_name() + "("
+    lines = extra_lines + child_lines
+    if len(extra_lines) == 1 and not child_lines:
+        text += extra_lines[0]
+    elif lines:
+        text += "\n  " + "\n  ".join(lines) + "\n"
+    return text + ")"

@@ -2,7 +2,10 @@
 
 PopTorch names its levels TRACE, DEBUG, INFO, WARN, ERR and OFF, or, as the
 older integer form, 0 to 4 and 6; ``POPTORCH_LOG_LEVEL`` sets the level at
-import (default WARN). All the shim's modules log under ``poptorch_shim``.
+import (default WARN). The lines PopTorch itself logs (each option the compiler
+is given, "poptorch.Options set replication_factor to value 2", and the
+defaults it chooses, "enablePipelining set to value 1") go to the ``poptorch``
+logger in PopTorch's words; the shim's own messages go to ``poptorch_shim``.
 """
 import logging
 import os
@@ -16,6 +19,8 @@ _LEVELS = {"TRACE": (0, logging.DEBUG), "DEBUG": (1, logging.DEBUG),
            "ERR": (4, logging.ERROR), "OFF": (6, logging.CRITICAL + 1)}
 
 logger = logging.getLogger("poptorch_shim")
+#: The logger of PopTorch's own log lines, in PopTorch's words.
+poptorch_logger = logging.getLogger("poptorch")
 
 
 class _Console(logging.StreamHandler):
@@ -44,13 +49,14 @@ def setLogLevel(level) -> None:
         valid = sorted(_LEVELS)
         raise ValueError(f"Unknown log level: {level}. Valid values are "
                          f"{', '.join(valid[:-1])} and {valid[-1]}")
-    logger.setLevel(_LEVELS[level][1])
-    if not logger.handlers:
-        # PopTorch logs to the console; Python alone would print WARNING and up only.
-        console = _Console()
-        console.setFormatter(logging.Formatter(
-            "[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s"))
-        logger.addHandler(console)
+    for each in (logger, poptorch_logger):
+        each.setLevel(_LEVELS[level][1])
+        if not each.handlers:
+            # PopTorch logs to the console; Python alone would print WARNING and up only.
+            console = _Console()
+            console.setFormatter(logging.Formatter(
+                "[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s"))
+            each.addHandler(console)
 
 
 def level_from_environment() -> None:

@@ -34,6 +34,10 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
     if reduction not in reducers:
         raise ValueError(f"identity_loss: reduction must be one of {sorted(reducers)}, "
                          f"got {reduction!r}")
+    if isinstance(x, torch.fx.Proxy):
+        # Traced to split the model at its Blocks: one operation of the graph, so
+        # that the stage computing it marks its output as the loss when it runs.
+        return x.tracer.create_proxy("call_function", identity_loss, (x, reduction), {})
     return _IdentityLoss.apply(reducers[reduction](x))
 
 

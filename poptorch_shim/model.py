@@ -34,19 +34,20 @@ from poptorch_shim._execution.batching import (
     flatten_inputs,
     split,
 )
-from poptorch_shim._execution.compute import WholeModel
+from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
     check_inference_options,
     check_layout,
+    log_compilation,
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
 from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
-from poptorch_shim.blocks import BlockRecorder, recording
+from poptorch_shim.blocks import BlockRecorder, module_repr, recording
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
@@ -144,6 +145,10 @@ class PoplarExecutor:
         """The simulated device (work, run configuration, system, memory)."""
         return self._require_device()
 
+    def __repr__(self) -> str:
+        """The wrapped model with its Blocks, as PopTorch prints it."""
+        return module_repr(self._user_model)
+
     def __getattr__(self, name: str) -> Any:
         """The wrapped model's attributes, as PopTorch forwards them."""
         model = self.__dict__["_user_model"]
@@ -218,6 +223,7 @@ class PoplarExecutor:
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
             self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
             run, stages, output, _, called = self._profile(first_args, first_kwargs)
+        log_compilation(self._options, run, ipusim.Work(tuple(stages)), self._runner.strategy)
         self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
         if self._timing_only:
@@ -248,6 +254,7 @@ class PoplarExecutor:
                  for name, module in activation_names(probe.model)]
         try:
             with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
+                    promoting_mixed_floats(probe.model, (args, kwargs)), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 run = check_layout(self._options, self._shape, self._training,
@@ -265,7 +272,7 @@ class PoplarExecutor:
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
         if self._options.connection_type is enums.ConnectionType.Never:
-            raise InvalidUseError(OFFLINE_ERR)
+            raise AssertionError(OFFLINE_ERR)   # PopTorch asserts it: not a poptorch.Error
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
         flatten_custom_types((args, kwargs))
@@ -329,6 +336,7 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         with _mode(self._user_model, self._training), running_on_ipu(), \
+                promoting_mixed_floats(self._user_model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
@@ -371,6 +379,8 @@ class PoplarExecutor:
 
     def attachToDevice(self) -> None:
         self._require_device()
+        if self._options.connection_type is enums.ConnectionType.Never:
+            raise AssertionError("Trying to attach to an offline device (ConnectionType.Never)")
         if self._attached:
             raise RuntimeError("Device is already attached")
         self._attached = True

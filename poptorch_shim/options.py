@@ -47,6 +47,7 @@ from poptorch_shim._options.store import (
 )
 from poptorch_shim._options.tensor_locations import TensorLocationSettings, _TensorLocationOptions
 from poptorch_shim.errors import ConfigFileError  # noqa: F401  (poptorch.options.ConfigFileError)
+from poptorch_shim.strategies import PipelinedExecution
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
@@ -114,7 +115,8 @@ class Options(OptionsGroup):
                          "showCompilationProgressBar"),
               OptionSpec("relax_optimizer_checks", False, (bool,),
                          "relaxOptimizerAttributesChecks"),
-              OptionSpec("module_namescope_enabled", True, (bool,), "disableModuleNamescope"))
+              OptionSpec("module_namescope_enabled", True, (bool,), "disableModuleNamescope"),
+              OptionSpec("max_repeat_logs", 4, (int,), "maxRepeatLogs", minimum=0))
 
     def __init__(self) -> None:
         super().__init__()
@@ -390,6 +392,14 @@ class Options(OptionsGroup):
         return self
 
     @setter
+    def maxRepeatLogs(self, max_lines: int | None) -> "Options":
+        """Log an often-repeated line at most ``max_lines`` times (None: every
+        time; default 4). Recorded as PopTorch records it; the shim repeats no
+        per-operation log lines for it to limit."""
+        self._set("max_repeat_logs", (1 << 64) - 1 if max_lines is None else max_lines)
+        return self
+
+    @setter
     def broadcastBuffers(self, broadcast_buffers: bool = True) -> "Options":
         """Broadcast the model's buffers to every replica (default True)."""
         self._set("broadcast_buffers", broadcast_buffers)
@@ -418,6 +428,13 @@ class Options(OptionsGroup):
         return self
 
     # -- derived read accessors -------------------------------------------------------
+    @property
+    def _execution_strategy(self):
+        """The execution strategy as PopTorch's private attribute holds it: the
+        one set, else PopTorch's default, ``PipelinedExecution()``."""
+        strategy = self._store.get("execution_strategy")
+        return PipelinedExecution.default() if strategy is None else strategy
+
     @property
     def synthetic_data(self) -> bool:
         return self._popart._raw.get("syntheticDataMode", 0) != 0

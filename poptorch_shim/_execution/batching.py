@@ -125,19 +125,23 @@ def _arguments_spec(positional: int, keywords: tuple[str, ...]) -> TreeSpec:
 
 
 def batch_size_of(inputs: tuple[tuple, dict]) -> int:
-    """The first dimension shared by the tensors of ``(args, kwargs)`` (0-d tensors are ignored)."""
-    return _batch_size(flatten_inputs(*inputs)[0])
+    """The first dimension shared by the tensors of ``(args, kwargs)`` (0-d tensors are
+    ignored); where they disagree (a call of one micro-batch may), the first tensor's."""
+    return _batch_size(flatten_inputs(*inputs)[0], strict=False)
 
 
-def _batch_size(leaves: list[Any]) -> int:
-    sizes = {leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0}
+def _batch_size(leaves: list[Any], strict: bool = True) -> int:
+    sizes = [leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
     if not sizes:
         raise ValueError(
             "The model's inputs must include at least one tensor with a batch dimension")
-    if len(sizes) > 1:
+    if strict and len(set(sizes)) > 1:
         raise ValueError(
-            f"The model's inputs disagree on the batch dimension: sizes {sorted(sizes)}")
-    return sizes.pop()
+            f"The model's inputs disagree on the batch dimension: sizes {sorted(set(sizes))}; "
+            "PopTorch splits each input along its first dimension into deviceIterations x "
+            "replicationFactor x gradientAccumulation micro-batches, so they must agree "
+            "unless all three are 1")
+    return sizes[0]
 
 
 def _micro_batch_size(leaves: list[Any], shape: StepShape) -> int:
@@ -162,6 +166,11 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
     """The call's ``(args, kwargs)`` as the micro-batches' ``(args, kwargs)``, in stream order."""
     args, kwargs = inputs
     leaves, spec = flatten_inputs(args, kwargs)
+    if shape.micro_batches == 1:
+        # One micro-batch: PopTorch passes the inputs as they are, whatever their
+        # first dimensions.
+        _batch_size(leaves, strict=False)
+        return [(args, kwargs)]
     size = _micro_batch_size(leaves, shape)
     batched = [isinstance(leaf, torch.Tensor) and leaf.dim() > 0 for leaf in leaves]
     cuts = [[leaf[start:start + size] if cut else leaf for leaf, cut in zip(leaves, batched)]

@@ -7,9 +7,13 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
@@ -35,6 +39,50 @@ def parameter_bytes(module: torch.nn.Module) -> int:
 def parameter_tensors(module: torch.nn.Module) -> int:
     """The module's parameter tensors, each of which the optimizer updates on its own."""
     return sum(1 for _ in module.parameters())
+
+
+#: Calls that keep their first tensor's dtype on purpose (casts, copies, in-place
+#: updates: every name ending in "_" as well).
+_DTYPE_KEEPING = frozenset({"to", "type", "type_as", "copy_", "__setitem__", "__get__",
+                            "set_", "detach", "clone"})
+
+
+def _floats(values) -> set:
+    return {value.dtype for value in values
+            if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.float32)}
+
+
+class _MixedFloats(TorchFunctionMode):
+    """Runs an operation given both float16 and float32 tensors in float32, as
+    PopTorch does ("When PyTorch encounters a mix of float16 and float32
+    inputs for a given operation, it will usually cast all inputs to float32,
+    and PopTorch complies": its user guide, 16-bit float support), where torch
+    on the CPU would refuse the mix ("mat1 and mat2 must have the same dtype")."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name not in _DTYPE_KEEPING and not name.endswith("_"):
+            flat = list(args) + list(kwargs.values())
+            flat += [leaf for value in flat if isinstance(value, (list, tuple))
+                     for leaf in value]
+            if _floats(flat) == {torch.float16, torch.float32}:
+                up = lambda v: v.float() if isinstance(v, torch.Tensor) \
+                    and v.dtype == torch.float16 else v  # noqa: E731
+                args = tuple(type(a)(up(v) for v in a) if isinstance(a, (list, tuple))
+                             else up(a) for a in args)
+                kwargs = {k: up(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def promoting_mixed_floats(model: torch.nn.Module, inputs: Any) -> Iterator[None]:
+    """Run the model with float16 and float32 operands promoted to float32 as
+    PopTorch does (see :class:`_MixedFloats`); a model with no float16 input,
+    parameter or buffer runs untouched, at no cost."""
+    tensors = list(model.parameters()) + list(model.buffers()) + tree_flatten(inputs)[0]
+    with _MixedFloats() if torch.float16 in _floats(tensors) else nullcontext():
+        yield
 
 
 class WholeModel:

@@ -24,7 +24,7 @@ from ipusim import Cost, Stage
 from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.cost_probe import SavedActivations, TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
-from poptorch_shim.blocks import BlockRecorder, current_block, recording
+from poptorch_shim.blocks import BlockRecorder, current_block, recording, require_active_block
 from poptorch_shim.strategies import ExecutionStrategy
 
 
@@ -74,6 +74,10 @@ class _Charges:
             self.saved.setdefault(self._block, SavedActivations()).checkpoint(tensors)
 
 
+#: Calls that read a tensor's shape, which PopTorch's graph holds no operation for.
+_SHAPE_QUERIES = frozenset({"size", "dim", "numel", "__get__", "__len__"})
+
+
 class _Attribution(TorchFunctionMode):
     """Charges each torch call of an eager forward to the current block: which
     blocks compute, the parameters each uses first, the tensors that cross
@@ -99,6 +103,9 @@ class _Attribution(TorchFunctionMode):
                     and self.produced[id(leaf)][0] != block:
                 self.consumers.setdefault(id(leaf), set()).add(block)
         out = func(*args, **kwargs)
+        if mark is None and getattr(func, "__name__", "") not in _SHAPE_QUERIES \
+                and any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(out)[0]):
+            require_active_block()   # an operation outside every block
         for leaf in tree_flatten(out)[0]:
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torch.nn.Parameter):
                 self.produced.setdefault(id(leaf), (block, leaf))

@@ -7,6 +7,7 @@ point's the same way (:func:`checked_run_config`).
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ import torch
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
+from ipusim.plan.engine_plan import pipeline_depth
 from poptorch_shim import enums, strategies
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import ERROR_NAMES, OPTION_CALLS
@@ -21,6 +23,12 @@ from poptorch_shim._execution.batching import StepShape
 from poptorch_shim.errors import InvalidUseError
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
+
+#: PopTorch's own log lines (the options the compiler is given, its defaults).
+poptorch_log = logging.getLogger("poptorch")
+
+#: PopTorch's ``execution_mode`` numbers (popart_compiler's ExecutionMode enum).
+EXECUTION_MODES = {Execution.PIPELINED: 0, Execution.SHARDED: 1}
 
 
 def execution_of(strategy) -> Execution:
@@ -106,9 +114,165 @@ def check_layout(options, shape: StepShape, training: bool, layout: list[tuple[s
     ``strategy``, checked against the options and the simulated system before
     any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
+    # PopTorch reserves the device before it checks the pipeline.
+    reserved_ipus(options, shape.replicas * work.ipus_per_replica)
     run = checked_run_config(options, shape, training, work, strategy)
     _check_poprun_ipus(work.ipus_per_replica)
     return run
+
+
+def round_up_num_ipus(num_ipus: int) -> int:
+    """The IPUs PopTorch reserves for ``num_ipus``: the next power of two (as
+    popart_compiler's ``roundUpNumIPUs``), or the count itself where it is a
+    whole number of 64-IPU blocks."""
+    if num_ipus >= 64 and num_ipus % 64 == 0:
+        return num_ipus
+    rounded = 1
+    while rounded < num_ipus:
+        rounded *= 2
+    return rounded
+
+
+def reserved_ipus(options, num_ipus: int) -> int:
+    """The IPUs one process reserves for a model that uses ``num_ipus``: on
+    hardware PopTorch refuses a count it would have to round up (a device is a
+    power of two IPUs) unless ``autoRoundNumIPUs(True)``, then reserves the
+    rounded count and warns that the rest go unused (the simulated run uses only
+    ``num_ipus``); an IPU Model or an offline target is never rounded."""
+    rounded = round_up_num_ipus(num_ipus)
+    if rounded == num_ipus or options.use_model \
+            or options.connection_type is enums.ConnectionType.Never:
+        return num_ipus   # an IPU Model or an offline target has exactly the IPUs asked for
+    common = ", because PopTorch must reserve a power of 2 or maximum of 64 IPUs per process"
+    if not options.auto_round_num_ipus:
+        raise InvalidUseError(
+            f"The model specifies the use of {num_ipus} IPUs, however PopTorch must reserve a "
+            f"minimum of {rounded} in order to allow the model to run{common}. Please "
+            "reconfigure your model to use a different number of IPUs or set "
+            "poptorch.Options().autoRoundNumIPUs(True).", type="poptorch_cpp_error")
+    poptorch_log.warning("Reserving %d IPUs when the model specifices the use of only %d%s. "
+                         "%d will be reserved but not used.", rounded, num_ipus, common,
+                         rounded - num_ipus)
+    return rounded
+
+
+def check_pipeline_depth(run: RunConfig, work: Work) -> None:
+    """PopTorch's check that a pipelined call holds enough micro-batches to fill
+    the pipeline, raised as PopTorch raises it (``poptorch.Error``, its words)."""
+    if run.execution is not Execution.PIPELINED:
+        return
+    forward = len(run.scheduled(work).stages)
+    stages = pipeline_depth(forward, run.training)
+    if run.training and run.gradient_accumulation < stages:
+        raise InvalidUseError(
+            f"{ERROR_NAMES['gradient_accumulation']} must be greater than or equal to the "
+            f"number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. "
+            f"Please note that a model with {forward} pipeline stages in PopTorch will have an "
+            f"additional {stages - forward} stages when training. (Got gradientAccumulation("
+            f"{run.gradient_accumulation}): raise it to at least {stages} or use fewer "
+            "pipeline stages.)", type="poptorch_cpp_error")
+    if not run.training and run.device_iterations < stages:
+        raise InvalidUseError(
+            f"{ERROR_NAMES['device_iterations']} must be greater than or equal to the number "
+            f"of pipeline stages ({stages}) when using PopTorch.PipelinedExecution. (Got "
+            f"deviceIterations({run.device_iterations}): each micro-batch of a call fills one "
+            f"pipeline stage; raise it to at least {stages}.)", type="poptorch_cpp_error")
+
+
+def _log_value(value) -> str:
+    """An option's value as PopTorch's C++ logs it: booleans as true / false,
+    enums as their numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "value") and isinstance(value.value, int):
+        return str(value.value)
+    return str(value)
+
+
+def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
+    """Log, at PopTorch's levels and in its words, each option the compiler is
+    given ("poptorch.Options set replication_factor to value 2") and the
+    defaults it then chooses for this model (pipelining, recomputation,
+    execution phases, tensor locations): what PopTorch logs when it compiles."""
+    if not poptorch_log.isEnabledFor(logging.INFO):
+        return
+    given = options.toDict()
+    popart = options._Popart.options
+    log_options({key: value for key, value in given.items()
+                 if not key.startswith("sim_") and key not in popart
+                 and not isinstance(value, (dict, list, set, tuple))})
+    if run.execution in EXECUTION_MODES:
+        poptorch_log.debug("poptorch.Options set execution_mode to value %d",
+                           EXECUTION_MODES[run.execution])
+    elif run.execution.phased:
+        # What PopTorch's phased strategies hand the compiler (their backendOptions).
+        log_options({"execution_mode": 2,
+                     "separate_backward_phase": strategy.separate_backward_phase,
+                     "tensors_liveness": strategy.tensors_liveness.value,
+                     "serial_phases_execution": run.execution is Execution.PHASED})
+    log_options(popart)
+    _log_defaults(options, run, work, popart, strategy)
+
+
+def log_options(values: dict) -> None:
+    """Log each option of ``values`` as PopTorch's compiler does when it is given
+    it: "poptorch.Options set X to value V", a container's items one by one
+    ("poptorch.Options added FINAL to dotChecks", "poptorch.Options set
+    engineOptions[debug.allowOutOfMemory] to true"); unset (None) ones are not."""
+    if not poptorch_log.isEnabledFor(logging.DEBUG):
+        return
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            for item, text in value.items():
+                poptorch_log.debug("poptorch.Options set %s[%s] to %s", key, item, text)
+        elif isinstance(value, (list, set, tuple)):
+            for item in value:
+                poptorch_log.debug("poptorch.Options added %s to %s", item, key)
+        else:
+            poptorch_log.debug("poptorch.Options set %s to value %s", key, _log_value(value))
+
+
+def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -> None:
+    """The compiler's defaults for this model, as PopTorch's ``setOptionIfNotSet``
+    logs them ("enablePipelining set to value 1"), where the script left them."""
+    def default(name: str, value: str) -> None:
+        if name not in popart:
+            poptorch_log.debug("%s set to value %s", name, value)
+
+    ipus = work.ipus_per_replica
+    if run.execution is Execution.PIPELINED:
+        default("enablePipelining", _log_value(int(ipus > 1)))
+        if ipus > 1:
+            default("autoRecomputation", "pipeline")
+        forward = len(run.scheduled(work).stages)
+        poptorch_log.info(
+            "Pipelined execution: %d model stage(s) on %d IPU(s), %d pipeline stage(s) "
+            "(%s), recomputation %s", forward, ipus, pipeline_depth(forward, run.training),
+            "training" if run.training else "inference", "on" if run.recompute else "off")
+    else:
+        default("enablePipelining", "0")
+    if run.execution.phased:
+        if run.execution is Execution.PHASED and strategy is not None:
+            # Serial phases are numbered 0, s, 2s... with the stride s the liveness needs
+            # (PopTorch's tests of tensor liveness); tensors sent off chip leave a gap
+            # of 3 phases before the backward pass, a separate backward phase 1.
+            liveness = strategy.tensors_liveness
+            stride = {enums.Liveness.OffChipAfterFwdNoOverlap: 2,
+                      enums.Liveness.OffChipAfterEachPhase: 4}.get(liveness, 1)
+            phases = (len(strategy._phases) - 1) * stride + 1
+            if liveness is not enums.Liveness.AlwaysLive:
+                phases += 3
+            elif strategy.separate_backward_phase:
+                phases += 1
+            default("executionPhaseSettings.phases", str(phases))
+        default("executionPhaseSettings.stages", "1" if run.execution is Execution.PHASED else "2")
+        for kind in ("activation", "weight", "optimizer", "accumulator"):
+            if options.TensorLocations.location(kind) is None:
+                poptorch_log.debug("location_%s set to value useOnChipStorage(False)", kind)
+    default("enableLoadAndOffloadRNGState", "1")
+    default("enableReplicatedGraphs", _log_value(int(run.replicas > 1)))
 
 
 def checked_run_config(options, shape: StepShape, training: bool, work: Work, strategy=None,
@@ -116,6 +280,7 @@ def checked_run_config(options, shape: StepShape, training: bool, work: Work, st
     """:func:`run_config` for ``work``, checked against the simulated system with
     PopTorch's names for the settings."""
     run = run_config(options, shape, training, work, strategy, overlap)
+    check_pipeline_depth(run, work)
     run.validate(work, system_spec(options).num_ipus, names=ERROR_NAMES)
     return run
 

@@ -34,7 +34,13 @@ from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
 from poptorch_shim._execution.loss_finder import LossFinder
-from poptorch_shim.blocks import BlockRecorder, block_hooks, current_block, recording
+from poptorch_shim.blocks import (
+    BlockRecorder,
+    block_hooks,
+    current_block,
+    recording,
+    require_active_block,
+)
 from poptorch_shim.strategies import ExecutionStrategy, PlacedStage
 
 _TENSOR = object()   # marks a tensor leaf among the constant leaves of a call
@@ -44,20 +50,34 @@ _IN_PLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.
                        operator.imatmul, operator.iand, operator.ior, operator.ixor)
 
 
+#: Calls that read a tensor's shape or pick an output of a call returning several
+#: (``torch.split``), which PopTorch's graph holds no operation for.
+_SHAPE_QUERIES = frozenset({"size", "dim", "numel", getattr, len, operator.getitem})
+
+
 class _BlockTracer(fx.Tracer):
     """A torch.fx tracer that records, in ``node.meta["block"]``, the block
     that was current when each node was created."""
 
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        if kind in ("call_function", "call_method", "call_module") \
+                and target not in _SHAPE_QUERIES:
+            require_active_block()
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         mark = current_block()
         node.meta["block"] = None if mark is None else mark.user_id
         return node
 
     def call_module(self, m, forward, args, kwargs):
+        try:
+            path = self.path_of_module(m)
+        except NameError:
+            # A module made inside forward (``nn.L1Loss()(out, target)``): not part
+            # of the model, so its operations are traced through.
+            return forward(*args, **kwargs)
         # A leaf module becomes one node without running its hooks: start its
         # BeginBlock here so that the node lands in the block.
-        if self.is_leaf_module(m, self.path_of_module(m)):
+        if self.is_leaf_module(m, path):
             for hook in block_hooks(m):
                 hook(m, args)
         return super().call_module(m, forward, args, kwargs)

@@ -80,6 +80,12 @@ class TensorLocationSettings(OptionsGroup):
         """The settings changed from PopART's defaults, under PopART's names."""
         return {self._popart_names[k]: v for k, v in self._changed().items()}
 
+    def __getitem__(self, popart_name: str):
+        """A changed setting by its PopART name, as PopTorch's options hold a
+        location (``opts.TensorLocations.location_weight["onChip"]``); KeyError
+        for one left at PopART's default."""
+        return self.toDict()[popart_name]
+
 
 class _TensorLocationOptions(OptionsGroup):
     """Where activations, weights, optimizer state and accumulators live
@@ -94,8 +100,9 @@ class _TensorLocationOptions(OptionsGroup):
         """Reserve this many tiles per IPU for I/O instead of compute."""
         require_arg(self._path, "numIOTiles", "num_tiles", num_tiles, int)
         if num_tiles % 2 or not 32 <= num_tiles <= 192:
-            raise ValueError(f"{self._path}.numIOTiles: numIOTiles must be an even number "
-                             f"between 32 and 192, got {num_tiles}.")
+            # PopTorch asserts here: an AssertionError with these words.
+            raise AssertionError(f"numIOTiles must be an even number between 32 and 192 "
+                                 f"({self._path}.numIOTiles: got {num_tiles}).")
         self._set("num_io_tiles", num_tiles)
         return self
 

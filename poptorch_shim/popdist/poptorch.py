@@ -42,13 +42,14 @@ class _PopdistDistributedOptions(_DistributedOptions):
                         f"{self.num_processes} ({_layout()}); to choose the process id and "
                         "count yourself use poptorch.Options.")
 
-    def disable(self):
+    # Refused whatever the arguments, as PopDist refuses them.
+    def disable(self, *args, **kwargs):
         raise self._refuse("disable")
 
-    def setEnvVarNames(self, var_num_processes: str, var_process_id: str):
+    def setEnvVarNames(self, *args, **kwargs):
         raise self._refuse("setEnvVarNames")
 
-    def configureProcessId(self, process_id: int, num_processes: int):
+    def configureProcessId(self, *args, **kwargs):
         raise self._refuse("configureProcessId")
 
 
@@ -84,12 +85,12 @@ class Options(_PoptorchOptions):
             self._popart.set("globalReplicationFactor", total)
             self._popart.set("globalReplicaOffset", popdist.getReplicaIndexOffset())
 
-    def replicationFactor(self, replication_factor: int):
+    def replicationFactor(self, *args, **kwargs):
         raise _refused("replicationFactor",
                        f"The replication factor is this instance's local replica count "
                        f"({self.replication_factor}), which poprun sets ({_layout()}); change "
                        "poprun's --num-replicas or --num-instances instead.")
 
-    def useIpuId(self, ipu_id: int):
+    def useIpuId(self, *args, **kwargs):
         raise _refused("useIpuId", "poprun chooses the IPUs of every instance; change "
                                    "poprun's --ipus-per-replica to give each replica more.")

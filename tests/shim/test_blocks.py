@@ -61,12 +61,12 @@ def test_blocks_outside_a_model_run_change_nothing():
     assert current_block() is None
 
 
-def test_a_block_stays_current_until_the_next_one_starts():
+def test_a_block_scope_ends_the_block_and_a_start_lasts_until_the_next():
     recorder = BlockRecorder()
     with recording(recorder):
         with Block("A", ipu_id=2):
             pass
-        assert current_block().user_id == "A"  # PopTorch: leaving the scope keeps the block
+        assert current_block() is None   # PopTorch: leaving the scope ends the block
         Block.start("B")
         assert current_block().user_id == "B"
     assert recorder.ipus == {"A": 2, "B": None}

@@ -93,10 +93,10 @@ def test_inference_output_modes_return_poptorchs_shapes_and_values(mode, period,
 def test_training_defaults_to_final_and_a_scalar_loss_per_replica():
     torch.manual_seed(4)
     model = Net()
-    x, y = data(2 * 3 * 4)
-    out, loss = poptorch.trainingModel(model, options(2, 3, 1))(x, y)
-    assert out.shape == (3 * 4, 3)  # the final iteration's micro-batch of each replica
-    assert loss.shape == (3,)
+    x, y = data(2 * 4 * 4)
+    out, loss = poptorch.trainingModel(model, options(2, 4, 1))(x, y)
+    assert out.shape == (4 * 4, 3)  # the final iteration's micro-batch of each replica
+    assert loss.shape == (4,)
     out, loss = poptorch.trainingModel(Net(), options(2, 1, 1))(*data(8))
     assert loss.dim() == 0 and out.shape == (4, 3)
 

@@ -192,8 +192,6 @@ def test_a_misspelt_name_is_hinted_once(misspell, expected):
      "EveryN anchor must have output_return_period set to valid positive integer"),
     (lambda: poptorch.Options().Precision.setPartialsType(torch.int8),
      "parameter to setPartialsType should be either torch.float or torch.half"),
-    (lambda: poptorch.Options().TensorLocations.numIOTiles(33),
-     "numIOTiles must be an even number between 32 and 192"),
     (lambda: poptorch.Phase(poptorch.Stage("A"), poptorch.Stage("B")).ipus(0),
      "Phase contains 2 stages but you provided 1 ipus"),
     (lambda: poptorch.Options().Training.accumulationAndReplicationReductionType(

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from poptorch_shim import (
+    Error,
     Options,
     RecomputationType,
     TensorLocationSettings,
@@ -156,12 +157,13 @@ def test_pipelined_training_needs_gradient_accumulation_of_2f_minus_1_before_any
     model = FourEqualBlocks()
     calls = counting_forwards(model)
     executor = trainingModel(model, options(accumulation=4))
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(Error, match=re.escape(
             "poptorch.Options().Training.gradientAccumulation must be greater than or equal to "
             "the number of pipeline stages (7) when using poptorch.PipelinedExecution. Please "
-            "note that a model with 4 pipeline stages will have an additional 3 stages when "
-            "training. Got poptorch.Options().Training.gradientAccumulation=4")):
+            "note that a model with 4 pipeline stages in PopTorch will have an additional 3 "
+            "stages when training. (Got gradientAccumulation(4)")) as caught:
         executor(*data(16))
+    assert isinstance(caught.value, ValueError)
     assert not calls and not executor.isCompiled()
 
 
@@ -171,19 +173,19 @@ def test_pipelined_inference_needs_device_iterations_of_f_before_any_compute():
     opts = Options().deviceIterations(2)
     opts.setExecutionStrategy(pipelined())
     executor = inferenceModel(model, opts)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(Error, match=re.escape(
             "poptorch.Options().deviceIterations must be greater than or equal to the number of "
-            "pipeline stages (4) for pipelined inference, got "
-            "poptorch.Options().deviceIterations=2")):
+            "pipeline stages (4) when using PopTorch.PipelinedExecution. (Got "
+            "deviceIterations(2)")):
         executor(data(8)[0])
     assert not calls
 
 
 def test_a_stage_on_an_ipu_the_system_lacks_is_named():
-    opts = options(ipus=(0, 1, 2, 5))
+    opts = options(ipus=(0, 1, 2, 7))   # 8 IPUs per replica: a count PopTorch can reserve
     opts.Simulation.system("mk2", 4)
     with pytest.raises(ValueError, match=re.escape(
-            "Stage 'B4' is placed on IPU 5 but the system has num_ipus=4 (IPUs 0..3)")):
+            "Stage 'B4' is placed on IPU 7 but the system has num_ipus=4 (IPUs 0..3)")):
         train_one_step(opts)
 
 
