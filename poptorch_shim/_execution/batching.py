@@ -144,12 +144,16 @@ def _batch_size(leaves: list[Any], strict: bool = True) -> int:
     return sizes[0]
 
 
-def _micro_batch_size(leaves: list[Any], shape: StepShape) -> int:
-    """The micro-batch size of a call, checking the batch divides as PopTorch requires."""
-    batch = _batch_size(leaves)
+def _check_not_empty(batch: int, shape: StepShape) -> None:
     if batch == 0:
         raise ValueError(f"Invalid batch size: the batch dimension of the inputs is 0; a call "
                          f"needs at least {shape.micro_batches} samples, one per micro-batch.")
+
+
+def _micro_batch_size(leaves: list[Any], shape: StepShape) -> int:
+    """The micro-batch size of a call, checking the batch divides as PopTorch requires."""
+    batch = _batch_size(leaves)
+    _check_not_empty(batch, shape)
     if batch % shape.micro_batches:
         grouping = (f" / inputReplicaGrouping size ({shape.input_group_size})"
                     if shape.input_group_size > 1 else "")
@@ -168,8 +172,8 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
     leaves, spec = flatten_inputs(args, kwargs)
     if shape.micro_batches == 1:
         # One micro-batch: PopTorch passes the inputs as they are, whatever their
-        # first dimensions.
-        _batch_size(leaves, strict=False)
+        # first dimensions (but never an empty batch).
+        _check_not_empty(_batch_size(leaves, strict=False), shape)
         return [(args, kwargs)]
     size = _micro_batch_size(leaves, shape)
     batched = [isinstance(leaf, torch.Tensor) and leaf.dim() > 0 for leaf in leaves]
