@@ -229,18 +229,24 @@ def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[st
 
 
 def _imbalance(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
-    times = timeline.stage_times_us()
-    slowest = max(times, key=times.get)
-    mean = sum(times.values()) / len(times)
-    stage = timeline.plan.stages[slowest]
+    # Per IPU, as the balancing what-if weighs it: model stages that share an IPU
+    # (BERT's head shares the embedding's) add up there.
+    stages = timeline.plan.stages
+    per_ipu: dict[int, float] = {}
+    for index, micro_batch_us in timeline.stage_times_us().items():
+        per_ipu[stages[index].ipu] = per_ipu.get(stages[index].ipu, 0.0) + micro_batch_us
+    slowest = max(per_ipu, key=per_ipu.get)
+    mean = sum(per_ipu.values()) / len(per_ipu)
+    held = ", ".join(f"{k} ({stage.name})" for k, stage in enumerate(stages)
+                     if stage.ipu == slowest)
     idle = timeline.per_ipu()["utilisation"]
     idlest = int(idle.idxmin())
-    return (f"The pipeline stages are out of balance: model stage {slowest} ({stage.name}) on "
-            f"IPU {stage.ipu} takes {times[slowest]:,.1f} µs per micro-batch against a mean of "
-            f"{mean:,.1f} µs, and sets the pace of every pipeline cycle; IPU {idlest} computes "
-            f"only {idle[idlest]:.0%} of the time.", [
-        f"Move layers off model stage {slowest} onto the lighter stages "
-        f"({names.word('stage_placement')}) until each takes about {mean:,.1f} µs.",
+    return (f"The pipeline stages are out of balance: IPU {slowest} (model stage {held}) "
+            f"computes {per_ipu[slowest]:,.1f} µs per micro-batch against a mean of "
+            f"{mean:,.1f} µs over the IPUs, and sets the pace of every pipeline cycle; "
+            f"IPU {idlest} computes only {idle[idlest]:.0%} of the time.", [
+        f"Move layers off IPU {slowest} onto the lighter IPUs "
+        f"({names.word('stage_placement')}) until each computes about {mean:,.1f} µs.",
         _balance_advice(timeline),
         "Recomputation on the lighter stages, or a different split of the model, moves "
         "memory and time between the IPUs.",
