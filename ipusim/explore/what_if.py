@@ -88,11 +88,9 @@ class WhatIfs:
     items_per_s: float      # the run as recorded (the loader's rate included)
     step_time_ms: float
 
-    def best(self, actionable: bool = True, keeps_batch: bool = False) -> WhatIf | None:
-        """The change with the largest speed-up (among those a user can make, and
-        that keep the samples per weight update)."""
-        return next((w for w in self.tried if (w.actionable or not actionable)
-                     and (w.keeps_batch or not keeps_batch)), None)
+    def best(self, actionable: bool = True) -> WhatIf | None:
+        """The change with the largest speed-up (among those a user can make)."""
+        return next((w for w in self.tried if w.actionable or not actionable), None)
 
 
 # The changes -----------------------------------------------------------------

@@ -35,8 +35,13 @@ class Verdict(Bottleneck):
         """A JSON-ready dict (advice, what-ifs and changes left out as lists)."""
         out = asdict(self)
         for key in ("advice", "what_if", "left_out"):
-            out[key] = [dict(item) if isinstance(item, dict) else item for item in out[key]]
+            out[key] = list(out[key])
         return out
+
+    @property
+    def proof(self) -> dict | None:
+        """The what-if of the verdict's limit: the run simulated without it."""
+        return next((w for w in self.what_if if w["limit"] == self.kind), None)
 
 
 def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,

@@ -166,7 +166,7 @@ def _figures_line(entry: _Figures) -> str | None:
 
 def _gain(verdict) -> str:
     """What lifting the verdict's limit gains, as the exit line words it."""
-    proof = next((w for w in verdict.what_if if w["limit"] == verdict.kind), None)
+    proof = verdict.proof
     if proof is None or proof["speedup"] <= 1:
         return ""
     return f" ({proof['change']}: {proof['speedup']:.2f}x)"
