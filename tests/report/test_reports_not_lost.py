@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.reports import fresh_report_registry
 
 import poptorch_shim as poptorch
 from poptorch_shim._run import profiling
@@ -21,10 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):
-    """Each test starts with no pending reports and no directories given out."""
-    monkeypatch.setattr(profiling, "_pending", [])
-    monkeypatch.setattr(profiling, "_taken", set())
-    monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
+    """Each test starts with no pending reports, no directories given out, no locks."""
+    fresh_report_registry(monkeypatch)
 
 
 def inference(root: Path, name: str | None = None):
