@@ -24,7 +24,7 @@ from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Cost, Execution, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import SystemSpec
-from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
 from ipusim.plan.memory import MB, fits, memory_per_ipu
 from ipusim.plan.run_config import RunConfig
 from ipusim.simulation import Simulation
@@ -195,13 +195,13 @@ def _pipelined(setup: Setup, plan: EnginePlan) -> Setup | str:
         return "one IPU per replica: nothing to pipeline"
     if setup.run.execution is not Execution.SHARDED:
         return f"the run is {setup.run.execution.value} already"
-    stages = len(plan.stages)
     run = setup.run
+    depth = pipeline_depth(len(plan.stages), run.training)  # the fewest micro-batches a run takes
     run = (replace(run, execution=Execution.PIPELINED,
-                   gradient_accumulation=max(run.gradient_accumulation, 2 * stages - 1))
+                   gradient_accumulation=max(run.gradient_accumulation, depth))
            if run.training else
            replace(run, execution=Execution.PIPELINED,
-                   device_iterations=max(run.device_iterations, stages)))
+                   device_iterations=max(run.device_iterations, depth)))
     return setup._replace(run=run)
 
 
