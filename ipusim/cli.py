@@ -1,11 +1,12 @@
 """The ``ipusim`` command: read the profiles simulated runs wrote.
 
 ``report``, ``summary`` and ``trace`` re-render a saved autoReport directory
-without simulating again. The commands that run PopTorch scripts (``run``,
-``sweep``, ``advise``) belong to the PopTorch shim, the layer above: the
-``ipusim`` console script is the shim's :mod:`poptorch_shim.commands`, which
-adds them to this parser; ``python -m ipusim`` adds those an installed package
-declares under the ``ipusim.commands`` entry point group.
+without simulating again; ``compare`` puts two of them side by side. The
+commands that run PopTorch scripts (``run``, ``sweep``, ``advise``) belong to
+the PopTorch shim, the layer above: the ``ipusim`` console script is the
+shim's :mod:`poptorch_shim.commands`, which adds them to this parser;
+``python -m ipusim`` adds those an installed package declares under the
+``ipusim.commands`` entry point group.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ CommandsExtension = Callable[["argparse._SubParsersAction"], None]
 
 ENTRY_POINT_GROUP = "ipusim.commands"
 # Commands of ipusim's own; any other is looked for in the installed extensions.
-OWN_COMMANDS = ("report", "summary", "trace")
+OWN_COMMANDS = ("report", "summary", "trace", "compare")
 # Commands the PopTorch shim adds, named in the error when none is installed.
 SHIM_COMMANDS = ("run", "sweep", "advise")
 
@@ -43,6 +44,10 @@ examples:
         re-render the HTML report (pipeline timeline, utilisation, memory)
   ipusim trace reports/training --output /tmp/training.json
         write the Chrome trace again (open it in https://ui.perfetto.dev)
+  ipusim compare before/training after/training
+        what got faster, and why: throughput and step time of both, the step-time
+        difference by part (compute, exchange, host I/O, sync, bubble, round trip),
+        per IPU, the settings and operators that differ; writes after/training/compare.html
 
 A profile directory holds profile.json, events.csv.gz, trace.json, report.html
 and summary.txt (see ipusim.report.autoreport). run, sweep and advise come with
@@ -83,9 +88,41 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
                              help="also show the events between these simulated times (µs) "
                                   "one by one")
         sub.set_defaults(handler=handler)
+    _add_compare(commands)
     for extend in extensions:
         extend(commands)
     return parser
+
+
+_COMPARE_EPILOG = """\
+examples:
+  ipusim compare reports/tutorial_r1_real reports/tutorial_r4_real
+        one replica against four: prints the comparison, writes
+        reports/tutorial_r4_real/compare.html
+  ipusim compare old/training/profile.json new/training -o /tmp/compare.html
+  ipusim run --report new/ --compare-with old/ train.py
+        the same, at the end of a run, for each model the run wrote
+
+The parts of the step time are each the mean over a run's IPUs of the time an
+IPU spends in them per step (span / steps), so they add up to the step time and
+their differences to the difference of the step times."""
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    sub = commands.add_parser(
+        "compare", help="compare two saved runs: what got faster, and why",
+        description="Compare run B with run A, both saved autoReport directories: throughput\n"
+                    "and step time with their ratio, the step-time difference by part as a\n"
+                    "waterfall, per IPU, the settings and the operators that differ. Prints\n"
+                    "a text summary and writes one self-contained HTML page.",
+        epilog=_COMPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, what in (("a", "the run to compare with (the earlier one)"),
+                       ("b", "the run compared (the later one)")):
+        sub.add_argument(name, metavar=name.upper(),
+                         help=f"{what}: an autoReport directory, or its profile.json")
+    sub.add_argument("--output", "-o", metavar="FILE",
+                     help="where to write the page (default: B/compare.html)")
+    sub.set_defaults(handler=_compare)
 
 
 def main(argv: list[str] | None = None,
@@ -119,7 +156,8 @@ def main(argv: list[str] | None = None,
     except Exception as error:  # noqa: BLE001 - a damaged profile: one line, no traceback
         if args.command not in OWN_COMMANDS:
             raise
-        parser.exit(1, f"ipusim {args.command}: error: {args.profile_dir} cannot be read "
+        where = getattr(args, "profile_dir", None) or f"{args.a} or {args.b}"
+        parser.exit(1, f"ipusim {args.command}: error: {where} cannot be read "
                        f"back: {type(error).__name__}: {error}\n")
 
 
@@ -210,4 +248,28 @@ def _trace(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
     write_chrome_trace(timeline, output, detail=_detail(args))
     print(output)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ipusim.report.compare import (
+        COMPARE_HTML,
+        compare,
+        comparison_text,
+        load_run,
+        write_comparison_html,
+    )
+
+    runs = []
+    for label, path in (("A", args.a), ("B", args.b)):
+        try:
+            runs.append(load_run(path))
+        except (OSError, ValueError) as error:  # bad input: named, exit status 2
+            print(f"ipusim compare: error: {label}: {_cause(error)}", file=sys.stderr)
+            return 2
+    comparison = compare(*runs)
+    output = Path(args.output) if args.output else runs[1].path / COMPARE_HTML
+    write_comparison_html(comparison, output)
+    print(comparison_text(comparison), end="")
+    print(f"\nPage: {output}")
     return 0

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ipusim.analysis import bottleneck as bottlenecks
 from ipusim.analysis import headline as analysis
-from ipusim.analysis import metrics
+from ipusim.analysis import metrics, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
 from ipusim.analysis.operator_breakdown import operator_breakdown
@@ -107,6 +107,12 @@ class Timeline:
     def category_times(self) -> pd.DataFrame:
         """Share of the span each IPU spends in each category of time, idle included."""
         return metrics.category_times(self.events, self.num_ipus)
+
+    def step_time_by_ipu(self) -> pd.DataFrame:
+        """Picoseconds each IPU spends in each part of the step time (compute, exchange,
+        host I/O, sync wait, pipeline bubble, host round trip...), each row adding up to
+        the span (see :mod:`ipusim.analysis.step_time`)."""
+        return step_time.step_time_by_ipu(self)
 
     def host_link_occupancy(self) -> float:
         """The busiest host link's share of the span spent moving data."""

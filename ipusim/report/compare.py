@@ -1,0 +1,684 @@
+"""Two runs side by side: what got faster, and why (``ipusim compare A B``).
+
+:func:`compare` reads the figures each run's :class:`~ipusim.Timeline` computes
+and puts them against each other in a :class:`Comparison`: throughput and
+step time with their ratios (B vs A), the step-time difference split into the
+parts of :mod:`ipusim.analysis.step_time` (which add up to it exactly: the
+waterfall), the same per IPU, the settings that differ (by PopTorch's words
+where the profile records them) and the operators whose cycles differ. The
+text summary (:func:`comparison_text`) and the page (:func:`render_comparison_html`,
+the report's scaffold and style) both read that one object.
+"""
+from __future__ import annotations
+
+import html
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import plotly
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from ipusim.analysis.step_time import STEP_PARTS
+from ipusim.analysis.timeline import Timeline
+from ipusim.cost.cost_model import PS_PER_US
+from ipusim.plan.run_config import SettingNames
+from ipusim.report.autoreport import (
+    EVENTS,
+    PROFILE,
+    encode,
+    load_autoreport,
+    load_profile,
+    profile_names,
+)
+from ipusim.report.chrome_trace import write_atomically
+from ipusim.report.html import PLOT_CONFIG, _page
+
+#: The page ``ipusim compare`` writes beside B's report unless told otherwise.
+COMPARE_HTML = "compare.html"
+# Operator rows the text and the page list at most (the largest differences first).
+MAX_OPERATOR_ROWS = 12
+# The columns that make two operators the same one: where, in which pass, which and how big.
+_OPERATOR_KEY = ["stage", "pass", "kind", "width", "m", "k", "n", "groups", "elements"]
+_B_COLOUR = "#1f77b4"
+# The page's own touches on the report's style: numbers in one line, headed on the right.
+_STYLE = """<style>
+table.compare td.value, table.compare th { white-space: nowrap; }
+table.compare th.value { text-align: right; }
+table.compare td { overflow-wrap: anywhere; }
+.verdict.slower { border-left-color: #d62728; }
+</style>"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One side of a comparison: a run's timeline, the options its script set (under
+    PopTorch's names, as its profile records them) and how its reports name settings."""
+
+    name: str
+    timeline: Timeline
+    options: dict
+    names: SettingNames = SettingNames()
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """The headline figures of one side."""
+
+    name: str
+    items_per_s: float
+    step_time_ps: float   # mean time of a call: the span over the steps
+    steps: int
+    items_per_step: int
+    num_ipus: int
+    replicas: int
+    ipus_per_replica: int
+    ipu: str
+
+    @property
+    def ipus_text(self) -> str:
+        return (f"{_count(self.num_ipus, 'IPU')} ({_count(self.replicas, 'replica')} × "
+                f"{self.ipus_per_replica}, {self.ipu})")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Run B against run A: every number the summary and the page show.
+
+    ``parts``: per part of the step time (index: its name; columns short, label, colour,
+    a_us, b_us, delta_us), the mean over each run's IPUs of its time per step: each
+    column adds up to the step time, so ``delta_us`` adds up to the step-time
+    difference. ``per_ipu``: the same per IPU (columns ipu, part, label, a_us, b_us,
+    delta_us), matched as ``per_ipu_basis`` says. ``options``: the settings that
+    differ (columns setting, a, b). ``operators``: the operators of either run
+    (columns stage, pass, kind, shape, a_count, b_count, a_us, b_us, delta_us,
+    status; per micro-batch), None when neither records operators.
+    """
+
+    a: RunFigures
+    b: RunFigures
+    parts: pd.DataFrame
+    per_ipu: pd.DataFrame
+    per_ipu_basis: str
+    options: pd.DataFrame
+    operators: pd.DataFrame | None
+
+    @property
+    def throughput_ratio(self) -> float:
+        """B's throughput over A's."""
+        return _ratio(self.b.items_per_s, self.a.items_per_s)
+
+    @property
+    def step_time_ratio(self) -> float:
+        """B's step time over A's."""
+        return _ratio(self.b.step_time_ps, self.a.step_time_ps)
+
+    @property
+    def step_time_delta_us(self) -> float:
+        return (self.b.step_time_ps - self.a.step_time_ps) / PS_PER_US
+
+    def largest_parts(self, count: int = 2) -> pd.DataFrame:
+        """The parts whose time per step changed most, largest first (none unchanged)."""
+        changed = self.parts[self.parts["delta_us"].abs() > 1e-9]
+        return changed.reindex(changed["delta_us"].abs().sort_values(ascending=False).index)[
+            :count]
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else math.inf
+
+
+# -- reading the two runs ----------------------------------------------------------------------
+
+def load_run(path: str | Path) -> Run:
+    """The run of an autoReport directory, or of its ``profile.json``.
+
+    Raises FileNotFoundError or ValueError naming the path for anything that is not a
+    whole profile with its events (a folder without profile.json, unreadable JSON,
+    a model that did not fit in memory, damaged events).
+    """
+    given = Path(path)
+    if not given.exists():
+        raise FileNotFoundError(f"{given} does not exist: give an autoReport folder (it holds "
+                                f"{PROFILE} and {EVENTS}) or its {PROFILE}")
+    if given.is_file():
+        if given.name != PROFILE:
+            raise ValueError(f"{given} is not an autoReport folder nor its {PROFILE}")
+        given = given.parent
+    if not (given / PROFILE).is_file():
+        inside = sorted(p.parent.name for p in given.glob(f"*/{PROFILE}"))
+        if inside:
+            raise FileNotFoundError(
+                f"No {PROFILE} in {given}: it holds the reports of {len(inside)} model(s) "
+                f"({', '.join(inside[:6])}{', ...' if len(inside) > 6 else ''}); name one of "
+                f"them, e.g. {given / inside[0]}")
+    profile = load_profile(given)
+    if "out_of_memory" in profile:
+        raise ValueError(f"{given} is the report of a model that did not fit in memory "
+                         f"({profile['out_of_memory']}): nothing was simulated to compare")
+    try:
+        timeline = load_autoreport(given)
+        options = profile.get("options") or {}
+        if not isinstance(options, dict):
+            raise ValueError(f"its options are {type(options).__name__}, not an object")
+        names = profile_names(profile)
+    except (OSError, ValueError):
+        raise
+    except Exception as error:  # noqa: BLE001 - a damaged profile: one line naming it
+        raise ValueError(f"{given} cannot be read back: {type(error).__name__}: "
+                         f"{error}") from None
+    return Run(given.resolve().name, timeline, options, names, given)
+
+
+def run_names(a: Run, b: Run) -> tuple[str, str]:
+    """The two runs' names, told apart by their parent folder where they are the same."""
+    if a.name != b.name or a.path is None or b.path is None:
+        return a.name, b.name
+    return (f"{a.path.resolve().parent.name}/{a.name}", f"{b.path.resolve().parent.name}/"
+            f"{b.name}")
+
+
+# -- the comparison ----------------------------------------------------------------------------
+
+def compare(a: Run, b: Run) -> Comparison:
+    """Run ``b`` against run ``a``: the figures both the summary and the page show."""
+    name_a, name_b = run_names(a, b)
+    figures_a, figures_b = _figures(name_a, a.timeline), _figures(name_b, b.timeline)
+    means_a, means_b = _per_step(a.timeline), _per_step(b.timeline)
+    shown = [part for part in STEP_PARTS
+             if not part.optional or means_a[part.name] or means_b[part.name]]
+    parts = pd.DataFrame({
+        "short": [part.short for part in shown],
+        "label": [part.label for part in shown],
+        "colour": [part.colour for part in shown],
+        "a_us": [means_a[part.name] / PS_PER_US for part in shown],
+        "b_us": [means_b[part.name] / PS_PER_US for part in shown],
+    }, index=pd.Index([part.name for part in shown], name="part"))
+    parts["delta_us"] = parts["b_us"] - parts["a_us"]
+    per_ipu, basis = _per_ipu(a.timeline, b.timeline, parts)
+    return Comparison(figures_a, figures_b, parts, per_ipu, basis, _options(a, b),
+                      _operators(a.timeline, b.timeline))
+
+
+def _figures(name: str, timeline: Timeline) -> RunFigures:
+    plan = timeline.plan
+    return RunFigures(name, timeline.throughput(), timeline.duration_ps / max(timeline.steps, 1),
+                      timeline.steps, plan.items_per_call, timeline.num_ipus,
+                      timeline.run.replicas, plan.ipus_per_replica, timeline.system.ipu.name)
+
+
+def _per_step(timeline: Timeline) -> pd.Series:
+    """Each part's picoseconds per step, a mean over the run's IPUs: adds up to the step
+    time, span / steps."""
+    table = timeline.step_time_by_ipu()
+    return table.sum() / (max(len(table), 1) * max(timeline.steps, 1))
+
+
+def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Each IPU's parts per step in both runs, matched IPU by IPU where the runs have as
+    many, else by an IPU's place in its replica, else as the mean IPU; and how."""
+    ipus_a, ipus_b = a.num_ipus, b.num_ipus
+    per_a, per_b = a.plan.ipus_per_replica, b.plan.ipus_per_replica
+    if ipus_a == ipus_b:
+        matched, label = "ipu", "IPU {}".format
+        basis = f"IPU by IPU ({ipus_a} each)"
+    elif per_a == per_b:
+        matched = "place"
+        label = "IPU {} of each replica".format if per_a > 1 else "each IPU".format
+        basis = (f"A has {_count(ipus_a, 'IPU')} ({_count(a.run.replicas, 'replica')}), B has "
+                 f"{_count(ipus_b, 'IPU')} ({_count(b.run.replicas, 'replica')}): IPUs compared "
+                 "by their place in a replica, each the mean over its run's replicas")
+    else:
+        matched, label = "mean", "mean IPU".format
+        basis = (f"A has {_count(per_a, 'IPU')} per replica, B has {per_b}: the IPUs do not "
+                 "correspond, so the mean IPU of each run is compared")
+
+    def table(timeline: Timeline, per: int) -> pd.DataFrame:
+        times = timeline.step_time_by_ipu()[list(parts.index)] / (
+            max(timeline.steps, 1) * PS_PER_US)
+        ipu = times.index.to_numpy()
+        key = {"ipu": ipu, "place": ipu % per, "mean": ipu * 0}[matched]
+        return times.groupby(key).mean()
+
+    side_a, side_b = table(a, per_a), table(b, per_b)
+    rows = []
+    for index in sorted(set(side_a.index) | set(side_b.index)):
+        for part in parts.index:
+            value_a = side_a.at[index, part] if index in side_a.index else math.nan
+            value_b = side_b.at[index, part] if index in side_b.index else math.nan
+            rows.append((label(index), part, parts.at[part, "label"], value_a, value_b,
+                         value_b - value_a))
+    return pd.DataFrame(rows, columns=["ipu", "part", "label", "a_us", "b_us",
+                                       "delta_us"]), basis
+
+
+def _flat(prefix: str, value: object) -> dict[str, object]:
+    """A config's encoded fields as ``prefix.field`` → value, nested ones flattened."""
+    if isinstance(value, dict):
+        flat: dict[str, object] = {}
+        for name, item in value.items():
+            flat.update(_flat(f"{prefix}.{name}" if prefix else name, item))
+        return flat
+    return {prefix: value}
+
+
+def _options(a: Run, b: Run) -> pd.DataFrame:
+    """The settings that differ: the options each script set (PopTorch's names), then
+    the run's settings they make (by PopTorch's call where the profile names one, if
+    no option above says it already), the simulated system, the model and the cost
+    model."""
+    rows: list[tuple[str, object, object]] = []
+    missing = "(default)"
+    for key in dict.fromkeys([*a.options, *b.options]):
+        value_a, value_b = a.options.get(key, missing), b.options.get(key, missing)
+        if value_a != value_b:
+            rows.append((key, value_a, value_b))
+    said = {row[0] for row in rows}
+    timeline_a, timeline_b = a.timeline, b.timeline
+    run_a, run_b = _flat("", encode(timeline_a.run)), _flat("", encode(timeline_b.run))
+    for field in dict.fromkeys([*run_a, *run_b]):
+        if run_a.get(field) == run_b.get(field):
+            continue
+        call = b.names.column(field) if "." not in field else field
+        if call in said:
+            continue
+        rows.append((field if call == field else f"{call} ({field})", run_a.get(field, missing),
+                     run_b.get(field, missing)))
+    work_a, work_b = timeline_a.work, timeline_b.work
+    for name, value_a, value_b in (
+            ("model: micro-batch size", work_a.micro_batch_size, work_b.micro_batch_size),
+            ("model: stages", len(work_a.stages), len(work_b.stages)),
+            ("model: IPUs per replica", timeline_a.plan.ipus_per_replica,
+             timeline_b.plan.ipus_per_replica)):
+        if value_a != value_b:
+            rows.append((name, value_a, value_b))
+    for prefix, config_a, config_b in (
+            ("system", timeline_a.system, timeline_b.system),
+            ("cost model", timeline_a.plan.cost, timeline_b.plan.cost)):
+        flat_a, flat_b = _flat("", encode(config_a)), _flat("", encode(config_b))
+        for field in dict.fromkeys([*flat_a, *flat_b]):
+            if flat_a.get(field) != flat_b.get(field):
+                rows.append((f"{prefix}: {field}", flat_a.get(field, missing),
+                             flat_b.get(field, missing)))
+    return pd.DataFrame(rows, columns=["setting", "a", "b"])
+
+
+def _operators(a: Timeline, b: Timeline) -> pd.DataFrame | None:
+    """Each operator of either run, matched by stage, pass, kind and shape, with its
+    time per micro-batch in each (None when neither run records operators)."""
+    tables = []
+    for timeline in (a, b):
+        table = timeline.operator_breakdown()
+        tables.append(table.groupby(_OPERATOR_KEY, sort=False, as_index=False)[
+            ["count", "time_us"]].sum())
+    if all(table.empty for table in tables):
+        return None
+    merged = tables[0].merge(tables[1], on=_OPERATOR_KEY, how="outer", sort=False,
+                             suffixes=("_a", "_b"))
+    merged = merged.rename(columns={"count_a": "a_count", "count_b": "b_count",
+                                    "time_us_a": "a_us", "time_us_b": "b_us"})
+    merged["delta_us"] = merged["b_us"].fillna(0.0) - merged["a_us"].fillna(0.0)
+    merged["status"] = "same"
+    merged.loc[merged["delta_us"].abs() > 1e-9, "status"] = "changed"
+    merged.loc[merged["a_us"].isna(), "status"] = "only in B"
+    merged.loc[merged["b_us"].isna(), "status"] = "only in A"
+    merged["shape"] = [_shape(row) for row in merged.itertuples(index=False)]
+    return merged[["stage", "pass", "kind", "shape", "a_count", "b_count", "a_us", "b_us",
+                   "delta_us", "status"]]
+
+
+def _shape(row) -> str:
+    """An operator's size in words: a matmul's m × k × n, another's elements."""
+    width = {1: "8-bit", 2: "fp16", 4: "fp32", 8: "64-bit"}.get(int(row.width), f"{row.width} B")
+    if row.m or row.k or row.n:
+        groups = f", {int(row.groups)} groups" if row.groups > 1 else ""
+        return f"{int(row.m):,} × {int(row.k):,} × {int(row.n):,}{groups} {width}"
+    return f"{int(row.elements):,} elements {width}"
+
+
+# -- the text summary --------------------------------------------------------------------------
+
+def _time(us: float) -> str:
+    """A time in the unit a person reads it in: µs below a millisecond, else ms."""
+    if abs(us) >= 1000:
+        return f"{us / 1000:,.3f} ms"
+    return f"{us:,.1f} µs"
+
+
+def _signed(us: float) -> str:
+    return ("+" if us > 0 else "−" if us < 0 else "±") + _time(abs(us))
+
+
+def headline(comparison: Comparison) -> str:
+    """What got faster, and why, in two sentences."""
+    a, b = comparison.a, comparison.b
+    ratio = comparison.throughput_ratio
+    faster = "faster" if ratio > 1 else "slower" if ratio < 1 else "as fast"
+    text = (f"B has {ratio:.2f}× the throughput of A ({faster}): "
+            f"{b.items_per_s:,.0f} against {a.items_per_s:,.0f} items/s.")
+    items = _ratio(b.items_per_step, a.items_per_step)
+    if items != 1:
+        text += (f" Each step carries {items:.2f}× the items ({b.items_per_step:,} against "
+                 f"{a.items_per_step:,}) and takes {comparison.step_time_ratio:.2f}× as long.")
+    else:
+        text += f" Each step takes {comparison.step_time_ratio:.2f}× as long."
+    largest = comparison.largest_parts()
+    if len(largest):
+        text += (f" Step time {_signed(comparison.step_time_delta_us)}, mostly "
+                 + " and ".join(f"{row.label} {_signed(row.delta_us)}"
+                                for row in largest.itertuples()) + ".")
+    return text
+
+
+def comparison_text(comparison: Comparison) -> str:
+    """The comparison as text a person reads in a terminal."""
+    a, b = comparison.a, comparison.b
+    rows = [("throughput", f"{a.items_per_s:,.0f} items/s", f"{b.items_per_s:,.0f} items/s",
+             f"{comparison.throughput_ratio:.2f}×"),
+            ("step time", _time(a.step_time_ps / PS_PER_US), _time(b.step_time_ps / PS_PER_US),
+             f"{comparison.step_time_ratio:.2f}×"),
+            ("items per step", f"{a.items_per_step:,}", f"{b.items_per_step:,}",
+             f"{_ratio(b.items_per_step, a.items_per_step):.2f}×"),
+            ("steps simulated", str(a.steps), str(b.steps), "")]
+    sections = [
+        "ipusim comparison (simulated timings, not measured on hardware)\n"
+        f"  A: {a.name}, {a.ipus_text}\n  B: {b.name}, {b.ipus_text}",
+        f"  {'':<16}{'A':>18}{'B':>18}{'B vs A':>10}\n"
+        + "\n".join(f"  {name:<16}{va:>18}{vb:>18}{r:>10}" for name, va, vb, r in rows),
+        _wrap(headline(comparison)),
+        _parts_text(comparison),
+        _per_ipu_text(comparison),
+        _options_text(comparison),
+        _operators_text(comparison),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=96)
+
+
+def _parts_text(comparison: Comparison) -> str:
+    lines = ["Step time by part (mean per IPU and step; the differences add up to the total)",
+             f"  {'':<50}{'A':>12}{'B':>12}{'B − A':>13}"]
+    for row in comparison.parts.itertuples():
+        lines.append(f"  {row.label:<50}{_time(row.a_us):>12}{_time(row.b_us):>12}"
+                     f"{_signed(row.delta_us):>13}")
+    a_us, b_us = comparison.a.step_time_ps / PS_PER_US, comparison.b.step_time_ps / PS_PER_US
+    lines.append(f"  {'step time':<50}{_time(a_us):>12}{_time(b_us):>12}"
+                 f"{_signed(comparison.step_time_delta_us):>13}")
+    return "\n".join(lines)
+
+
+def _per_ipu_text(comparison: Comparison) -> str:
+    table = comparison.per_ipu.pivot(index="ipu", columns="part", values="delta_us")
+    table = table.reindex(index=list(dict.fromkeys(comparison.per_ipu["ipu"])),
+                          columns=list(comparison.parts.index))
+    short = {"pipeline_bubble": "bubble", "host_round_trip": "round trip",
+             "host_io": "host I/O", "sync_wait": "sync wait"}
+    header = "".join(f"{short.get(part, part):>12}" for part in table.columns)
+    lines = [textwrap.fill(f"Per IPU, B − A per step ({comparison.per_ipu_basis})", width=96,
+                           subsequent_indent="  "),
+             f"  {'':<22}{header}"]
+    for ipu, row in table.iterrows():
+        lines.append(f"  {ipu:<22}" + "".join(f"{_signed(v) if v == v else 'n/a':>12}"
+                                              for v in row))
+    return "\n".join(lines)
+
+
+def _options_text(comparison: Comparison) -> str:
+    if comparison.options.empty:
+        return "Settings: the same in both runs"
+    lines = ["Settings that differ (A → B)"]
+    lines += [f"  {row.setting}: {row.a} → {row.b}" for row in comparison.options.itertuples()]
+    return "\n".join(lines)
+
+
+def _operators_text(comparison: Comparison) -> str:
+    operators = comparison.operators
+    if operators is None:
+        return "Operators: neither run records its operators (stages priced as a whole)"
+    changed = _changed_operators(operators)
+    if changed.empty:
+        return (f"Operators: the same in both runs ({len(operators)} kinds and shapes), with the "
+                "same cycles per micro-batch")
+    lines = [f"Operators that differ, per micro-batch ({len(changed)} of {len(operators)}; "
+             "largest first)"]
+    for row in changed[:MAX_OPERATOR_ROWS].to_dict("records"):
+        lines.append(f"  {row['stage']} {row['pass']} {row['kind']} {row['shape']}: "
+                     f"{_maybe_time(row['a_us'])} → {_maybe_time(row['b_us'])} "
+                     f"({row['status']})")
+    if len(changed) > MAX_OPERATOR_ROWS:
+        lines.append(f"  ... {len(changed) - MAX_OPERATOR_ROWS} more in the page")
+    return "\n".join(lines)
+
+
+def _changed_operators(operators: pd.DataFrame) -> pd.DataFrame:
+    changed = operators[operators["status"] != "same"]
+    return changed.reindex(changed["delta_us"].abs().sort_values(ascending=False).index)
+
+
+def _maybe_time(us: float) -> str:
+    return "—" if us != us else _time(us)
+
+
+# -- the page ----------------------------------------------------------------------------------
+
+def waterfall_figure(comparison: Comparison) -> go.Figure:
+    """A's step time, each part's difference, B's step time: a waterfall that closes.
+
+    When the differences are small beside the step times, the axis starts above zero
+    so that they show (its ticks say where it starts)."""
+    parts = comparison.parts
+    a_us = comparison.a.step_time_ps / PS_PER_US
+    b_us = comparison.b.step_time_ps / PS_PER_US
+    values = [a_us, *parts["delta_us"], b_us]
+    figure = go.Figure(go.Waterfall(
+        orientation="v", x=["A: step time", *parts["short"], "B: step time"], y=values,
+        measure=["absolute", *["relative"] * len(parts), "total"],
+        text=[_time(a_us), *map(_signed, parts["delta_us"]), _time(b_us)],
+        customdata=[comparison.a.name, *parts["label"], comparison.b.name],
+        textposition="outside", cliponaxis=False,
+        increasing={"marker": {"color": "#d62728"}},
+        decreasing={"marker": {"color": "#2ca02c"}},
+        totals={"marker": {"color": _B_COLOUR}},
+        connector={"line": {"color": "#999", "width": 1}},
+        hovertemplate="%{customdata}<br>%{text}<extra></extra>"))
+    running = a_us + parts["delta_us"].cumsum()
+    low, high = min(a_us, b_us, running.min()), max(a_us, b_us, running.max())
+    bottom = 0.0
+    if high - low < 0.25 * low:  # the changes would be slivers on an axis from zero
+        bottom = max(0.0, low - 1.5 * max(high - low, 0.01 * low))
+    top = high + 0.15 * (high - bottom)
+    figure.update_layout(
+        title="Where the step time changed (mean per IPU and step; red: B slower, "
+              "green: B faster)",
+        yaxis={"title": "µs per step" + (" (axis from " + _time(bottom) + ")" if bottom else ""),
+               "range": [bottom, top], "gridcolor": "#eee"},
+        xaxis={"automargin": True, "tickfont": {"size": 12}}, showlegend=False,
+        margin={"l": 70, "r": 20, "t": 60, "b": 40}, height=440, plot_bgcolor="white")
+    return figure
+
+
+def per_ipu_figure(comparison: Comparison) -> go.Figure:
+    """Each IPU's step time in both runs, stacked by part: A and B side by side."""
+    table = comparison.per_ipu
+    ipus = list(dict.fromkeys(table["ipu"]))
+    x = [[ipu for ipu in ipus for _ in "AB"], ["A", "B"] * len(ipus)]
+    figure = go.Figure()
+    for part, row in comparison.parts.iterrows():
+        mine = table[table["part"] == part].set_index("ipu")
+        y = [mine.at[ipu, column] for ipu in ipus for column in ("a_us", "b_us")]
+        figure.add_trace(go.Bar(name=row["short"], x=x, y=y, marker={"color": row["colour"]},
+                                hovertemplate=f"{html.escape(row['label'])}<br>%{{x}}: "
+                                              "%{y:,.1f} µs per step<extra></extra>"))
+    figure.update_layout(
+        barmode="stack", title="Each IPU's step time, A beside B, by part",
+        yaxis={"title": "µs per step", "gridcolor": "#eee"}, height=420,
+        plot_bgcolor="white", margin={"l": 70, "r": 20, "t": 60, "b": 40},
+        legend={"traceorder": "reversed"})
+    return figure
+
+
+def render_comparison_html(comparison: Comparison) -> str:
+    """The comparison as one self-contained page in the report's style."""
+    a, b = comparison.a, comparison.b
+    plots = {name: pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=name,
+                               config=PLOT_CONFIG)
+             for name, fig in (("waterfall", waterfall_figure(comparison)),
+                               ("per-ipu", per_ipu_figure(comparison)))}
+    kind = "compute" if comparison.throughput_ratio >= 1 else "slower"
+    body = f"""\
+{_STYLE}
+<div class="top">
+<section><h2>What changed</h2>
+<div class="verdict {kind}"><span class="badge">{comparison.throughput_ratio:.2f}×</span>
+{html.escape(headline(comparison))}</div>
+<h2>Settings that differ</h2>
+{_options_html(comparison)}</section>
+<section><h2>Figures</h2>
+{_figures_html(comparison)}</section>
+</div>
+<h2>Step time, A to B</h2>
+<div class="figure">{plots["waterfall"]}</div>
+{_parts_html(comparison)}
+<h2>Per IPU</h2>
+<p class="sub">{html.escape(comparison.per_ipu_basis)}</p>
+<div class="figure">{plots["per-ipu"]}</div>
+<h2>Operators</h2>
+{_operators_html(comparison)}
+<footer>Generated by ipusim with plotly {plotly.__version__} (plotly.js embedded, works offline).
+A: {html.escape(a.name)} · B: {html.escape(b.name)}. Each part is the mean over a run's IPUs of
+the time an IPU spends in it per step, so the parts add up to the step time (span ÷ steps).
+</footer>
+"""
+    return _page(f"{a.name} → {b.name}",
+                 f"A: {a.name}, {a.ipus_text} · B: {b.name}, {b.ipus_text} · simulated timings, "
+                 "not hardware measurements", body)
+
+
+def write_comparison_html(comparison: Comparison, path: str | Path) -> Path:
+    """Write :func:`render_comparison_html` to ``path`` (atomically); returns the path."""
+    return write_atomically(path, render_comparison_html(comparison))
+
+
+def _table(header: Sequence[str], rows: list[Sequence[str]], numbers: range | None = None,
+           css: str = "") -> str:
+    """A table in the report's style; the columns ``numbers`` (default: all but the first)
+    hold numbers, set right-aligned."""
+    numbers = range(1, len(header)) if numbers is None else numbers
+
+    def cell(tag: str, i: int, text: str) -> str:
+        kind = ' class="value"' if i in numbers else ""
+        return f"<{tag}{kind}>{html.escape(text)}</{tag}>"
+
+    head = "".join(cell("th", i, text) for i, text in enumerate(header))
+    body = "".join("<tr>" + "".join(cell("td", i, text) for i, text in enumerate(row))
+                   + "</tr>" for row in rows)
+    return f'<table class="figures compare {css}"><tr>{head}</tr>{body}</table>'
+
+
+def _figures_html(comparison: Comparison) -> str:
+    a, b = comparison.a, comparison.b
+    rows = [("throughput (items/s)", f"{a.items_per_s:,.0f}", f"{b.items_per_s:,.0f}",
+             f"{comparison.throughput_ratio:.2f}×"),
+            ("step time", _time(a.step_time_ps / PS_PER_US), _time(b.step_time_ps / PS_PER_US),
+             f"{comparison.step_time_ratio:.2f}×"),
+            ("items per step", f"{a.items_per_step:,}", f"{b.items_per_step:,}",
+             f"{_ratio(b.items_per_step, a.items_per_step):.2f}×"),
+            ("steps simulated", str(a.steps), str(b.steps), ""),
+            ("IPUs (replicas × per replica)", f"{a.num_ipus} ({a.replicas} × "
+             f"{a.ipus_per_replica})", f"{b.num_ipus} ({b.replicas} × {b.ipus_per_replica})",
+             ""),
+            ("simulated time", _time(a.step_time_ps * a.steps / PS_PER_US),
+             _time(b.step_time_ps * b.steps / PS_PER_US), "")]
+    return _table(["", "A", "B", "B vs A"], rows)
+
+
+def _parts_html(comparison: Comparison) -> str:
+    rows = [(row.label, _time(row.a_us), _time(row.b_us), _signed(row.delta_us))
+            for row in comparison.parts.itertuples()]
+    rows.append(("step time", _time(comparison.a.step_time_ps / PS_PER_US),
+                 _time(comparison.b.step_time_ps / PS_PER_US),
+                 _signed(comparison.step_time_delta_us)))
+    return ("<details open><summary>The parts, in numbers (mean per IPU and step)</summary>"
+            + _table(["part", "A", "B", "B − A"], rows) + "</details>")
+
+
+def _options_html(comparison: Comparison) -> str:
+    if comparison.options.empty:
+        return '<p class="sub">None: both runs were set up the same way.</p>'
+    rows = [(row.setting, str(row.a), str(row.b)) for row in comparison.options.itertuples()]
+    return _table(["setting", "A", "B"], rows, numbers=range(0))
+
+
+def _operators_html(comparison: Comparison) -> str:
+    operators = comparison.operators
+    if operators is None:
+        return ('<p class="sub">Neither run records its operators: their stages are priced as '
+                "a whole.</p>")
+    changed = _changed_operators(operators)
+    if changed.empty:
+        return (f'<p class="sub">The same operators in both runs ({len(operators)} kinds and '
+                "shapes), with the same cycles per micro-batch.</p>")
+    shown = changed[:MAX_OPERATOR_ROWS * 2]
+    rows = [(row["stage"], row["pass"], row["kind"], row["shape"], _maybe_time(row["a_us"]),
+             _maybe_time(row["b_us"]), _signed(row["delta_us"]), row["status"])
+            for row in shown.to_dict("records")]
+    note = (f"{len(changed)} of {len(operators)} operators differ (per micro-batch, largest "
+            "difference first")
+    note += f"; the first {len(shown)} shown)." if len(shown) < len(changed) else ")."
+    return (f'<p class="sub">{html.escape(note)}</p>'
+            + _table(["stage", "pass", "kind", "shape", "A", "B", "B − A", ""], rows,
+                     numbers=range(4, 7)))
+
+
+# -- a run compared with an earlier one --------------------------------------------------------
+
+def baseline_pairs(baseline: Path, written: Sequence[Path]) -> tuple[list[tuple[Path, Path]],
+                                                                      list[str]]:
+    """Which earlier report each report a run just wrote is compared with.
+
+    ``baseline`` is an earlier report folder (it holds profile.json) or the
+    ``--report`` directory of an earlier run (its model folders). A report
+    folder goes with the one written report of its name, or with the only one the
+    run wrote; a report directory's folders with the written reports of the same
+    names. Returns the (baseline, new) pairs and a line for each that has none.
+    """
+    if (baseline / PROFILE).is_file():
+        same = [path for path in written if path.name == baseline.name]
+        if same or len(written) == 1:
+            return [(baseline, (same or written)[0])], []
+        named = ", ".join(path.name for path in written) or "none"
+        return [], [f"no report of this run is named {baseline.name} to compare with "
+                    f"{baseline} (it wrote: {named}); compare two by hand with "
+                    "`ipusim compare A B`"]
+    pairs, notes = [], []
+    for path in written:
+        if (baseline / path.name / PROFILE).is_file():
+            pairs.append((baseline / path.name, path))
+        else:
+            notes.append(f"{baseline} holds no report named {path.name} to compare "
+                         f"{path} with")
+    if not written:
+        notes.append("the run wrote no report to compare with")
+    return pairs, notes
+
+
+def holds_reports(directory: Path) -> bool:
+    """Whether ``directory`` is a report folder or holds some (what ``--compare-with`` takes)."""
+    return (directory / PROFILE).is_file() or any(directory.glob(f"*/{PROFILE}"))
+
+
+__all__ = ["COMPARE_HTML", "Comparison", "Run", "RunFigures", "baseline_pairs", "compare",
+           "comparison_text", "headline", "holds_reports", "load_run", "per_ipu_figure",
+           "render_comparison_html", "waterfall_figure", "write_comparison_html"]
