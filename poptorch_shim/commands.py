@@ -40,16 +40,25 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``run``, ``sweep``, ``advise`` and ``alias`` to ``ipusim``'s sub-parsers."""
     run = commands.add_parser(
         "run", help="run a PopTorch script on the simulated IPUs",
-        usage="ipusim run [-h] [--report DIR] [--timing-only] [--no-progress] "
-              "[--simulated-clock] SCRIPT [SCRIPT_ARGS ...]",
+        usage="ipusim run [-h] [--report DIR] [--compare-with DIR] [--timing-only] "
+              "[--no-progress] [--simulated-clock] SCRIPT [SCRIPT_ARGS ...]",
         description="Run SCRIPT as __main__ with `import poptorch` resolved to ipusim's\n"
                     "PopTorch shim. Everything after SCRIPT is passed to the script.",
-        epilog="example: ipusim run --report reports/ train.py --epochs 1",
+        epilog="examples:\n"
+               "  ipusim run --report reports/ train.py --epochs 1\n"
+               "  ipusim run --report new/ --compare-with old/ train.py\n"
+               "        then what got faster, and why: each model's report against the one\n"
+               "        of its name in old/ (ipusim compare), a page beside the new report",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_script(run, "the PopTorch script (.py) to run")
     run.add_argument("--report", metavar="DIR",
                      help="write an autoReport directory per model under DIR "
                           f"(or set {REPORT_DIR_ENV})")
+    run.add_argument("--compare-with", metavar="DIR",
+                     help="at the end, compare the report the run wrote with DIR, an earlier "
+                          "report folder (or an earlier --report directory: each model with "
+                          "the one of its name): prints the comparison and writes "
+                          "compare.html beside the new report; needs --report")
     run.add_argument("--timing-only", action="store_true",
                      help="simulate without computing: measure each stage once on fake "
                           "tensors; outputs hold NaN and weights are not updated "
@@ -162,6 +171,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as error:  # an IPUSIM_* variable, refused before the script runs
         print(f"ipusim run: error: {error}", file=sys.stderr)
         return 2
+    if args.compare_with is not None:
+        problem = _compare_with_problem(args)
+        if problem:
+            print(f"ipusim run: error: {problem}", file=sys.stderr)
+            return 2
     if args.report:
         _check_writable(Path(settings.report_dir))
     started = time.time()
@@ -177,7 +191,54 @@ def _run(args: argparse.Namespace) -> int:
         if not written:
             print(f"ipusim: no model wrote a profile under {settings.report_dir} (did the "
                   "script run a poptorch model?)", file=sys.stderr)
+        if args.compare_with is not None:
+            compared = _compare_with(Path(args.compare_with), written)
+            status = status or compared
     return status if isinstance(status, int) else 0
+
+
+def _compare_with_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--compare-with`` cannot work, found before the script runs (None if it can)."""
+    from ipusim.report.compare import holds_reports
+
+    if not args.report:
+        return (f"--compare-with {args.compare_with} needs --report DIR: the run's own report "
+                "is what it compares")
+    if not Path(args.compare_with).is_dir():
+        return f"--compare-with {args.compare_with}: no such directory"
+    if not holds_reports(Path(args.compare_with)):
+        return (f"--compare-with {args.compare_with}: it holds no profile.json, nor folders "
+                "that do: give an earlier run's report folder or --report directory")
+    return None
+
+
+def _compare_with(baseline: Path, written: list[Path]) -> int:
+    """Compare each report the run wrote with its counterpart in ``baseline``; prints the
+    comparisons (the page beside each new report) and why a report has none. Returns 2
+    if a report could not be read, else 0."""
+    from ipusim.report.compare import (
+        COMPARE_HTML,
+        baseline_pairs,
+        compare,
+        comparison_text,
+        load_run,
+        write_comparison_html,
+    )
+
+    pairs, notes = baseline_pairs(baseline, written)
+    for note in notes:
+        print(f"ipusim: nothing compared: {note}", file=sys.stderr)
+    status = 0
+    for before, after in pairs:
+        try:
+            comparison = compare(load_run(before), load_run(after))
+        except (OSError, ValueError) as error:
+            print(f"ipusim: cannot compare {after} with {before}: {error}", file=sys.stderr)
+            status = 2
+            continue
+        page = write_comparison_html(comparison, after / COMPARE_HTML)
+        print(f"\n{comparison_text(comparison)}\nPage: {page}")
+    return status
 
 
 def _sweep(args: argparse.Namespace) -> int:

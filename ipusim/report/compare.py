@@ -225,10 +225,11 @@ def _per_step(timeline: Timeline) -> pd.Series:
 
 def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Each IPU's parts per step in both runs, matched IPU by IPU where the runs have as
-    many, else by an IPU's place in its replica, else as the mean IPU; and how."""
+    many, placed alike, else by an IPU's place in its replica where their replicas span
+    as many IPUs, else as the mean IPU; and how."""
     ipus_a, ipus_b = a.num_ipus, b.num_ipus
     per_a, per_b = a.plan.ipus_per_replica, b.plan.ipus_per_replica
-    if ipus_a == ipus_b:
+    if ipus_a == ipus_b and per_a == per_b:
         matched, label = "ipu", "IPU {}".format
         basis = f"IPU by IPU ({ipus_a} each)"
     elif per_a == per_b:
@@ -362,7 +363,7 @@ def headline(comparison: Comparison) -> str:
     """What got faster, and why, in two sentences."""
     a, b = comparison.a, comparison.b
     ratio = comparison.throughput_ratio
-    faster = "faster" if ratio > 1 else "slower" if ratio < 1 else "as fast"
+    faster = "faster" if ratio >= 1.005 else "slower" if ratio <= 0.995 else "about as fast"
     text = (f"B has {ratio:.2f}× the throughput of A ({faster}): "
             f"{b.items_per_s:,.0f} against {a.items_per_s:,.0f} items/s.")
     items = _ratio(b.items_per_step, a.items_per_step)
@@ -439,8 +440,18 @@ def _options_text(comparison: Comparison) -> str:
     if comparison.options.empty:
         return "Settings: the same in both runs"
     lines = ["Settings that differ (A → B)"]
-    lines += [f"  {row.setting}: {row.a} → {row.b}" for row in comparison.options.itertuples()]
+    lines += [f"  {row.setting}: {_value(row.a)} → {_value(row.b)}"
+              for row in comparison.options.itertuples()]
     return "\n".join(lines)
+
+
+def _value(value: object) -> str:
+    """A setting's value as a person reads it: large numbers with thousands separators."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.6g}"
+    return f"{int(value):,}"
 
 
 def _operators_text(comparison: Comparison) -> str:
@@ -617,7 +628,8 @@ def _parts_html(comparison: Comparison) -> str:
 def _options_html(comparison: Comparison) -> str:
     if comparison.options.empty:
         return '<p class="sub">None: both runs were set up the same way.</p>'
-    rows = [(row.setting, str(row.a), str(row.b)) for row in comparison.options.itertuples()]
+    rows = [(row.setting, _value(row.a), _value(row.b))
+            for row in comparison.options.itertuples()]
     return _table(["setting", "A", "B"], rows, numbers=range(0))
 
 
