@@ -122,11 +122,12 @@ class Comparison:
     def step_time_delta_us(self) -> float:
         return (self.b.step_time_ps - self.a.step_time_ps) / PS_PER_US
 
-    def largest_parts(self, count: int = 2) -> pd.DataFrame:
-        """The parts whose time per step changed most, largest first (none unchanged)."""
-        changed = self.parts[self.parts["delta_us"].abs() > 1e-9]
-        return changed.reindex(changed["delta_us"].abs().sort_values(ascending=False).index)[
-            :count]
+    def largest_parts(self, count: int = 3, share: float = 0.25) -> pd.DataFrame:
+        """The parts whose time per step changed most, largest first: at most ``count``,
+        each changed by at least ``share`` of the largest change (none if none changed)."""
+        size = self.parts["delta_us"].abs()
+        changed = size[(size > 1e-9) & (size >= share * size.max())]
+        return self.parts.loc[changed.sort_values(ascending=False).index[:count]]
 
 
 def _count(number: int, noun: str) -> str:
@@ -374,9 +375,9 @@ def headline(comparison: Comparison) -> str:
         text += f" Each step takes {comparison.step_time_ratio:.2f}× as long."
     largest = comparison.largest_parts()
     if len(largest):
+        said = [f"{row.label} {_signed(row.delta_us)}" for row in largest.itertuples()]
         text += (f" Step time {_signed(comparison.step_time_delta_us)}, mostly "
-                 + " and ".join(f"{row.label} {_signed(row.delta_us)}"
-                                for row in largest.itertuples()) + ".")
+                 + (", ".join(said[:-1]) + " and " if len(said) > 1 else "") + said[-1] + ".")
     return text
 
 
@@ -507,8 +508,8 @@ def waterfall_figure(comparison: Comparison) -> go.Figure:
     running = a_us + parts["delta_us"].cumsum()
     low, high = min(a_us, b_us, running.min()), max(a_us, b_us, running.max())
     bottom = 0.0
-    if high - low < 0.25 * low:  # the changes would be slivers on an axis from zero
-        bottom = max(0.0, low - 1.5 * max(high - low, 0.01 * low))
+    if 0 < high - low < 0.25 * low:  # the changes would be slivers on an axis from zero
+        bottom = max(0.0, low - 1.5 * (high - low))
     top = high + 0.15 * (high - bottom)
     figure.update_layout(
         title="Where the step time changed (mean per IPU and step; red: B slower, "
