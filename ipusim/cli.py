@@ -269,7 +269,7 @@ def _compare(args: argparse.Namespace) -> int:
             return 2
     comparison = compare(*runs)
     output = Path(args.output) if args.output else runs[1].path / COMPARE_HTML
+    print(comparison_text(comparison), end="", flush=True)
     write_comparison_html(comparison, output)
-    print(comparison_text(comparison), end="")
     print(f"\nPage: {output}")
     return 0

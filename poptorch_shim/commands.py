@@ -209,6 +209,11 @@ def _compare_with_problem(args: argparse.Namespace) -> str | None:
     if not holds_reports(Path(args.compare_with)):
         return (f"--compare-with {args.compare_with}: it holds no profile.json, nor folders "
                 "that do: give an earlier run's report folder or --report directory")
+    earlier, report = Path(args.compare_with).resolve(), Path(args.report).resolve()
+    if report in (earlier, earlier.parent):
+        return (f"--compare-with {args.compare_with} is where this run writes its reports "
+                f"(--report {args.report}): the run would overwrite what it compares with; "
+                "give the run another --report directory")
     return None
 
 

@@ -96,12 +96,19 @@ def test_one_replica_against_four_after_a_run(tmp_path, capsys, monkeypatch):
 def test_compare_with_needs_a_report_and_an_earlier_one(tmp_path, capsys):
     script = tmp_path / "tutorial.py"
     script.write_text("raise SystemExit('the script must not run')\n")
+    earlier = tmp_path / "earlier" / "training"
+    earlier.mkdir(parents=True)
+    (earlier / "profile.json").write_text("{}")
     for argv, words in (
             (["--compare-with", str(tmp_path)], "needs --report DIR"),
             (["--report", str(tmp_path / "r"), "--compare-with", str(tmp_path / "nowhere")],
              "no such directory"),
             (["--report", str(tmp_path / "r"), "--compare-with", str(tmp_path)],
-             "holds no profile.json")):
+             "holds no profile.json"),
+            (["--report", str(earlier.parent), "--compare-with", str(earlier)],
+             "the run would overwrite what it compares with"),
+            (["--report", str(earlier.parent), "--compare-with", str(earlier.parent)],
+             "the run would overwrite what it compares with")):
         assert ipusim_run(["run", *argv, str(script)]) == 2
         err = capsys.readouterr().err
         assert words in err and err.startswith("ipusim run: error: --compare-with"), err
