@@ -166,12 +166,16 @@ def load_run(path: str | Path) -> Run:
     if "out_of_memory" in profile:
         raise ValueError(f"{given} is the report of a model that did not fit in memory "
                          f"({profile['out_of_memory']}): nothing was simulated to compare")
+    options = profile.get("options") or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"{given / PROFILE} is damaged: its options are "
+                         f"{type(options).__name__}, not an object")
+    try:
+        names = profile_names(profile)
+    except ValueError as error:
+        raise ValueError(f"{given}: {error}") from None
     try:
         timeline = load_autoreport(given)
-        options = profile.get("options") or {}
-        if not isinstance(options, dict):
-            raise ValueError(f"its options are {type(options).__name__}, not an object")
-        names = profile_names(profile)
     except (OSError, ValueError):
         raise
     except Exception as error:  # noqa: BLE001 - a damaged profile: one line naming it

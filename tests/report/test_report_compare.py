@@ -6,6 +6,7 @@ is the runs' own; the settings that differ are named as the profile names them.
 """
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -238,6 +239,13 @@ def bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:
     with pytest.raises(OutOfMemoryError) as error:
         check_fits(memory_per_ipu(big, RunConfig(), system_spec("mk2", 1)))
     out_of_memory = write_out_of_memory_report(tmp_path / "oom", error.value)
+    damaged_events = Path(shutil.copytree(good, tmp_path / "damaged-events"))
+    (damaged_events / "events.csv.gz").write_bytes(b"not gzip")
+    damaged_options = Path(shutil.copytree(good, tmp_path / "damaged-options"))
+    profile = json.loads((good / "profile.json").read_text())
+    (damaged_options / "profile.json").write_text(json.dumps({**profile, "options": [1]}))
+    damaged_run = Path(shutil.copytree(good, tmp_path / "damaged-run"))
+    (damaged_run / "profile.json").write_text(json.dumps({**profile, "run": {"replicas": 0}}))
     root = good.parent
     not_profile = tmp_path / "notes.txt"
     not_profile.write_text("x")
@@ -248,6 +256,9 @@ def bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:
         "another format": (other, "is not an ipusim profile"),
         "no events": (no_events, "No events.csv.gz in"),
         "out of memory": (out_of_memory, "did not fit in memory"),
+        "damaged events": (damaged_events, "events.csv.gz is damaged"),
+        "damaged options": (damaged_options, "profile.json is damaged: its options are list"),
+        "damaged run": (damaged_run, "profile.json is damaged: replicas must be a positive"),
         "a report directory": (root, "name one of them"),
         "another file": (not_profile, "is not an autoReport folder nor its profile.json"),
     }
