@@ -198,7 +198,8 @@ def compare(a: Run, b: Run) -> Comparison:
     """Run ``b`` against run ``a``: the figures both the summary and the page show."""
     name_a, name_b = run_names(a, b)
     figures_a, figures_b = _figures(name_a, a.timeline), _figures(name_b, b.timeline)
-    means_a, means_b = _per_step(a.timeline), _per_step(b.timeline)
+    table_a, table_b = a.timeline.step_time_by_ipu(), b.timeline.step_time_by_ipu()
+    means_a, means_b = _per_step(table_a, a.timeline.steps), _per_step(table_b, b.timeline.steps)
     shown = [part for part in STEP_PARTS
              if not part.optional or means_a[part.name] or means_b[part.name]]
     parts = pd.DataFrame({
@@ -209,7 +210,7 @@ def compare(a: Run, b: Run) -> Comparison:
         "b_us": [means_b[part.name] / PS_PER_US for part in shown],
     }, index=pd.Index([part.name for part in shown], name="part"))
     parts["delta_us"] = parts["b_us"] - parts["a_us"]
-    per_ipu, basis = _per_ipu(a.timeline, b.timeline, parts)
+    per_ipu, basis = _per_ipu(a.timeline, b.timeline, parts, (table_a, table_b))
     return Comparison(figures_a, figures_b, parts, per_ipu, basis, _options(a, b),
                       _operators(a.timeline, b.timeline))
 
@@ -221,17 +222,18 @@ def _figures(name: str, timeline: Timeline) -> RunFigures:
                       timeline.run.replicas, plan.ipus_per_replica, timeline.system.ipu.name)
 
 
-def _per_step(timeline: Timeline) -> pd.Series:
-    """Each part's picoseconds per step, a mean over the run's IPUs: adds up to the step
-    time, span / steps."""
-    table = timeline.step_time_by_ipu()
-    return table.sum() / (max(len(table), 1) * max(timeline.steps, 1))
+def _per_step(table: pd.DataFrame, steps: int) -> pd.Series:
+    """Each part's picoseconds per step, a mean over a run's IPUs (``table``: its
+    :meth:`~ipusim.Timeline.step_time_by_ipu`): adds up to the step time, span / steps."""
+    return table.sum() / (max(len(table), 1) * max(steps, 1))
 
 
-def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame,
+             tables: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[pd.DataFrame, str]:
     """Each IPU's parts per step in both runs, matched IPU by IPU where the runs have as
     many, placed alike, else by an IPU's place in its replica where their replicas span
-    as many IPUs, else as the mean IPU; and how."""
+    as many IPUs, else as the mean IPU; and how. ``tables``: each run's
+    :meth:`~ipusim.Timeline.step_time_by_ipu`."""
     ipus_a, ipus_b = a.num_ipus, b.num_ipus
     per_a, per_b = a.plan.ipus_per_replica, b.plan.ipus_per_replica
     if ipus_a == ipus_b and per_a == per_b:
@@ -248,14 +250,13 @@ def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame) -> tuple[pd.DataFram
         basis = (f"A has {_count(per_a, 'IPU')} per replica, B has {per_b}: the IPUs do not "
                  "correspond, so the mean IPU of each run is compared")
 
-    def table(timeline: Timeline, per: int) -> pd.DataFrame:
-        times = timeline.step_time_by_ipu()[list(parts.index)] / (
-            max(timeline.steps, 1) * PS_PER_US)
+    def table(timeline: Timeline, by_ipu: pd.DataFrame, per: int) -> pd.DataFrame:
+        times = by_ipu[list(parts.index)] / (max(timeline.steps, 1) * PS_PER_US)
         ipu = times.index.to_numpy()
         key = {"ipu": ipu, "place": ipu % per, "mean": ipu * 0}[matched]
         return times.groupby(key).mean()
 
-    side_a, side_b = table(a, per_a), table(b, per_b)
+    side_a, side_b = table(a, tables[0], per_a), table(b, tables[1], per_b)
     rows = []
     for index in sorted(set(side_a.index) | set(side_b.index)):
         for part in parts.index:
