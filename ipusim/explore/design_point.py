@@ -138,7 +138,7 @@ def _over_memory(row: pd.Series) -> str:
         row.get("memory_per_ipu(MB)"), str) else [row["memory_max(MB)"]]
     ipu = max(range(len(per_ipu)), key=per_ipu.__getitem__)
     over = [number for number, needed in enumerate(per_ipu) if needed > capacity]
-    others = f" ({len(over)} of its {len(per_ipu)} IPUs over)" if len(over) > 1 else ""
+    others = f"; {len(over)} of its {len(per_ipu)} IPUs do not fit" if len(over) > 1 else ""
     return (f"IPU {ipu} needs {per_ipu[ipu]:,.1f} MB of its {capacity:,.1f} MB of SRAM "
             f"({per_ipu[ipu] / capacity:.0%}){others}")
 

@@ -76,20 +76,25 @@ def _constant(part: pd.DataFrame, column: str, what: str, unit: str = "") -> str
 
 
 def _plans(table: pd.DataFrame, ga: str) -> dict[str, tuple[pd.DataFrame, str, str] | str]:
-    """Each figure's points and axes (the rows, x, y), or why it is left out."""
+    """Each figure's points and axes (the rows, x, y), or why it is left out. Memory
+    shows the points that do not fit too (how far over the SRAM they are); the
+    others, only the points PopTorch would run."""
     ran = table[table["error"].isna() & table[THROUGHPUT].notna()]
+    runs = ran[accepted(ran)]
     if ran.empty:
         return {name: "no point ran: PopTorch refuses every one (see Refused points)"
                 for name in TITLES}
-    piped = ran[pipelined(ran)]
     plans: dict[str, tuple[pd.DataFrame, str, str] | str] = {
         "pareto": (_constant(ran, MEMORY, "memory on its fullest IPU", " MB")
                    or _constant(ran, THROUGHPUT, "throughput", " items/s")
-                   or (ran, MEMORY, THROUGHPUT)),
-        "throughput_vs_ipus": (_constant(ran, "ipus", "number of IPUs")
-                               or _constant(ran, THROUGHPUT, "throughput", " items/s")
-                               or (ran, "ipus", THROUGHPUT)),
-    }
+                   or (ran, MEMORY, THROUGHPUT))}
+    if runs.empty:
+        return {**plans, **{name: "no point fits in memory (see Refused points)"
+                            for name in ("throughput_vs_ipus", "bubble_vs_ga")}}
+    plans["throughput_vs_ipus"] = (_constant(runs, "ipus", "number of IPUs")
+                                   or _constant(runs, THROUGHPUT, "throughput", " items/s")
+                                   or (runs, "ipus", THROUGHPUT))
+    piped = runs[pipelined(runs)]
     if piped.empty:
         plans["bubble_vs_ga"] = "no point is pipelined, so none has a pipeline bubble"
     elif ga not in table:
@@ -171,6 +176,11 @@ def figures(table: pd.DataFrame, links: dict[str, str],
             ticks = {"tickvals": values, "ticktext": [number(x) for x in values]} \
                 if len(values) <= 12 else {}
             out[name].update_xaxes(type="log", **ticks)
+    for name in ("pareto", "throughput_vs_ipus"):  # orders of magnitude apart: a log axis
+        if name in out:
+            shown = [y for trace in out[name].data for y in trace.y if y > 0]
+            if shown and max(shown) > 20 * min(shown):
+                out[name].update_yaxes(type="log")
     if "bubble_vs_ga" in out:
         out["bubble_vs_ga"].update_yaxes(tickformat=".0%", rangemode="tozero")
     return out

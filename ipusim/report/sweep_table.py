@@ -176,11 +176,15 @@ def _share(value) -> str:
     return "" if value is None or value != value else f"{value:.1%}"
 
 
-def _numbers(cell) -> str:
+def _numbers(cell, show=number) -> str:
     """A JSON list of numbers (one per IPU) as a short line."""
     if not isinstance(cell, str):
         return ""
-    return ", ".join(number(float(value)) for value in json.loads(cell))
+    return ", ".join(show(float(value)) for value in json.loads(cell))
+
+
+def _shares(cell) -> str:
+    return _numbers(cell, _share)
 
 
 # The figures the table of points shows: (column, heading, format); the rest
@@ -194,7 +198,7 @@ _DETAILS = (("step(ms)", "step (ms)", number),
             ("latency(ms)", "latency (ms)", number),
             ("host_io_share", "host I/O share", _share),
             ("sync_wait_share", "sync-wait share", _share),
-            ("utilisation_per_ipu", "utilisation per IPU", _numbers),
+            ("utilisation_per_ipu", "utilisation per IPU", _shares),
             ("memory_per_ipu(MB)", "memory per IPU (MB)", _numbers),
             ("capacity(MB)", "SRAM of an IPU (MB)", number),
             ("pipeline_stages", "pipeline stages (P)", number))
@@ -246,6 +250,8 @@ def _details(row: pd.Series, settings: list[str], link: str | None, code: str | 
     """A point's details row: every figure, its settings (as code too), its report."""
     items = [(label, html.escape(show(row.get(column)))) for column, label, show in _DETAILS
              if column in row and show(row.get(column))]
+    if isinstance(row.get("error"), str):
+        items.insert(0, ("refused by PopTorch", html.escape(row["error"])))
     items.append(("settings", "<br>".join(
         f"<code>{html.escape(name)} = {html.escape(text(row[name]))}</code>"
         for name in settings)))
@@ -276,9 +282,18 @@ def figure_columns(table: pd.DataFrame) -> list[Column]:
 
 
 def refusal_columns(refused: pd.DataFrame) -> list[Column]:
-    """Why each refused point is refused (see :func:`ipusim.explore.design_point.refusals`)."""
+    """Why each refused point is refused (see :func:`ipusim.explore.design_point.refusals`),
+    the reason in its first sentence (the details row has it whole)."""
     return [("why", "text", lambda index, row: (refused.at[index, "refusal"],) * 2),
-            ("reason", "text", lambda index, row: (refused.at[index, "reason"],) * 2)]
+            ("reason", "text", lambda index, row: (refused.at[index, "reason"],
+                                                   first_sentence(refused.at[index, "reason"])))]
+
+
+def first_sentence(message: str) -> str:
+    """An error's first sentence, without the exception's name and PopTorch's error kind
+    (``InvalidUseError: 'poptorch_cpp_error': ...``)."""
+    message = re.sub(r"^\w+: ('\w+': )?", "", message)
+    return re.split(r"(?<=[\w)\]])\. (?=[A-Z])", message, maxsplit=1)[0]
 
 
 def table_html(table_id: str, table: pd.DataFrame, rows: pd.DataFrame, names: list[str],
