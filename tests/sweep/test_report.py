@@ -108,6 +108,9 @@ def test_a_sweep_of_a_model_that_is_not_pipelined_draws_no_bubble_and_says_why()
     assert "bubble_vs_ga" not in drawn and {"pareto", "throughput_vs_ipus"} <= set(drawn)
     assert left_out(table, REPORT_NAMES) == {
         "bubble_vs_ga": "no point is pipelined, so none has a pipeline bubble"}
+    # A results file of before the pipeline's stages were recorded: the bubble says the same.
+    assert left_out(table.drop(columns="pipeline_stages"), REPORT_NAMES) == left_out(
+        table, REPORT_NAMES)
     page = render_sweep_html(table, names=REPORT_NAMES)
     assert 'id="bubble_vs_ga"' not in page and "pipeline bubble</button>" not in page
     assert "Pipeline bubble against gradient accumulation: no point is pipelined" in page
@@ -124,6 +127,7 @@ def test_a_figure_whose_axis_does_not_change_is_left_out(mixed):
     # The bubble figure holds only pipelined points, on a log axis ticked at the values swept.
     bubble = figures(mixed, {}, REPORT_NAMES)["bubble_vs_ga"]
     assert list(bubble.layout.xaxis.tickvals) == [8.0, 32.0]
+    assert "bubble_vs_ga" in figures(mixed.drop(columns="pipeline_stages"), {}, REPORT_NAMES)
     nothing_ran = mixed[mixed[GA] == 2]
     assert set(left_out(nothing_ran, REPORT_NAMES)) == {"pareto", "throughput_vs_ipus",
                                                          "bubble_vs_ga"}
