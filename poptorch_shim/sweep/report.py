@@ -3,7 +3,8 @@
 The page itself comes from :mod:`ipusim.report.sweep`; here the chosen
 points (the Pareto front by default) are simulated again from their
 settings, one measurement per signature as in the sweep, and each gets the
-run report of :mod:`ipusim.report.html` under ``points/``. Both name the
+run report of :mod:`ipusim.report.html` under ``points/``; every point's
+details row shows its settings as PopTorch code. Both name the
 settings as PopTorch does (:mod:`poptorch_shim._core.option_names`): the
 table's columns are the spec's keys, PopTorch's calls.
 """
