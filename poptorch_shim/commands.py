@@ -13,6 +13,7 @@ makes ``import poptorch`` resolve to the shim.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from dataclasses import replace
@@ -71,8 +72,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                           f"its own timings are the IPUs' (or set {SIMULATED_CLOCK_ENV}=1)")
     run.set_defaults(handler=_run, passes_script_arguments=True, keeps_traceback=True)
 
-    sweep = commands.add_parser(
-        "sweep", help="simulate every point of a design-space sweep (SPEC.toml)",
+    sweep = _add_ray_command(
+        commands, "sweep", help="simulate every point of a design-space sweep (SPEC.toml)",
         description="Measure the spec's model once per stage signature (timing-only), then\n"
                     "simulate every point, recording each as it finishes; run it again to\n"
                     "resume. See poptorch_shim.sweep.spec for the spec's format.",
@@ -84,8 +85,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--report", metavar="DIR", help="write the sweep report under DIR")
     sweep.add_argument("--report-points", choices=("pareto", "all", "none"), default="pareto",
                        help="which points get their own timeline report (default: pareto)")
-    advise = commands.add_parser(
-        "advise", help="the fastest configuration of a model that fits in memory",
+    advise = _add_ray_command(
+        commands, "advise", help="the fastest configuration of a model that fits in memory",
         usage="ipusim advise [-h] [--ipus N] [--system PRESET] [options] SCRIPT [SCRIPT_ARGS ...]",
         description="Search replicas, micro-batch size and gradient accumulation (keeping the\n"
                     "global batch), recomputation and optimizer placement for SCRIPT's first\n"
@@ -122,11 +123,54 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="local worker processes (default: one per core; 0: in this "
                               "process)")
         sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                         help="run on Ray: the cluster at ADDRESS, or a local Ray if none "
-                              "(a bare --ray goes before another option, not before "
-                              "SCRIPT or SPEC, which it would take for the address)")
+                         help="run on Ray: the cluster at ADDRESS (auto, HOST:PORT or "
+                              "ray://HOST:PORT), or a local Ray if none")
         sub.add_argument("--no-progress", action="store_true", help="no progress bar")
         sub.set_defaults(handler=handler)
+
+
+# What ray.init takes for an address: "auto", "local", HOST:PORT or a URL (ray://HOST:PORT).
+_RAY_ADDRESS = re.compile(r"auto|local|\w+://\S+|\S+:\d+")
+# A model factory, "module:function", as `ipusim advise` takes one.
+_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def _names_the_input(word: str) -> bool:
+    """Whether ``word`` after a bare ``--ray`` is the command's SPEC or SCRIPT, not an
+    address: not one, and a file, a ``.toml`` or ``.py`` name or a ``module:function``."""
+    return not _RAY_ADDRESS.fullmatch(word) and (
+        Path(word).is_file() or word.endswith((".toml", ".py")) or bool(_FACTORY.fullmatch(word)))
+
+
+class _RayCommandParser(argparse.ArgumentParser):
+    """The parser of a command with ``--ray [ADDRESS]``: a bare ``--ray`` before the
+    command's SPEC or SCRIPT is a local Ray, not an address (``--ray SPEC`` is read
+    as ``--ray= SPEC``). Only the options before SPEC or SCRIPT are looked at: what
+    follows a script is its own."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        index = 0
+        while index < len(args) and args[index].startswith("-") and args[index] != "--":
+            word, following = args[index], args[index + 1:index + 2]
+            if word == "--ray" and following and _names_the_input(following[0]):
+                args[index] = "--ray="
+                break
+            if word == "--ray":  # with an address, or bare before another option
+                takes_a_value = bool(following and _RAY_ADDRESS.fullmatch(following[0]))
+            else:
+                action = self._option_string_actions.get(word)
+                takes_a_value = action is not None and action.nargs is None
+            index += 2 if takes_a_value else 1
+        return super().parse_known_args(args, namespace)
+
+
+def _add_ray_command(commands: argparse._SubParsersAction, name: str,
+                     **kwargs) -> argparse.ArgumentParser:
+    """``commands.add_parser(name, ...)`` for a command that takes ``--ray [ADDRESS]``."""
+    parser = commands.add_parser(name, **kwargs)
+    parser.__class__ = _RayCommandParser  # argparse makes every sub-parser of one class
+    return parser
 
 
 def _at_least(minimum: int):

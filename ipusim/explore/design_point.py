@@ -23,9 +23,9 @@ from ipusim.plan.run_config import RunConfig
 from ipusim.simulation import Simulation, Timeline
 
 # The figures of a point, in the order a results table shows them.
-FIGURES = ("ipus", "throughput(items/s)", "step(ms)", "latency(ms)", "utilisation",
-           "utilisation_per_ipu", "bubble_fraction", "host_io_share", "sync_wait_share",
-           "memory_max(MB)", "memory_per_ipu(MB)", "capacity(MB)", "fits")
+FIGURES = ("ipus", "pipeline_stages", "throughput(items/s)", "step(ms)", "latency(ms)",
+           "utilisation", "utilisation_per_ipu", "bubble_fraction", "host_io_share",
+           "sync_wait_share", "memory_max(MB)", "memory_per_ipu(MB)", "capacity(MB)", "fits")
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,16 @@ def simulate_point(point: DesignPoint) -> Timeline:
 
 
 def figures(point: DesignPoint, timeline: Timeline | None = None) -> dict:
-    """The point's figures (see :data:`FIGURES`): the timeline's summary, each
-    IPU's utilisation and the memory each IPU of a replica needs against its
-    SRAM. Lists are JSON text so the row is flat whatever the IPU count."""
+    """The point's figures (see :data:`FIGURES`): the timeline's summary, the
+    pipeline's stages P (0 when not pipelined), each IPU's utilisation and the
+    memory each IPU of a replica needs against its SRAM. Lists are JSON text so
+    the row is flat whatever the IPU count."""
     timeline = timeline if timeline is not None else simulate_point(point)
     summary = timeline.summary()
     memory = timeline.memory_per_ipu()
     return {
         "ipus": timeline.num_ipus,
+        "pipeline_stages": timeline.plan.pipeline_depth,
         "throughput(items/s)": summary["throughput(items/s)"],
         "step(ms)": summary["duration(ms)"] / point.steps,
         "latency(ms)": summary["latency(us)"] / 1e3,
@@ -103,12 +105,51 @@ def outcomes(table: pd.DataFrame) -> dict[str, int]:
             "invalid": int((~valid).sum())}
 
 
+def accepted(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a sweep's results table PopTorch would run: no error (its
+    checks passed and the point simulated) and every IPU fits its SRAM."""
+    return table["error"].isna() & table["fits"].fillna(False).astype(bool)
+
+
+# Why a point is refused (:func:`refusals`).
+REFUSED_OPTIONS, OUT_OF_MEMORY = "options refused", "out of memory"
+
+
+def refusals(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a sweep's results table that PopTorch would refuse, with why
+    (``refusal``: :data:`REFUSED_OPTIONS` or :data:`OUT_OF_MEMORY`) and the reason
+    in words (``reason``): the error its checks (or the simulation) gave, or the
+    fullest IPU's memory against its SRAM, which PopTorch refuses to compile
+    unless told to allow out-of-memory models."""
+    rows = {}
+    for index, row in table[~accepted(table)].iterrows():
+        if isinstance(row["error"], str):
+            rows[index] = (REFUSED_OPTIONS, row["error"])
+        else:
+            rows[index] = (OUT_OF_MEMORY, _over_memory(row))
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["refusal", "reason"]) \
+        .reindex([index for index in table.index if index in rows])
+
+
+def _over_memory(row: pd.Series) -> str:
+    """The fullest IPU of a point that does not fit, against its SRAM, in words."""
+    capacity = row["capacity(MB)"]
+    per_ipu = json.loads(row["memory_per_ipu(MB)"]) if isinstance(
+        row.get("memory_per_ipu(MB)"), str) else [row["memory_max(MB)"]]
+    ipu = max(range(len(per_ipu)), key=per_ipu.__getitem__)
+    over = [number for number, needed in enumerate(per_ipu) if needed > capacity]
+    others = f"; {len(over)} of its {len(per_ipu)} IPUs do not fit" if len(over) > 1 else ""
+    return (f"IPU {ipu} needs {per_ipu[ipu]:,.1f} MB of its {capacity:,.1f} MB of SRAM "
+            f"({per_ipu[ipu] / capacity:.0%}){others}")
+
+
 def pareto_front(table: pd.DataFrame) -> pd.Index:
     """The rows of a sweep's results table (a row per point, as :func:`evaluate` gives
-    them) that no other valid row beats on both throughput (higher) and memory (lower):
-    the choices worth making. Rows with an error are out."""
+    them) that PopTorch would run (:func:`accepted`: no error, fits in memory) and
+    that no other such row beats on both throughput (higher) and memory (lower):
+    the choices worth making."""
     throughput, memory = "throughput(items/s)", "memory_max(MB)"
-    valid = table[table["error"].isna() & table[throughput].notna()]
+    valid = table[accepted(table) & table[throughput].notna()]
     ordered = valid.sort_values([memory, throughput], ascending=[True, False], kind="stable")
     front, best = [], float("-inf")
     for index, row in ordered.iterrows():

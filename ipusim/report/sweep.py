@@ -1,11 +1,16 @@
 """The sweep report: one offline HTML page to choose a configuration from.
 
-It reads a sweep's results table (a row per point, and its Pareto front: see
-:mod:`ipusim.explore.design_point`) and draws what people choose by: throughput
-against IPUs, the Pareto front of throughput against memory, and the
-pipeline bubble against gradient accumulation, above the table of every
-point. A point with its own timeline report links to it, from the table
-and by clicking its marker. plotly.js is embedded, as in the run report.
+It reads a sweep's results table (a row per point: see
+:mod:`ipusim.explore.design_point`) and draws what people choose by: the Pareto
+front of throughput against memory, throughput against IPUs and the pipeline
+bubble against gradient accumulation, each only where it says something (a
+figure whose axis does not change over the sweep, or a bubble where nothing
+is pipelined, is left out, and the page says why). Below them, the points
+PopTorch would run, in a table that sorts and filters in the browser, each
+with a details row; and apart, the points it would refuse (its checks, or out
+of memory) with the reason. A point with its own timeline report links to it,
+from the table and by clicking its marker; the others' markers open their row.
+plotly.js is embedded, as in the run report.
 
 The table's columns name its settings; the one that holds the gradient
 accumulation is ``gradient_accumulation``, or the column a
@@ -21,154 +26,241 @@ import pandas as pd
 import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
-from ipusim.explore.design_point import outcomes, pareto_front
+from ipusim.explore.design_point import OUT_OF_MEMORY, accepted, pareto_front, refusals
 from ipusim.plan.run_config import SettingNames
-from ipusim.report.html import PLOT_CONFIG, STYLE
+from ipusim.report.html import PLOT_CONFIG, _page
+from ipusim.report.sweep_table import (
+    MEMORY,
+    SCRIPT,
+    STYLE,
+    THROUGHPUT,
+    figure_columns,
+    filter_html,
+    number,
+    pipelined,
+    refusal_columns,
+    settings_columns,
+    table_html,
+    text,
+    varying_settings,
+)
 
-THROUGHPUT, MEMORY = "throughput(items/s)", "memory_max(MB)"
+TITLES = {"pareto": "Throughput against memory (fullest IPU)",
+          "throughput_vs_ipus": "Throughput against IPUs",
+          "bubble_vs_ga": "Pipeline bubble against gradient accumulation"}
 
-# A click on a marker that carries a report's address opens it.
+_STYLE = """
+.note { color: #555; font-size: 0.9rem; margin: 0.8rem 0 0; }
+.note ul { margin: 0.2rem 0 0; padding-left: 1.4rem; }
+.shared { font-size: 0.9rem; color: #333; }
+.shared code { font-size: 0.8rem; overflow-wrap: anywhere; }
+"""
+
+# A click on a marker opens the point's timeline report where it has one, else its row.
 _OPEN_ON_CLICK = """document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
   gd.on("plotly_click", function (data) {
-    var link = data.points[0].customdata && data.points[0].customdata[1];
-    if (link) { window.open(link, "_blank"); }
+    var point = data.points[0].customdata;
+    if (!point) { return; }
+    if (point[1]) { window.open(point[1], "_blank"); } else { window.ipusimSweep.open(point[0]); }
   });
 });"""
 
-_TABLE_STYLE = """
-table.points { border-collapse: collapse; background: white; font-size: 0.85rem;
-               box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
-table.points td, table.points th { padding: 0.15rem 0.6rem; border-bottom: 1px solid #eee;
-                                   text-align: right; white-space: nowrap; }
-table.points tr.pareto { background: #eef6ee; }
-table.points tr.invalid { color: #999; }
-"""
+
+def _constant(part: pd.DataFrame, column: str, what: str, unit: str = "") -> str | None:
+    """Why a figure with ``column`` on an axis is left out: the column has one value."""
+    values = part[column].dropna().unique()
+    if len(values) == 1:
+        return f"every point has the same {what}: {number(values[0])}{unit}"
+    return None
 
 
-def settings_columns(table: pd.DataFrame) -> list[str]:
-    """The columns that name a point's settings (between its id and its figures)."""
-    columns = list(table.columns)
-    return columns[columns.index("point_id") + 1:columns.index("ipus")]
+def _plans(table: pd.DataFrame, ga: str) -> dict[str, tuple[pd.DataFrame, str, str] | str]:
+    """Each figure's points and axes (the rows, x, y), or why it is left out. Memory
+    shows the points that do not fit too (how far over the SRAM they are); the
+    others, only the points PopTorch would run."""
+    ran = table[table["error"].isna() & table[THROUGHPUT].notna()]
+    runs = ran[accepted(ran)]
+    if ran.empty:
+        return {name: "no point ran: PopTorch refuses every one (see Refused points)"
+                for name in TITLES}
+    plans: dict[str, tuple[pd.DataFrame, str, str] | str] = {
+        "pareto": (_constant(ran, MEMORY, "memory on its fullest IPU", " MB")
+                   or _constant(ran, THROUGHPUT, "throughput", " items/s")
+                   or (ran, MEMORY, THROUGHPUT))}
+    if runs.empty:
+        return {**plans, **{name: "no point fits in memory (see Refused points)"
+                            for name in ("throughput_vs_ipus", "bubble_vs_ga")}}
+    plans["throughput_vs_ipus"] = (_constant(runs, "ipus", "number of IPUs")
+                                   or _constant(runs, THROUGHPUT, "throughput", " items/s")
+                                   or (runs, "ipus", THROUGHPUT))
+    piped = runs[pipelined(runs)]
+    if piped.empty:
+        plans["bubble_vs_ga"] = "no point is pipelined, so none has a pipeline bubble"
+    elif ga not in table:
+        plans["bubble_vs_ga"] = "the gradient accumulation is not a setting of this sweep"
+    else:
+        piped = piped.assign(**{ga: pd.to_numeric(piped[ga], errors="coerce")})
+        plans["bubble_vs_ga"] = (
+            _constant(piped, ga, "gradient accumulation")
+            or _constant(piped, "bubble_fraction", "pipeline bubble")
+            or (piped, ga, "bubble_fraction"))
+    return plans
 
 
 def _label(row: pd.Series, names: list[str]) -> str:
-    return "<br>".join(f"{name} = {row[name]}" for name in names)
+    return "<br>".join(f"{html.escape(name)} = {html.escape(text(row[name]))}"
+                       for name in names) or f"point {row['point']}"
 
 
 def _scatter(table: pd.DataFrame, x: str, y: str, names: list[str], links: dict[str, str],
              title: str, xaxis: str, yaxis: str, front: pd.Index | None = None) -> go.Figure:
     figure = go.Figure()
-    fits = table["fits"].fillna(False).astype(bool)
-    for label, chosen, colour in (("fits", fits, "#1f77b4"), ("does not fit", ~fits, "#d62728")):
+    fits = accepted(table)
+    for label, chosen, colour, symbol in (("out of memory", ~fits, "#d62728", "x"),
+                                          ("fits", fits, "#1f77b4", "circle")):
         part = table[chosen & table[y].notna()]
         if part.empty:
             continue
         figure.add_trace(go.Scatter(
-            x=part[x], y=part[y], mode="markers", name=label, marker={"color": colour},
+            x=part[x], y=part[y], mode="markers", name=label,
+            marker={"color": colour, "symbol": symbol, "size": 8,
+                    "opacity": 0.85 if label == "fits" else 0.6},
             customdata=[[row["point_id"], links.get(row["point_id"], "")]
                         for _, row in part.iterrows()],
             hovertext=[_label(row, names) for _, row in part.iterrows()],
-            hovertemplate="%{hovertext}<br>" + f"{xaxis}: %{{x}}<br>{yaxis}: %{{y:,.4g}}"
-                          "<extra>%{customdata[0]}</extra>"))
+            hovertemplate="%{hovertext}<br>" + f"{xaxis}: %{{x:,.4g}}<br>{yaxis}: %{{y:,.4g}}"
+                          "<extra>point %{customdata[0]}</extra>"))
     if front is not None and len(front):
         line = table.loc[front].sort_values(x)
         figure.add_trace(go.Scatter(x=line[x], y=line[y], mode="lines+markers",
-                                    name="Pareto front", line={"color": "#2ca02c"},
+                                    name="Pareto front (fits)", line={"color": "#2ca02c"},
+                                    marker={"size": 9},
                                     customdata=[[row["point_id"], links.get(row["point_id"], "")]
                                                 for _, row in line.iterrows()],
-                                    hovertemplate="%{customdata[0]}<extra>Pareto</extra>"))
-    figure.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=420,
-                         margin={"l": 60, "r": 20, "t": 50, "b": 50}, template="plotly_white")
+                                    hovertext=[_label(row, names) for _, row in line.iterrows()],
+                                    hovertemplate="%{hovertext}<extra>Pareto</extra>"))
+    figure.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=400,
+                         margin={"l": 60, "r": 20, "t": 50, "b": 50}, template="plotly_white",
+                         legend={"orientation": "h", "y": -0.18, "traceorder": "reversed"})
     return figure
 
 
 def figures(table: pd.DataFrame, links: dict[str, str],
             setting_names: SettingNames | None = None) -> dict[str, go.Figure]:
-    """The report's figures, by name; ``setting_names`` says which column holds
-    which setting (default: each setting's own name)."""
-    names = settings_columns(table)
+    """The report's figures that say something, by name (see :func:`left_out`
+    for the others); ``setting_names`` says which column holds which setting
+    (default: each setting's own name)."""
+    names = varying_settings(table)
     ga = (setting_names or SettingNames()).column("gradient_accumulation")
-    front = pareto_front(table)
-    out = {
-        "throughput_vs_ipus": _scatter(table, "ipus", THROUGHPUT, names, links,
-                                       "Throughput against IPUs", "IPUs", "items/s"),
-        "pareto": _scatter(table, MEMORY, THROUGHPUT, names, links,
-                           "Throughput against memory (fullest IPU)", "MB", "items/s", front),
-    }
+    axes = {"pareto": ("MB on the fullest IPU", "items/s"),
+            "throughput_vs_ipus": ("IPUs", "items/s"),
+            "bubble_vs_ga": ("gradient accumulation", "bubble fraction")}
+    out = {}
+    for name, plan in _plans(table, ga).items():
+        if isinstance(plan, str):
+            continue
+        part, x, y = plan
+        front = pareto_front(table) if name == "pareto" else None
+        out[name] = _scatter(part, x, y, names, links, TITLES[name], *axes[name], front=front)
     capacity = table["capacity(MB)"].dropna()
-    if len(capacity):  # what fits lies left of the line
-        out["pareto"].add_vline(x=float(capacity.min()), line_dash="dash", line_color="#777",
-                                annotation_text="SRAM of an IPU")
-    if ga in table:
-        out["bubble_vs_ga"] = _scatter(table, ga, "bubble_fraction", names, links,
-                                       "Pipeline bubble against gradient accumulation",
-                                       "gradient accumulation", "bubble fraction")
-        out["bubble_vs_ga"].update_xaxes(type="log")
+    if "pareto" in out and len(capacity):
+        sram = float(capacity.min())
+        out["pareto"].update_xaxes(title=f"MB on the fullest IPU (SRAM of an IPU: {sram:,.1f} MB)")
+        if table[MEMORY].max() >= sram / 2:  # what fits lies left of the line
+            out["pareto"].add_vline(x=sram, line_dash="dash", line_color="#777",
+                                    annotation_text="SRAM of an IPU")
+    for name in ("throughput_vs_ipus", "bubble_vs_ga"):  # counts, often powers of two
+        if name in out:
+            values = sorted({float(x) for trace in out[name].data for x in trace.x})
+            ticks = {"tickvals": values, "ticktext": [number(x) for x in values]} \
+                if len(values) <= 12 else {}
+            out[name].update_xaxes(type="log", **ticks)
+    for name in ("pareto", "throughput_vs_ipus"):  # orders of magnitude apart: a log axis
+        if name in out:
+            shown = [y for trace in out[name].data for y in trace.y if y > 0]
+            if shown and max(shown) > 20 * min(shown):
+                out[name].update_yaxes(type="log")
+    if "bubble_vs_ga" in out:
+        out["bubble_vs_ga"].update_yaxes(tickformat=".0%", rangemode="tozero")
     return out
 
 
-def _table_html(table: pd.DataFrame, links: dict[str, str], front: pd.Index) -> str:
-    names = settings_columns(table)
-    shown = names + ["ipus", THROUGHPUT, "step(ms)", "latency(ms)", "utilisation",
-                     "bubble_fraction", "host_io_share", "sync_wait_share", MEMORY, "fits",
-                     "error"]
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in ["point"] + shown)
-    rows = []
-    for index, row in table.iterrows():
-        key = row["point_id"]
-        point = (f'<a href="{html.escape(links[key])}">{row["point"]}</a>' if key in links
-                 else str(row["point"]))
-        cells = "".join(f"<td>{html.escape(_format(row[name]))}</td>" for name in shown)
-        kind = "pareto" if index in front else "invalid" if isinstance(row["error"], str) else ""
-        rows.append(f'<tr class="{kind}" id="{key}"><td>{point}</td>{cells}</tr>')
-    return f'<table class="points"><tr>{head}</tr>{"".join(rows)}</table>'
+def left_out(table: pd.DataFrame, setting_names: SettingNames | None = None) -> dict[str, str]:
+    """The figures the report leaves out, by name, each with why."""
+    ga = (setting_names or SettingNames()).column("gradient_accumulation")
+    return {name: plan for name, plan in _plans(table, ga).items() if isinstance(plan, str)}
 
 
-def _format(value) -> str:
-    if value is None or value is pd.NA or isinstance(value, float) and value != value:
+def _left_out_html(reasons: dict[str, str]) -> str:
+    if not reasons:
         return ""
-    if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return str(value)
+    items = "".join(f"<li>{html.escape(TITLES[name])}: {html.escape(why)}.</li>"
+                    for name, why in reasons.items())
+    return f'<div class="note" id="left-out">Not drawn:<ul>{items}</ul></div>'
+
+
+def _shared_html(table: pd.DataFrame, names: list[str]) -> str:
+    shared = [name for name in settings_columns(table) if name not in names]
+    if not shared or table.empty:
+        return ""
+    values = " · ".join(f"<code>{html.escape(name)} = {html.escape(text(table[name].iloc[0]))}"
+                        "</code>" for name in shared)
+    return f'<p class="shared">Every point: {values}</p>'
 
 
 def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
-                      title: str = "sweep", names: SettingNames | None = None) -> str:
+                      title: str = "sweep", names: SettingNames | None = None,
+                      code: dict[str, str] | None = None) -> str:
     """The sweep report as one HTML string; ``links`` maps a point id to the
-    address of its timeline report, ``names`` which column holds which setting
-    (default: each setting's own name)."""
-    links = links or {}
+    address of its timeline report, ``code`` to its settings as code, ``names``
+    which column holds which setting (default: each setting's own name)."""
+    links, code = links or {}, code or {}
+    drawn = figures(table, links, names)
     divs = [pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=name,
-                        config=PLOT_CONFIG)
-            for name, figure in figures(table, links, names).items()]
+                        config=PLOT_CONFIG) for name, figure in drawn.items()]
     front = pareto_front(table)
-    counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes(table).items())
-    summary = f"{len(table)} points: {counts}; {len(front)} on the Pareto front (highlighted)"
-    check = json.dumps({"points": len(table), "pareto": len(front), "links": len(links)})
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>ipusim sweep — {html.escape(title)}</title>
-<style>{STYLE}{_TABLE_STYLE}</style>
-<script type="text/javascript">{get_plotlyjs()}</script>
-</head>
-<body>
-<h1>ipusim sweep — {html.escape(title)}</h1>
-<p class="sub">{html.escape(summary)} · simulated timings, not hardware measurements ·
-click a marker to open its timeline report, where there is one</p>
-<div class="row">{"".join(f'<div class="figure">{div}</div>' for div in divs)}</div>
-<h2>Points</h2>
-{_table_html(table, links, front)}
+    runs, refused = table[accepted(table)], refusals(table)
+    out_of_memory = int((refused["refusal"] == OUT_OF_MEMORY).sum())
+    varying = varying_settings(table)
+    why = ", ".join(f"{count} {words}" for count, words in (
+        (out_of_memory, "out of memory"), (len(refused) - out_of_memory, "by PopTorch's checks"))
+        if count)
+    summary = (f"{len(table)} points: {len(runs)} PopTorch would run, {len(front)} of them on "
+               f"the Pareto front; {len(refused)} refused" + (f" ({why})" if why else ""))
+    check = json.dumps({"points": len(table), "runs": len(runs), "pareto": len(front),
+                        "refused": len(refused), "links": len(links),
+                        "figures": list(drawn), "left_out": list(left_out(table, names))})
+    figures_html = (f'<div class="row">{"".join(f"<div class=figure>{div}</div>" for div in divs)}'
+                    "</div>" if divs else "")
+    ordered = runs.sort_values(THROUGHPUT, ascending=False, kind="stable")
+    columns = figure_columns(runs)
+    points = (filter_html("points", len(runs), True)
+              + table_html("points", table, ordered, varying, columns, links, code, front,
+                           sorted_by=columns[0][0]) if len(runs) else
+              "<p>None: every point is refused (below).</p>")
+    refused_html = (f"<h2>Refused points ({len(refused)})</h2>"
+                    '<p class="sub">What PopTorch would not run: options its checks refuse, '
+                    "and models that do not fit an IPU's SRAM (it refuses to compile them "
+                    "unless told to allow out-of-memory models).</p>"
+                    + filter_html("refused", len(refused), False)
+                    + table_html("refused", table, table.loc[refused.index], varying,
+                                 refusal_columns(refused), links, code)
+                    if len(refused) else "")
+    body = f"""<style>{STYLE}{_STYLE}</style>
+{figures_html}
+{_left_out_html(left_out(table, names))}
+<h2>Points PopTorch would run ({len(runs)})</h2>
+<p class="sub">Sorted by throughput; click a heading to sort by it. Green: on the Pareto front
+(no other point is both faster and smaller). Click a marker above to open its point.</p>
+{_shared_html(table, varying)}
+{points}
+{refused_html}
 <footer>Generated by ipusim with plotly {plotly.__version__} (plotly.js embedded, works
-offline).</footer>
+offline). Simulated timings, not hardware measurements.</footer>
 <pre id="sweep-check" hidden>{html.escape(check)}</pre>
-<script>{_OPEN_ON_CLICK}</script>
-</body>
-</html>
-"""
+<script>{SCRIPT}{_OPEN_ON_CLICK}</script>"""
+    return _page(f"sweep of {title}", summary, body)
 
 
 def write_sweep_html(table: pd.DataFrame, path: str | Path, **kwargs) -> Path:

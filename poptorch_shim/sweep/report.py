@@ -3,7 +3,8 @@
 The page itself comes from :mod:`ipusim.report.sweep`; here the chosen
 points (the Pareto front by default) are simulated again from their
 settings, one measurement per signature as in the sweep, and each gets the
-run report of :mod:`ipusim.report.html` under ``points/``. Both name the
+run report of :mod:`ipusim.report.html` under ``points/``; every point's
+details row shows its settings as PopTorch code. Both name the
 settings as PopTorch does (:mod:`poptorch_shim._core.option_names`): the
 table's columns are the spec's keys, PopTorch's calls.
 """
@@ -20,6 +21,7 @@ from ipusim.report.sweep import pareto_front, write_sweep_html
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim.sweep.measure import Measurements
 from poptorch_shim.sweep.points import design_point, point_options
+from poptorch_shim.sweep.settings import as_code
 from poptorch_shim.sweep.spec import SweepSpec
 
 POINTS = ("pareto", "all", "none")
@@ -52,8 +54,10 @@ def write_sweep_report(spec: SweepSpec, table: pd.DataFrame, directory: str | Pa
         relative = f"points/{row['point_id']}.html"
         write_point_report(spec, json.loads(row["config"]), directory / relative, measurements)
         links[row["point_id"]] = relative
+    code = {row["point_id"]: as_code(json.loads(row["config"])) for _, row in table.iterrows()
+            if isinstance(row.get("config"), str)}
     return write_sweep_html(table, directory / "sweep.html", links=links,
-                            title=_title(spec), names=REPORT_NAMES)
+                            title=_title(spec), names=REPORT_NAMES, code=code)
 
 
 def _title(spec: SweepSpec) -> str:

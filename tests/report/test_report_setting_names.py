@@ -146,4 +146,4 @@ def test_the_sweep_page_finds_the_gradient_accumulation_by_the_names_given():
     assert "bubble_vs_ga" in figures(poptorch_table, {}, REPORT_NAMES)
     page = render_sweep_html(poptorch_table, names=REPORT_NAMES)
     assert 'id="bubble_vs_ga"' in page
-    assert "<th>Training.gradientAccumulation</th>" in page
+    assert ">Training.<wbr>gradient<wbr>Accumulation</button></th>" in page

@@ -32,3 +32,14 @@ def pipelined(width: int = 32, layers: int = 4, ipus: int = 2, micro_batch: int 
     optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     inputs = (torch.randn(micro_batch, width), torch.randint(0, width, (micro_batch,)))
     return model, inputs, opts, optimizer
+
+
+def one_ipu(width: int = 32, layers: int = 2, micro_batch: int = 4):
+    """The layers on one IPU and no blocks: nothing is pipelined."""
+    model = Layers(width, layers)
+    opts = poptorch.Options()
+    opts.Simulation.system("mk2", 8)
+    opts.Training.gradientAccumulation(4)
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1)
+    inputs = (torch.randn(micro_batch, width), torch.randint(0, width, (micro_batch,)))
+    return model, inputs, opts, optimizer

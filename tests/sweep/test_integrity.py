@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ipusim.cli import build_parser
+from poptorch_shim.commands import add_commands
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import InProcess, ModelSource, SweepSpec, sweep
 from poptorch_shim.sweep.run import ERROR_AGAIN, MODEL_CODE_CHANGED, MODEL_WORK_CHANGED
@@ -319,6 +321,28 @@ def test_the_commands_numbers_are_range_checked_by_argparse(capsys, argv, messag
     assert f"ipusim {argv[0]}: error: {message}" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, ray, spec_or_script", [
+    (["sweep", "--ray", "s.toml"], "", "s.toml"),  # a local Ray, before SPEC
+    (["sweep", "s.toml", "--ray"], "", "s.toml"),
+    (["sweep", "--ray", "--workers", "2", "s.toml"], "", "s.toml"),
+    (["sweep", "--workers", "2", "--ray", "s.toml", "--report", "r"], "", "s.toml"),
+    (["sweep", "--ray", "ray://head:10001", "s.toml"], "ray://head:10001", "s.toml"),
+    (["sweep", "--ray", "10.0.0.1:6379", "s.toml"], "10.0.0.1:6379", "s.toml"),
+    (["sweep", "s.toml", "--ray", "auto"], "auto", "s.toml"),
+    (["sweep", "s.toml"], None, "s.toml"),
+    (["advise", "--ray", "train.py", "--size", "reduced"], "", "train.py"),
+    (["advise", "--ray", "scenarios.resnet50:case"], "", "scenarios.resnet50:case"),
+    # After SCRIPT, everything is the script's own, --ray included.
+    (["advise", "--ipus", "4", "train.py", "--ray", "a.py"], None, "train.py"),
+])
+def test_a_bare_ray_before_the_spec_or_script_is_a_local_ray(argv, ray, spec_or_script):
+    args = build_parser([add_commands]).parse_args(argv)
+    assert args.ray == ray
+    assert (args.spec if argv[0] == "sweep" else args.script) == spec_or_script
+    if argv[0] == "advise":
+        assert args.script_args == argv[argv.index(spec_or_script) + 1:]
+
+
 # No orphans: the workers die with the sweep, however it ends.
 
 def _descendants(pid: int) -> set[int]:
@@ -356,36 +380,53 @@ def _until(condition, seconds: float) -> bool:
     return condition()
 
 
-@pytest.mark.slow  # a real `ipusim sweep` per signal, a few seconds each
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and /dev/shm")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
-def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum):
+def _long_sweep(tmp_path: Path, *flags: str) -> subprocess.Popen:
+    """``ipusim sweep`` with ``flags`` in a process of its own, on a spec long enough
+    (1,176 points of 2 steps) to be stopped midway; results in ``long.parquet``."""
     spec_path = tmp_path / "long.toml"
     spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[sweep]\nsteps = 2\n'
-                         '[space]\n'
-                         'replicationFactor = [1, 2, 4]\n'
+                         '[space]\nreplicationFactor = [1, 2, 4]\n'
                          f'"Training.gradientAccumulation" = {list(range(8, 400))}\n')
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPOSITORY), str(HERE), os.environ.get("PYTHONPATH", "")])}
-    before = _semaphores()
-    sweep_process = subprocess.Popen(
-        [sys.executable, "-m", "poptorch_shim.commands", "sweep", str(spec_path), "--workers",
-         "2", "--no-progress"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
+    return subprocess.Popen(
+        [sys.executable, "-m", "poptorch_shim.commands", "sweep", str(spec_path), *flags,
+         "--no-progress"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
-    try:
-        def workers() -> set[int]:
-            return {pid for pid in _descendants(sweep_process.pid)
-                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()}
 
-        assert _until(lambda: len(workers()) >= 2, 120), "the workers did not start"
-        assert _until(lambda: (tmp_path / "long.parquet.journal.jsonl").exists(), 60)
-        started = _descendants(sweep_process.pid)  # the workers and the resource tracker
+
+def _stop_midway(tmp_path: Path, sweep_process: subprocess.Popen, signum: int, ready,
+                 seconds: float) -> tuple[set[int], str]:
+    """Send ``signum`` to a :func:`_long_sweep` once ``ready()`` and its first points are
+    recorded (within ``seconds``); the processes below it just before, and its stderr. A
+    sweep that outlives the test is killed."""
+    journal = tmp_path / "long.parquet.journal.jsonl"
+    try:
+        assert _until(lambda: ready() and journal.exists(), seconds), "no point was recorded"
+        started = _descendants(sweep_process.pid)
         os.kill(sweep_process.pid, signum)
-        _, err = sweep_process.communicate(timeout=60)
+        _, err = sweep_process.communicate(timeout=120)
     finally:
         if sweep_process.poll() is None:
             sweep_process.kill()
             sweep_process.communicate()
+    return started, err
+
+
+@pytest.mark.slow  # a real `ipusim sweep` per signal, a few seconds each
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and /dev/shm")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
+def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum):
+    before = _semaphores()
+    sweep_process = _long_sweep(tmp_path, "--workers", "2")
+
+    def workers() -> set[int]:
+        return {pid for pid in _descendants(sweep_process.pid)
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()}
+
+    # The processes below it (the workers and the resource tracker) when it is stopped.
+    started, err = _stop_midway(tmp_path, sweep_process, signum, lambda: len(workers()) >= 2,
+                                180)
     if signum == signal.SIGKILL:
         assert sweep_process.returncode == -signal.SIGKILL
     else:
@@ -404,25 +445,9 @@ def test_the_workers_die_with_the_sweep_whatever_signal_ends_it(tmp_path, signum
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_ray_the_sweep_started_dies_with_it(tmp_path, signum):
     pytest.importorskip("ray")
-    spec_path = tmp_path / "long.toml"
-    spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[sweep]\nsteps = 2\n'
-                         '[space]\nreplicationFactor = [1, 2, 4]\n'
-                         f'"Training.gradientAccumulation" = {list(range(8, 400))}\n')
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPOSITORY), str(HERE), os.environ.get("PYTHONPATH", "")])}
-    sweep_process = subprocess.Popen(
-        [sys.executable, "-m", "poptorch_shim.commands", "sweep", str(spec_path), "--ray",
-         "--no-progress"], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        assert _until(lambda: (tmp_path / "long.parquet.journal.jsonl").exists(), 240)
-        started = _descendants(sweep_process.pid)  # Ray's processes and its workers
-        os.kill(sweep_process.pid, signum)
-        _, err = sweep_process.communicate(timeout=120)
-    finally:
-        if sweep_process.poll() is None:
-            sweep_process.kill()
-            sweep_process.communicate()
+    sweep_process = _long_sweep(tmp_path, "--ray")
+    # The processes below it (Ray's and its workers) when it is stopped.
+    started, err = _stop_midway(tmp_path, sweep_process, signum, lambda: True, 240)
     if signum != signal.SIGKILL:
         assert sweep_process.returncode == 128 + signum, err
         assert "run the same command to resume" in err

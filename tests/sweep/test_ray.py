@@ -8,12 +8,16 @@ own start and shutdown are tested last (the sweep models come from
 import pandas as pd
 import pytest
 
+from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import (
+    InProcess,
     LocalProcesses,
     Measurements,
     ModelSource,
     RayCluster,
     SweepSpec,
+    load,
+    read_results,
     sweep,
 )
 
@@ -60,6 +64,23 @@ def test_an_interrupted_ray_sweep_resumes_without_recomputing(cluster, tmp_path)
     resumed = []
     table = sweep(SPEC, path, RayCluster(), on_result=lambda row: resumed.append(row["point_id"]))
     assert len(table) == 12 and len(resumed) == 10 and not set(resumed) & set(seen)
+
+
+def test_ipusim_sweep_with_a_bare_ray_before_the_spec_runs_it_on_ray(cluster, tmp_path,
+                                                                     monkeypatch, capsys):
+    """`ipusim sweep --ray SPEC`, as a user types it: the spec on the running Ray."""
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text('[model]\nfactory = "sweep_models:pipelined"\n[space]\n'
+                         'replicationFactor = [1, 2]\n"Training.gradientAccumulation" = [2, 8]\n')
+    puts = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value: puts.append(value) or real_put(value))
+    assert ipusim_main(["sweep", "--ray", str(spec_path), "--no-progress"]) == 0
+    assert "4 points: 2 fit, 0 do not fit, 2 invalid" in capsys.readouterr().out
+    assert len(puts) == 1  # the points ran on Ray: their work went to its object store
+    on_ray = read_results(tmp_path / "tiny.parquet")
+    here = sweep(load(spec_path), tmp_path / "here.parquet", InProcess())
+    pd.testing.assert_frame_equal(on_ray, here)
 
 
 def test_a_ray_the_backend_starts_is_shut_down_when_the_sweep_ends(cluster, tmp_path):
