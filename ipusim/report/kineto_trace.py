@@ -177,8 +177,13 @@ def _metadata(rank: int) -> list[dict]:
 def write_kineto_traces(timeline: Timeline, directory: str | Path,
                         detail: Detail | None = None) -> list[Path]:
     """Write :func:`kineto_traces` to ``directory/rank-<ipu>.json`` (the folder created,
-    each file atomically); returns their paths."""
+    each file atomically), and remove the rank files of IPUs this timeline does not have
+    (HTA would read them too); returns their paths."""
     directory = Path(directory)
+    for old in directory.glob("rank-*.json"):
+        number = old.stem.removeprefix("rank-")
+        if number.isdigit() and int(number) >= timeline.num_ipus:
+            old.unlink()
     paths = []
     for rank, trace in kineto_traces(timeline, detail).items():
         # ": " after each key: HTA finds a file's rank by the text '"rank": N'.
