@@ -145,8 +145,9 @@ def host_slices(tracepoints: list[Tracepoint],
     ``perf_counter_ns`` at start and end and its simulated start and end in ps), as
     :class:`ipusim.report.chrome_trace.HostSlice` s in that model's simulated time: a
     host time inside a call maps to the same share of the call's simulated time, one
-    between calls to where the earlier call ended, one before the first call or after
-    the last to the timeline's start or end."""
+    between calls to where the earlier call ended (host work between calls takes no
+    simulated time). A tracepoint wholly before the first call or after the last is
+    left out; the part of one that is, cut off."""
     from ipusim.report.chrome_trace import HostSlice
     if not calls:
         return []

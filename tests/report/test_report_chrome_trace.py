@@ -5,7 +5,6 @@ from numbers import Number
 
 import pytest
 
-from ipusim import Cost, Execution, Kernel, KernelKind, RunConfig, Stage, Work, system_spec
 from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import chrome_trace, write_chrome_trace
 from ipusim.report.chrome_trace import (
@@ -17,7 +16,7 @@ from ipusim.report.chrome_trace import (
 )
 from ipusim.report.detail import Detail
 
-from report_timelines import pipeline_run, simulate
+from report_timelines import operator_run, pipeline_run
 
 REQUIRED = {
     "X": {"name", "ph", "ts", "dur", "pid", "tid"},
@@ -193,21 +192,6 @@ def test_host_process_shows_steps_and_host_links(replicated_timeline):
 def test_written_file_is_the_same_json(tmp_path, pipeline_timeline):
     path = write_chrome_trace(pipeline_timeline, tmp_path / "deep" / "trace.json")
     assert json.loads(path.read_text()) == json.loads(json.dumps(chrome_trace(pipeline_timeline)))
-
-
-def operator_run(**detail_fields):
-    """A 2-stage pipeline whose passes list their operators, as the shim measures them."""
-    def cost(*ops):
-        return Cost(kernels=tuple(ops), ops=len(ops))
-
-    matmul = Kernel(KernelKind.MATMUL, 2, m=512, k=1024, n=1024, op="aten::addmm")
-    relu = Kernel(KernelKind.ELEMENTWISE, 2, elements=1 << 19, bytes=1 << 21, op="aten::relu")
-    grad = Kernel(KernelKind.MATMUL, 2, m=1024, k=512, n=1024, op="aten::mm")
-    stages = tuple(Stage(f"s{k}", k, cost((matmul, 1), (relu, 2)), cost((grad, 2), (relu, 1)),
-                         activation_bytes=1 << 20, weight_bytes=1 << 21) for k in range(2))
-    run = RunConfig(gradient_accumulation=6, execution=Execution.PIPELINED)
-    return simulate(Work(stages, micro_batch_size=8, input_bytes_per_sample=4096),
-                    run, system_spec("mk2", 2), steps=2)
 
 
 @pytest.fixture(scope="module")
