@@ -434,18 +434,23 @@ def _counters(timeline: Timeline, replicas: int | None) -> list[dict]:
         out.append(_counter("time by category (share)", ipu_pid(ipu), start, sample))
         if end == last:  # the last window's values hold to the end of the span
             out.append(_counter("time by category (share)", ipu_pid(ipu), end, sample))
-    links = timeline.host_link_busy_over_time(windows)
-    for link, rows in links.groupby("link", sort=True):
-        by_window = rows.pivot_table(index=["start_ps", "end_ps"], columns="direction",
-                                     values=["busy_share", "bytes"], aggfunc="sum")
-        for (start, end), row in by_window.iterrows():
-            width = max(end - start, 1)
-            busy = {SLICE_NAMES[d]: float(row["busy_share"][d]) for d in HOST_TRANSFER_KINDS}
-            rate = {SLICE_NAMES[d]: float(row["bytes"][d]) / width * 1e3  # bytes/ps -> GB/s
-                    for d in HOST_TRANSFER_KINDS}
-            for t in (start, end) if end == last else (start,):
-                out.append(_counter(f"host link {link} busy share", HOST_PID, t, busy))
-                out.append(_counter(f"host link {link} bandwidth (GB/s)", HOST_PID, t, rate))
+    links = timeline.host_link_busy_over_time(windows).sort_values(
+        ["direction", "link", "start_ps"], kind="stable")
+    shown_links = sorted({int(timeline.system.host_link_of(ipu)) for ipu in ipus})
+    edges = links["start_ps"].to_numpy()[:windows].tolist() + [last]
+    widths = np.maximum(np.diff(edges), 1)
+    busy, rate = {}, {}
+    for direction in HOST_TRANSFER_KINDS:
+        rows = links[links["direction"] == direction]
+        busy[direction] = rows["busy_share"].to_numpy().reshape(-1, windows)
+        rate[direction] = rows["bytes"].to_numpy().reshape(-1, windows) / widths * 1e3  # GB/s
+    for link in shown_links:
+        for window, t in enumerate(edges):
+            k = min(window, windows - 1)  # the last window's values hold to the end
+            out.append(_counter(f"host link {link} busy share", HOST_PID, t, {
+                SLICE_NAMES[d]: float(busy[d][link, k]) for d in HOST_TRANSFER_KINDS}))
+            out.append(_counter(f"host link {link} bandwidth (GB/s)", HOST_PID, t, {
+                SLICE_NAMES[d]: float(rate[d][link, k]) for d in HOST_TRANSFER_KINDS}))
     return out
 
 
