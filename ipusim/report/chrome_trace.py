@@ -7,7 +7,8 @@ work where a caller adds it (a run's ``poptorch.profiling`` tracepoints, one
 thread per channel: :class:`HostSlice`, :func:`add_host_slices`). ``M`` events
 name and order the processes and threads.
 
-Slices (complete ``X`` events, times in µs) are named for what they are, the
+Slices (complete ``X`` events, times in µs to the ns: Perfetto rounds them to
+whole ns, so that is what nests exactly) are named for what they are, the
 event kind: "forward", "backward", "recompute", "weight update", "host to
 device", "device to host", "ipu copy", "all reduce", "sync wait", "host
 call"...; the rest is in ``args``, only where it applies: step, replica,
@@ -102,6 +103,21 @@ class HostSlice:
                              f"{self.end_ps!r}")
 
 
+def _ns(ps: float) -> int:
+    return (int(ps) + 500) // 1000
+
+
+def _ts(ps: float) -> float:
+    """A time in µs, whole ns: Perfetto reads µs as ns rounded to the nearest, so times
+    of whole ns come through exactly and a slice ends where its last child does."""
+    return _ns(ps) / 1000
+
+
+def _span(start_ps: float, end_ps: float) -> dict:
+    """An ``X`` event's ts and dur (µs, whole ns): its end rounded as a start would be."""
+    return {"ts": _ts(start_ps), "dur": (_ns(end_ps) - _ns(start_ps)) / 1000}
+
+
 def ipu_pid(ipu: int) -> int:
     """The trace process id of IPU ``ipu`` (the host is process 1)."""
     return ipu + 2
@@ -180,8 +196,7 @@ def host_slice_events(host_slices: list[HostSlice], first_tid: int) -> list[dict
                 _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
     for piece in sorted(host_slices, key=lambda s: (s.start_ps, -s.end_ps)):
         out.append({"ph": "X", "name": piece.name, "cat": "host", "pid": HOST_PID,
-                    "tid": threads[piece.thread], "ts": piece.start_ps / PS_PER_US,
-                    "dur": (piece.end_ps - piece.start_ps) / PS_PER_US,
+                    "tid": threads[piece.thread], **_span(piece.start_ps, piece.end_ps),
                     "args": dict(piece.args)})
     return out
 
@@ -298,7 +313,7 @@ def _slices(events: pd.DataFrame, stage_names: list[str], with_instance: bool) -
             event_args(events, stage_names, with_instance)):
         out.append({"ph": "X", "name": SLICE_NAMES[kind], "cat": kind,
                     "pid": ipu_pid(ipu), "tid": _LANE_TID[lanes.LANE_OF[kind]],
-                    "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US, "args": args})
+                    **_span(start, end), "args": args})
     return out
 
 
@@ -355,7 +370,7 @@ def _operator_slices(events: pd.DataFrame, layout: dict, budget: int) -> tuple[l
         for name, fraction, args in operators:
             high = int(start[row]) + round(length * fraction)
             out.append({"ph": "X", "name": name, "cat": OPERATOR, "pid": pid, "tid": tid,
-                        "ts": low / PS_PER_US, "dur": (high - low) / PS_PER_US, "args": args})
+                        **_span(low, high), "args": args})
             low = high
     return out, expanded
 
@@ -366,8 +381,7 @@ def _aggregate_slices(boxes: pd.DataFrame) -> list[dict]:
     for ipu, replica, lane, step, start, end, count, busy, kinds in boxes.itertuples(
             index=False):
         out.append({"ph": "X", "name": "aggregated", "cat": "aggregated",
-                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lane], "ts": start / PS_PER_US,
-                    "dur": (end - start) / PS_PER_US,
+                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lane], **_span(start, end),
                     "args": {"aggregated": True, "events": int(count), "kinds": kinds,
                              "busy_us": busy / PS_PER_US,
                              "busy_share": busy / (end - start) if end > start else 0.0,
@@ -383,7 +397,7 @@ def _host_slices(timeline: Timeline, detailed: pd.DataFrame,
     spans = step_spans(timeline.events)
     for step, start, end in zip(spans.index, spans["start_ps"], spans["end_ps"]):
         out.append({"ph": "X", "name": "step", "cat": "step", "pid": HOST_PID,
-                    "tid": CALLS_TID, "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
+                    "tid": CALLS_TID, **_span(start, end),
                     "args": {"step": int(step)}})
     copies = detailed[detailed["kind"].isin(HOST_TRANSFER_KINDS)]
     for kind, start, end, ipu, args in zip(
@@ -391,13 +405,13 @@ def _host_slices(timeline: Timeline, detailed: pd.DataFrame,
             copies["ipu"].tolist(), event_args(copies, stage_names)):
         out.append({"ph": "X", "name": SLICE_NAMES[kind], "cat": kind,
                     "pid": HOST_PID, "tid": _link_tid(timeline.system.host_link_of(ipu), kind),
-                    "ts": start / PS_PER_US, "dur": (end - start) / PS_PER_US,
+                    **_span(start, end),
                     "args": {"ipu": ipu, **args}})
     return out
 
 
 def _counter(name: str, pid: int, ts_ps: float, values: dict) -> dict:
-    return {"ph": "C", "name": name, "pid": pid, "ts": ts_ps / PS_PER_US,
+    return {"ph": "C", "name": name, "pid": pid, "ts": _ts(ts_ps),
             "args": values}
 
 
@@ -471,8 +485,8 @@ def _flows(events: pd.DataFrame) -> list[dict]:
                                         pairs["micro_batch"].tolist()):
             flow_id += 1
             common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID[COMPUTE_LANE]}
-            out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": t0 / PS_PER_US,
+            out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": _ts(t0),
                         "args": {"micro_batch": mb}})
-            out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": t1 / PS_PER_US,
+            out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": _ts(t1),
                         "args": {"micro_batch": mb}})
     return out

@@ -98,6 +98,8 @@ def test_the_html_timeline_draws_the_aggregates(long_run):
     ({"edge": 0}, "Detail.edge must be a positive integer, got 0"),
     ({"edge_steps": -1}, "Detail.edge_steps must be a positive integer, got -1"),
     ({"window_ps": (5, 5)}, r"Detail.window_ps must be \(start, end\) with start < end"),
+    ({"operators_up_to": -1}, "Detail.operators_up_to must be a non-negative integer, got -1"),
+    ({"full_up_to": True}, "Detail.full_up_to must be a non-negative integer, got True"),
 ])
 def test_bad_detail_is_refused(fields, message):
     with pytest.raises(ValueError, match=message):

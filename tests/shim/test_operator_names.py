@@ -31,5 +31,5 @@ def test_the_trace_shows_a_models_aten_operators_inside_its_forward():
     forward = next(e for e in events if e["ph"] == "X" and e["cat"] == "forward")
     inside = [e["name"] for e in events if e.get("cat") == "operator"
               and (e["pid"], e["tid"]) == (forward["pid"], forward["tid"])
-              and forward["ts"] <= e["ts"] < forward["ts"] + forward["dur"]]
+              and forward["ts"] <= e["ts"] < forward["ts"] + forward["dur"] - 1e-6]
     assert inside == ["aten::addmm", "aten::relu"]
