@@ -44,6 +44,8 @@ examples:
         re-render the HTML report (pipeline timeline, utilisation, memory)
   ipusim trace reports/training --output /tmp/training.json
         write the Chrome trace again (open it in https://ui.perfetto.dev)
+  ipusim trace reports/training --hta reports/training/hta
+        and a PyTorch profiler trace per IPU, for HolisticTraceAnalysis
   ipusim compare before/training after/training
         what got faster, and why: throughput and step time of both, the step-time
         difference by part (compute, exchange, host I/O, sync, bubble, round trip),
@@ -75,6 +77,11 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
             default = "report.html" if name == "report" else "trace.json"
             sub.add_argument("--output", "-o", metavar="FILE",
                              help=f"where to write it (default: PROFILE_DIR/{default})")
+        if name == "trace":
+            sub.add_argument("--hta", metavar="DIR",
+                             help="also write a PyTorch profiler trace per IPU (rank-N.json) "
+                                  "to DIR, for HolisticTraceAnalysis: "
+                                  "hta.trace_analysis.TraceAnalysis(trace_dir=DIR)")
         if name == "report":
             sub.add_argument("--max-events-per-lane", type=int, default=20_000, metavar="N",
                              help="draw whole steps up to N events per timeline lane "
@@ -246,8 +253,14 @@ def _trace(args: argparse.Namespace) -> int:
 
     timeline, _ = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
-    write_chrome_trace(timeline, output, detail=_detail(args))
+    detail = _detail(args)
+    write_chrome_trace(timeline, output, detail=detail)
     print(output)
+    if args.hta:
+        from ipusim.report.kineto_trace import write_kineto_traces
+
+        written = write_kineto_traces(timeline, args.hta, detail)
+        print(f"{args.hta} ({len(written)} rank files)")
     return 0
 
 

@@ -3,10 +3,12 @@
 On an IPU system PopTorch hands a :class:`Channel`'s tracepoints to libpvti,
 and the PopVision System Analyser shows them beside the host's other work.
 Here each tracepoint is recorded with the host time it spanned and the
-simulated time of the model calls made inside it, and a run with reports
-(``ipusim run --report DIR`` or ``IPUSIM_REPORT_DIR``) writes them as a Chrome
-trace, ``tracepoints.json`` in DIR, one row per channel (see
-:func:`write_tracepoints`).
+simulated time of the model calls made inside it. At the end of a run
+(``ipusim run``) they join each model's report trace (``trace.json``) on its
+host process, a thread per channel, placed in that model's simulated time by
+its calls (see :func:`host_slices`); a run with reports (``ipusim run --report
+DIR`` or ``IPUSIM_REPORT_DIR``) also writes them on their own, on the host's
+clock, as ``tracepoints.json`` in DIR (see :func:`write_tracepoints`).
 
 >>> channel = poptorch.profiling.Channel("MyApp")
 >>> with channel.tracepoint("TimeThis"):
@@ -24,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._core import simulated_clock
@@ -133,6 +137,46 @@ def write_tracepoints(directory: str | Path, since: int = 0) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(chrome_trace(tracepoints)))
     return path
+
+
+def host_slices(tracepoints: list[Tracepoint],
+                calls: list[tuple[int, int, int, int]]) -> list:
+    """The ``tracepoints`` that overlap a model's ``calls`` (each its host
+    ``perf_counter_ns`` at start and end and its simulated start and end in ps), as
+    :class:`ipusim.report.chrome_trace.HostSlice` s in that model's simulated time: a
+    host time inside a call maps to the same share of the call's simulated time, one
+    between calls to where the earlier call ended (host work between calls takes no
+    simulated time). A tracepoint wholly before the first call or after the last is
+    left out; the part of one that is, cut off."""
+    from ipusim.report.chrome_trace import HostSlice
+    if not calls:
+        return []
+    host = [float(t) for call in calls for t in call[:2]]
+    simulated = [float(t) for call in calls for t in call[2:]]
+    out = []
+    for tp in tracepoints:
+        if tp.end_ns < host[0] or tp.start_ns > host[-1]:
+            continue
+        start, end = (round(float(t)) for t in np.interp([tp.start_ns, tp.end_ns], host,
+                                                           simulated))
+        out.append(HostSlice(
+            f"tracepoints: {tp.channel}", tp.name, start, max(start, end),
+            (("host (us)", (tp.end_ns - tp.start_ns) / _NS_PER_US),
+             ("simulated model calls (us)", tp.simulated_ps / PS_PER_US))))
+    return out
+
+
+def add_to_traces(traces: list[tuple[Path, list[tuple[int, int, int, int]]]],
+                  since: int = 0) -> None:
+    """Add the tracepoints finished from the ``since``-th on to each Chrome trace of
+    ``traces`` (its path and its model's calls, see :func:`host_slices`) that exists
+    and that they overlap, atomically."""
+    from ipusim.report.chrome_trace import add_host_slices
+    tracepoints = recorded(since)
+    for path, calls in traces if tracepoints else ():
+        slices = host_slices(tracepoints, calls)
+        if slices and Path(path).is_file():
+            add_host_slices(path, slices)
 
 
 __all__ = ["Channel"]

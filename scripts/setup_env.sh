@@ -18,3 +18,7 @@ pip_install --upgrade pip
 pip_install "torch==2.13.0"
 # The sweep tests run a real Ray cluster and the advisor Optuna: both extras.
 pip_install -e ".[test,ray,advisor]"
+# HolisticTraceAnalysis reads the per-IPU traces of `ipusim trace --hta` (a test runs it).
+# Its package asks for jupyterlab, which it never imports: installed without its
+# dependencies, the ones it does import are in the test extra.
+pip_install --no-deps "HolisticTraceAnalysis==0.5.0"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ipusim.hardware import IPUSpec
     from ipusim.plan.engine_plan import EnginePlan
 
-COLUMNS = ("stage", "ipu", "pass", "kind", "width", "m", "k", "n", "groups", "elements",
+COLUMNS = ("stage", "ipu", "pass", "op", "kind", "width", "m", "k", "n", "groups", "elements",
            "count", "amp_cycles", "exchange_cycles", "sync_cycles", "vector_cycles",
            "compute_sets", "total_cycles", "time_us")
 
@@ -27,7 +27,8 @@ COLUMNS = ("stage", "ipu", "pass", "kind", "width", "m", "k", "n", "groups", "el
 def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
     """One row per operator of each stage's passes (the forward, and in training the
     backward, recompute and weight update), for one micro-batch on ``ipu`` (the
-    compute tiles): its shape, how many times it runs, and its cycles by term (all
+    compute tiles): the framework operator it comes from (``op``, empty if unknown), its
+    shape, how many times it runs, and its cycles by term (all
     runs together). A pass priced by the roofline (no operators) has no rows."""
     rows = []
     for stage, prices in zip(plan.stages, plan.prices):
@@ -39,8 +40,9 @@ def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
         for name, cost in passes.items():
             for kernel, count in cost.kernels:
                 cycles = operator_cycles(kernel, ipu, plan.cost).times(count)
-                rows.append((stage.name, stage.ipu, name, kernel.kind.value, kernel.width,
-                             kernel.m, kernel.k, kernel.n, kernel.groups, kernel.elements, count,
+                rows.append((stage.name, stage.ipu, name, kernel.op, kernel.kind.value,
+                             kernel.width, kernel.m, kernel.k, kernel.n, kernel.groups,
+                             kernel.elements, count,
                              cycles.amp, cycles.exchange, cycles.sync, cycles.vector,
                              cycles.compute_sets, cycles.total, cycles.total / ipu.clock_hz * 1e6))
     return pd.DataFrame(rows, columns=list(COLUMNS))

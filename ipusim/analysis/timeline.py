@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
 from ipusim.analysis import bottleneck as bottlenecks
 from ipusim.analysis import headline as analysis
-from ipusim.analysis import metrics, step_time
+from ipusim.analysis import metrics, over_time, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
 from ipusim.analysis.operator_breakdown import operator_breakdown
@@ -113,6 +114,18 @@ class Timeline:
         host I/O, sync wait, pipeline bubble, host round trip...), each row adding up to
         the span (see :mod:`ipusim.analysis.step_time`)."""
         return step_time.step_time_by_ipu(self)
+
+    def category_shares_over_time(self, windows: int = 200) -> pd.DataFrame:
+        """Each IPU's share of each of ``windows`` equal windows of the span in each category
+        of time (see :func:`ipusim.analysis.over_time.category_shares_over_time`)."""
+        return over_time.category_shares_over_time(self.events, self.num_ipus, windows)
+
+    def host_link_busy_over_time(self, windows: int = 200) -> pd.DataFrame:
+        """Each host link's busy share and bytes moved, per direction, in each of ``windows``
+        equal windows of the span (see :mod:`ipusim.analysis.over_time`)."""
+        links = self.system.host_link_of(np.arange(self.num_ipus))
+        return over_time.host_link_busy_over_time(self.events, np.asarray(links),
+                                                  self.system.num_host_links, windows)
 
     def host_link_occupancy(self) -> float:
         """The busiest host link's share of the span spent moving data."""

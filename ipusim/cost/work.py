@@ -40,6 +40,8 @@ class Kernel:
     for fp16/bf16, 4 for fp32. ``bytes`` is everything read and written.
     ``regroup`` is the bytes of a matmul operand rearranged into the AMP's
     layout first: in a backward pass, the transposed weights or activations.
+    ``op`` names the framework operator it comes from (``aten::addmm``), for
+    the reports; it takes no part in the price.
     """
 
     kind: KernelKind
@@ -51,9 +53,11 @@ class Kernel:
     elements: int = 0
     bytes: int = 0
     regroup: int = 0
+    op: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
+        check_type("Kernel.", "op", self.op, str)
         check_amount("Kernel.", "width", self.width, integer=True)
         if self.width not in (1, 2, 4, 8):
             raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")

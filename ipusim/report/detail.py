@@ -35,15 +35,18 @@ class Detail:
     replicas: int = 16    # replicas kept (their edges); the others' events all aggregated
     window_ps: tuple[int, int] | None = None  # [start, end) always shown in full
     full_up_to: int = 200_000  # a timeline of at most this many events is shown in full
+    operators_up_to: int = 200_000  # operator slices at most inside the compute slices shown
 
     def __post_init__(self) -> None:
         for name in ("edge", "edge_steps", "replicas"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Detail.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.full_up_to, int) or self.full_up_to < 0:
-            raise ValueError(f"Detail.full_up_to must be a non-negative integer, got "
-                             f"{self.full_up_to!r}")
+        for name in ("full_up_to", "operators_up_to"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Detail.{name} must be a non-negative integer, got "
+                                 f"{value!r}")
         if self.window_ps is not None and not self.window_ps[0] < self.window_ps[1]:
             raise ValueError(f"Detail.window_ps must be (start, end) with start < end, "
                              f"got {self.window_ps!r}")

@@ -208,7 +208,8 @@ class TrafficCounter(TorchDispatchMode):
         if _does_work(func, args, out):
             self.ops += 1
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
-            kernels = kernels_of(func, args, kwargs, out)
+            op = f"aten::{func.overloadpacket.__name__}"
+            kernels = [replace(kernel, op=op) for kernel in kernels_of(func, args, kwargs, out)]
             if torch._C._current_autograd_node() is not None:  # in a backward pass
                 kernels = [regrouped(kernel) for kernel in kernels]
             for kernel in kernels:

@@ -8,6 +8,7 @@ simulated timeline. The options become the engine's configuration in
 """
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import replace
 
@@ -60,6 +61,9 @@ class SimulatedDevice:
         else:
             check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
         self.step_durations: list[int] = []
+        # Each call's host perf_counter at its start and end, and its simulated start
+        # and end: how a tracepoint's host time maps onto this model's timeline.
+        self.host_calls: list[tuple[int, int, int, int]] = []
         self._verdict: tuple[tuple, Verdict] | None = None
         # `ipusim run` asks for a progress bar of the simulated calls.
         name = model_name(options, run.training)
@@ -68,8 +72,11 @@ class SimulatedDevice:
 
     def step(self) -> int:
         """Advance the simulation by one call; its duration in picoseconds."""
+        host_start, start = time.perf_counter_ns(), self.simulation.now_ps
         duration = self.simulation.step()
         self.step_durations.append(duration)
+        self.host_calls.append((host_start, time.perf_counter_ns(), start,
+                                self.simulation.now_ps))
         if self._progress is not None:
             self._progress.set_postfix_str(f"{self.simulation.now_ps / PS_PER_MS:.3f} ms simulated",
                                            refresh=False)

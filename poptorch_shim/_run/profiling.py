@@ -60,6 +60,9 @@ _taken: set[Path] = set()
 # the reports written since the runner started the script.
 _locks: dict[Path, int] = {}
 reports_written: list[Path] = []
+# The Chrome trace each report wrote, with its model's calls (host and simulated
+# times), for the tracepoints the runner adds to it at the end of the script.
+traces_written: list[tuple[Path, list[tuple[int, int, int, int]]]] = []
 
 
 class ReportsNotWritten(RuntimeError):
@@ -214,6 +217,7 @@ def write_report(executor) -> Path | None:
     if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
+    from ipusim.report.autoreport import TRACE
     from ipusim.report.chrome_trace import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
@@ -228,6 +232,7 @@ def write_report(executor) -> Path | None:
     finally:
         _release(directory)
     reports_written.append(done)
+    traces_written.append((done / TRACE, list(executor.device.host_calls)))
     if options.Distributed.num_processes > 1:
         write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,

@@ -50,6 +50,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
         settings = RunSettings.from_environment()
     finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     profiling.reports_written.clear()
+    profiling.traces_written.clear()
     status = 0
     simulated_clock = settings.simulated_clock
     try:
@@ -63,6 +64,8 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
             write_pending_reports()
             if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
                 tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
+            # and in each model's trace, on its host process, in its simulated time
+            tracepoints.add_to_traces(profiling.traces_written, since=first_tracepoint)
         except (ReportsNotWritten, OSError) as error:
             # After the script's own error, if any, which keeps its traceback.
             print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)

@@ -265,3 +265,16 @@ def test_a_regrouped_operand_costs_a_compute_set_of_its_own():
         operator_cycles(plain, ipu, HALF).compute_sets + 1
     assert extra == pytest.approx(per_tile / 4 + math.ceil(per_tile * 5 / 8)
                                   + compute_set_fixed_cycles(HALF))
+
+
+def test_a_kernels_operator_name_is_reported_and_takes_no_part_in_its_price():
+    plain = matmul(256, 512, 512)
+    named = replace(plain, op="aten::addmm")
+    ipu = ipusim.MK2_GC200
+    assert HALF.compute_ps(Cost(kernels=((named, 3),)), ipu) == HALF.compute_ps(
+        Cost(kernels=((plain, 3),)), ipu)
+    timeline = ipusim.simulate(Work((Stage("s", forward=Cost(kernels=((named, 1),))),)),
+                               ipusim.RunConfig(training=False), ipusim.system_spec("mk2", 1))
+    assert timeline.operator_breakdown()["op"].tolist() == ["aten::addmm"]
+    with pytest.raises(ValueError, match="Kernel.op must be a str"):
+        Kernel(KernelKind.DATA, op=3)

@@ -2,7 +2,18 @@
 import dataclasses
 from functools import partial
 
-from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim import (
+    Cost,
+    Execution,
+    Kernel,
+    KernelKind,
+    RunConfig,
+    Stage,
+    SyncPattern,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.cost.cost_model import CALIBRATED_MK2
 
 # The hand-written runs here are built to show one bottleneck; a short host round
@@ -37,3 +48,18 @@ def replicated_run():
                 output_bytes_per_sample=40)
     run = RunConfig(replicas=4, device_iterations=4, sync_pattern=SyncPattern.SINGLE_PIPELINE)
     return simulate(work, run, system_spec("mk2", 4), steps=3)
+
+
+def operator_run():
+    """A 2-stage pipeline whose passes list their operators, as the shim measures them."""
+    def cost(*ops):
+        return Cost(kernels=tuple(ops), ops=len(ops))
+
+    matmul = Kernel(KernelKind.MATMUL, 2, m=512, k=1024, n=1024, op="aten::addmm")
+    relu = Kernel(KernelKind.ELEMENTWISE, 2, elements=1 << 19, bytes=1 << 21, op="aten::relu")
+    grad = Kernel(KernelKind.MATMUL, 2, m=1024, k=512, n=1024, op="aten::mm")
+    stages = tuple(Stage(f"s{k}", k, cost((matmul, 1), (relu, 2)), cost((grad, 2), (relu, 1)),
+                         activation_bytes=1 << 20, weight_bytes=1 << 21) for k in range(2))
+    run = RunConfig(gradient_accumulation=6, execution=Execution.PIPELINED)
+    return simulate(Work(stages, micro_batch_size=8, input_bytes_per_sample=4096),
+                    run, system_spec("mk2", 2), steps=2)

@@ -93,3 +93,47 @@ def test_tracepoints_that_cannot_be_written_do_not_hide_the_scripts_own_error(tm
     with pytest.raises(ValueError, match="the script failed"):
         run_script(str(script), [], RunSettings(report_dir=str(not_a_directory)))
     assert "ipusim:" in capsys.readouterr().err
+
+
+def test_a_runs_tracepoints_join_each_models_trace_in_its_simulated_time(tmp_path):
+    """A tracepoint around a call spans that call's step on the model's timeline; one
+    around the loop spans them all; one between calls takes no simulated time; one
+    wholly before the first call (the first 'load' too) is left out."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import torch, poptorch\n"
+        "train, data = poptorch.profiling.Channel('Train'), poptorch.profiling.Channel('Data')\n"
+        "with data.tracepoint('before'):\n"
+        "    x = torch.ones(1, 4)\n"
+        "model = poptorch.inferenceModel(torch.nn.Linear(4, 2))\n"
+        "with train.tracepoint('loop'):\n"
+        "    for step in range(3):\n"
+        "        with data.tracepoint('load'):\n"
+        "            x = torch.ones(1, 4)\n"
+        "        with train.tracepoint('step'):\n"
+        "            model(x)\n")
+    reports = tmp_path / "reports"
+    assert run_script(str(script), [], RunSettings(report_dir=str(reports))) == 0
+    trace = json.loads((reports / "inference" / "trace.json").read_text())
+    events = trace["traceEvents"]
+    threads = {e["tid"]: e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1}
+    added = [e for e in events if e.get("cat") == "host"]
+    assert trace["otherData"]["host_slices"] == len(added) == 6
+    assert {threads[e["tid"]] for e in added} == {"tracepoints: Train", "tracepoints: Data"}
+    steps = sorted((e for e in events if e.get("cat") == "step"), key=lambda e: e["ts"])
+    calls = sorted((e for e in added if e["name"] == "Train.step"), key=lambda e: e["ts"])
+    assert len(steps) == len(calls) == 3
+    for step, call in zip(steps, calls):
+        assert call["ts"] == pytest.approx(step["ts"], abs=1e-6)
+        assert call["dur"] == pytest.approx(step["dur"], abs=1e-6)
+        assert call["args"]["simulated model calls (us)"] == pytest.approx(step["dur"],
+                                                                          abs=1e-3)
+    (loop,) = (e for e in added if e["name"] == "Train.loop")
+    assert loop["ts"] == pytest.approx(steps[0]["ts"], abs=1e-6)
+    assert loop["ts"] + loop["dur"] == pytest.approx(steps[-1]["ts"] + steps[-1]["dur"],
+                                                     abs=1e-6)
+    loads = [e for e in added if e["name"] == "Data.load"]  # between calls: no simulated time
+    assert len(loads) == 2 and all(e["dur"] == 0 for e in loads)
+    assert [e["ts"] for e in loads] == pytest.approx([s["ts"] + s["dur"] for s in steps[:2]])
+    assert (reports / profiling.TRACE_FILE).exists()  # still written on its own too
