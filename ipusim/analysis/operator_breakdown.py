@@ -4,7 +4,8 @@ Each stage's passes (forward, backward, recompute, weight update) list their
 operators as :class:`~ipusim.cost.work.Kernel` s; this prices each with the plan's
 cost model and splits its cycles into the AMP, exchange, compute-set syncs and
 vector work (:class:`~ipusim.cost.operator_model.OperatorCycles`), so a user can see
-why a stage takes the time it does.
+why a stage takes the time it does; with the timeline's compute events, how much of
+a step each operator and each pass takes (:func:`operator_shares`, :func:`pass_shares`).
 """
 from __future__ import annotations
 

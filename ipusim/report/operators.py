@@ -119,13 +119,14 @@ def operator_treemap(shares: pd.DataFrame, passes: pd.DataFrame) -> go.Figure:
         values.append(value)
         colours.append(colour)
         hovers.append(hover)
-        texts.append(f"{share:.1%} of the step")
+        texts.append("" if share is None else f"{share:.1%} of the step")
 
     per_step = shares.assign(**{column: shares[column] * shares["runs_per_step"]
                                 for column, *_ in TERMS})
     roofline = passes[~passes["operators"]]
+    # The root adds up IPUs that work at the same time: its time, not a share of the step.
     node("step", "one replica's step", "", 0, "white",
-         "<b>compute of one replica's step</b>", float(passes["step_share"].sum()))
+         _split_hover("one replica's step, every IPU", per_step, share=False), None)
     for ipu in sorted(set(passes["ipu"])):
         mine = per_step[per_step["ipu"] == ipu]
         node(f"ipu{ipu}", f"IPU {ipu}", "step", 0, "#f4f4f4",
@@ -134,7 +135,8 @@ def operator_treemap(shares: pd.DataFrame, passes: pd.DataFrame) -> go.Figure:
         for index in sorted(set(passes.loc[passes["ipu"] == ipu, "stage_index"])):
             stage = passes[passes["stage_index"] == index]
             name = stage["stage"].iloc[0]
-            operators = per_step[per_step["stage_index"] == index]
+            operators = per_step[per_step["stage_index"] == index].sort_values(
+                "us_per_step", ascending=False, kind="stable")
             node(f"s{index}", name, f"ipu{ipu}", 0, "#fafafa",
                  _split_hover(html.escape(name), operators), float(stage["step_share"].sum()))
             for position, row in zip(operators.index, _rows(operators)):
@@ -154,6 +156,7 @@ def operator_treemap(shares: pd.DataFrame, passes: pd.DataFrame) -> go.Figure:
         marker={"colors": colours, "line": {"color": "white", "width": 1}},
         text=texts, texttemplate="<b>%{label}</b><br>%{text}", hovertext=hovers,
         hovertemplate="%{hovertext}<extra></extra>", pathbar={"visible": True},
+        sort=False,  # IPUs and stages in order; each stage's operators most first
         tiling={"pad": 2}, maxdepth=4), layout={
         "title": {"text": "Compute time of one step by IPU, stage and operator<br><sup>"
                           "box area: time in a step; colour: the term that takes most of its "
@@ -162,14 +165,14 @@ def operator_treemap(shares: pd.DataFrame, passes: pd.DataFrame) -> go.Figure:
         "height": 560, "margin": {"l": 10, "r": 10, "t": 80, "b": 10}})
 
 
-def _split_hover(title: str, operators: pd.DataFrame) -> str:
+def _split_hover(title: str, operators: pd.DataFrame, share: bool = True) -> str:
     """A treemap box's hover: its time in a step, its share, and its cycles by term."""
     total = sum(float(operators[column].sum()) for column, *_ in TERMS)
     split = " · ".join(f"{name} {float(operators[column].sum()) / total:.0%}"
                        for column, name, _ in TERMS) if total else "no operators"
+    of_step = f" ({float(operators['step_share'].sum()):.1%} of the step)" if share else ""
     return (f"<b>{title}</b><br>{float(operators['us_per_step'].sum()):,.1f} µs of operators "
-            f"per step ({float(operators['step_share'].sum()):.1%} of the step)<br>"
-            f"{float(total):,.0f} cycles per step: {split}")
+            f"per step{of_step}<br>{float(total):,.0f} cycles per step: {split}")
 
 
 def operators_section(timeline: Timeline, plot_config: dict) -> str:
