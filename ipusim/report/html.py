@@ -79,6 +79,7 @@ footer { color: #777; font-size: 0.85rem; margin-top: 2rem; }
   padding: 0.6rem 1.2rem; box-shadow: 0 1px 3px rgba(0,0,0,0.12); margin-top: 0.8rem; }
 .top-operators { border-left: 6px solid #1f77b4; }
 .top-operators ol { margin: 0.4rem 0 0; padding-left: 1.4rem; }
+.top-operators .busiest { margin: 0.4rem 0 0; color: #555; font-size: 0.9rem; }
 .top-operators .share { display: inline-block; min-width: 3.6rem; font-weight: 600;
                         font-variant-numeric: tabular-nums; }
 .top-operators .where, .roofline-note { color: #555; }

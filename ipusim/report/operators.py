@@ -195,8 +195,13 @@ def operators_section(timeline: Timeline, plot_config: dict) -> str:
                 if timeline.run.replicas > 1 else "")
     top = "".join(
         f'<li><span class="share">{row.step_share:.1%}</span> {html.escape(operator_name(row))}'
-        f" <span class=\"where\">— {html.escape(row.stage)} on IPU {row.ipu}</span></li>"
+        f" <span class=\"where\">— {html.escape(row.stage)} on IPU {row.ipu}, "
+        f"{row.compute_share:.1%} of the compute</span></li>"
         for row in _rows(top_operators(shares)))
+    per_ipu = shares.groupby("ipu")["step_share"].sum()
+    busiest = (f"The busiest IPU, IPU {per_ipu.idxmax()}, spends {per_ipu.max():.1%} of the step "
+               "in its operators; the rest of its step is host I/O, copies, syncs, other "
+               "compute and idle time (see Utilisation).")
     stages = {int(index): {"name": name, "ipu": int(ipu), "roofline": sorted(
         set(roofline.loc[roofline["stage_index"] == index, "pass"]))}
         for index, name, ipu in passes[["stage_index", "stage", "ipu"]].drop_duplicates()
@@ -213,7 +218,7 @@ for one replica{replicas}; the IPUs of a pipeline work at the same time, so shar
 different IPUs overlap. <b>Share of compute</b>: of every compute box of the replica's step.
 Click a compute box of the timeline to see its stage's operators; click a header to sort.</p>
 <div class="top-operators"><b>The {count} operators that take the most of the step</b>
-<ol>{top}</ol></div>
+<ol>{top}</ol><p class="busiest">{busiest}</p></div>
 <div class="figure">{treemap}</div>
 <div id="operator-filter" class="operator-filter" hidden><span></span>
 <button type="button" id="operator-filter-clear">Show every stage</button></div>
