@@ -199,8 +199,8 @@ def operators_section(timeline: Timeline, plot_config: dict) -> str:
         f"{row.compute_share:.1%} of the compute</span></li>"
         for row in _rows(top_operators(shares)))
     per_ipu = shares.groupby("ipu")["step_share"].sum()
-    busiest = (f"The busiest IPU, IPU {per_ipu.idxmax()}, spends {per_ipu.max():.1%} of the step "
-               "in its operators; the rest of its step is host I/O, copies, syncs, other "
+    busiest = (f"IPU {per_ipu.idxmax()} spends the most of the step in operators: "
+               f"{per_ipu.max():.1%}; the rest of its step is host I/O, copies, syncs, other "
                "compute and idle time (see Utilisation).")
     stages = {int(index): {"name": name, "ipu": int(ipu), "roofline": sorted(
         set(roofline.loc[roofline["stage_index"] == index, "pass"]))}

@@ -114,8 +114,8 @@ def test_the_top_operators_are_called_out_with_their_share(operator_timeline):
     assert shown == sorted(shown, reverse=True)
     assert top["step_share"].min() >= shares["step_share"].drop(top.index).max()
     compute = operator_timeline.category_times()["compute"]  # every box has its operators
-    assert (f"The busiest IPU, IPU {compute.idxmax()}, spends {compute.max():.1%} of the step "
-            "in its operators") in page
+    assert (f"IPU {compute.idxmax()} spends the most of the step in operators: "
+            f"{compute.max():.1%};") in page
 
 
 def test_the_treemap_holds_every_operator_under_its_stage_and_ipu(operator_timeline):
