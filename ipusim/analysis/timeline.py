@@ -18,7 +18,7 @@ from ipusim.analysis import headline as analysis
 from ipusim.analysis import metrics, over_time, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
-from ipusim.analysis.operator_breakdown import operator_breakdown
+from ipusim.analysis.operator_breakdown import operator_breakdown, operator_shares, pass_shares
 from ipusim.analysis.pipeline_phases import LatencyPath
 from ipusim.cost.work import Work
 from ipusim.hardware import SystemSpec
@@ -176,6 +176,17 @@ class Timeline:
         exchange, compute-set syncs and vector work (see
         :mod:`ipusim.analysis.operator_breakdown`)."""
         return operator_breakdown(self.plan, self.run.compute_ipu(self.system.ipu))
+
+    def operator_shares(self) -> pd.DataFrame:
+        """:meth:`operator_breakdown` with each operator's time in a step and its share
+        of the step and of the compute (see :func:`~ipusim.analysis.operator_breakdown.
+        operator_shares`)."""
+        return operator_shares(self.operator_breakdown(), self.events)
+
+    def pass_shares(self) -> pd.DataFrame:
+        """Each stage's passes in a step: runs, time, shares, and whether they list
+        operators (see :func:`~ipusim.analysis.operator_breakdown.pass_shares`)."""
+        return pass_shares(self.events, self.plan)
 
     # The pipeline's phases, of ipusim.analysis.pipeline_phases.
 

@@ -8,6 +8,7 @@ one trace per kind of event so that large runs stay responsive.
 """
 from __future__ import annotations
 
+import html
 from typing import NamedTuple
 
 import numpy as np
@@ -143,26 +144,70 @@ def lane_positions(timeline: Timeline, events: pd.DataFrame) -> tuple[dict, list
     return positions, ticks, names
 
 
-def _bar_trace(events: pd.DataFrame, kind: str, rows: np.ndarray, name: str, **style) -> go.Bar:
+# The event table's columns a box carries for its hover (``customdata``), in this order.
+HOVER_COLUMNS = ("ipu", "replica", "stage", "micro_batch", "step", "pipeline_cycle", "bytes",
+                 "flops")
+
+
+def _bar_traces(timeline: Timeline, events: pd.DataFrame, kind: str, rows: np.ndarray,
+                name: str, **style) -> list[go.Bar]:
+    """The boxes of one kind of event: one trace for each set of boxes that share a
+    hover template (the stage, and which of micro-batch, pipeline cycle, bytes and
+    FLOPs apply), all under the kind's name and one legend entry."""
     # float32 and int16 arrays travel base64-encoded: a third of the size of float64 text.
     start = events["start_ps"].to_numpy() / PS_PER_US
     duration = ((events["end_ps"] - events["start_ps"]).to_numpy() / PS_PER_US).astype(np.float32)
-    custom = events[["ipu", "replica", "stage", "micro_batch", "step", "pipeline_cycle", "bytes",
-                     "flops"]].to_numpy(dtype=np.float32)
+    custom = events[list(HOVER_COLUMNS)].to_numpy(dtype=np.float32)
     compute = kind in COMPUTE_KINDS
-    return go.Bar(
-        name=name, orientation="h", y=rows.astype(np.int16 if len(rows) and rows.max() < 2**15
-                                                    else np.int32),
-        base=np.round(start, 3), x=duration, width=_BAR_WIDTH.get(kind, 0.6), customdata=custom,
-        text=lanes.box_labels(events) if compute else None,
-        textposition="inside" if compute else "none", insidetextanchor="middle",
-        textangle=0, textfont={"color": "white", "size": 11}, cliponaxis=True,
-        hovertemplate=(f"<b>{lanes.NAMES[kind]}</b> %{{text}}<br>IPU %{{customdata[0]}} "
-                       "(replica %{customdata[1]}), stage %{customdata[2]}<br>"
-                       "micro-batch %{customdata[3]}, step %{customdata[4]}, pipeline cycle "
-                       "%{customdata[5]}<br>%{base:,.3f} µs + %{x:,.3f} µs<br>"
-                       "%{customdata[6]:,.0f} bytes, %{customdata[7]:,.3s}FLOP<extra></extra>"),
-        **style)
+    labels = lanes.box_labels(events) if compute else None
+    rows = rows.astype(np.int16 if len(rows) and rows.max() < 2**15 else np.int32)
+    keys = pd.DataFrame({"stage": events["stage"].to_numpy(),
+                         "micro_batch": events["micro_batch"].to_numpy() >= 0,
+                         "pipeline_cycle": events["pipeline_cycle"].to_numpy() >= 0,
+                         "step": events["step"].to_numpy() >= 0,
+                         "bytes": events["bytes"].to_numpy() > 0,
+                         "flops": events["flops"].to_numpy() > 0})
+    traces = []
+    for key, positions in keys.groupby(list(keys.columns), sort=True).indices.items():
+        applies = dict(zip(keys.columns, key))
+        traces.append(go.Bar(
+            name=name, legendgroup=kind, showlegend=not traces, orientation="h",
+            y=rows[positions], base=np.round(start[positions], 3), x=duration[positions],
+            width=_BAR_WIDTH.get(kind, 0.6), customdata=custom[positions],
+            text=labels[positions] if compute else None,
+            textposition="inside" if compute else "none", insidetextanchor="middle",
+            textangle=0, textfont={"color": "white", "size": 11}, cliponaxis=True,
+            hovertemplate=hover_template(timeline, kind, applies), **style))
+    return traces
+
+
+def hover_template(timeline: Timeline, kind: str, applies: dict) -> str:
+    """A box's hover: its kind (and Fig 4.1 label), its duration, where it ran, and
+    the step, stage, micro-batch, pipeline cycle, bytes and FLOPs that apply to it
+    (``applies``: the stage's number, -1 for none, and whether each other field
+    applies). Fields of ``HOVER_COLUMNS`` are read from the box's ``customdata``."""
+    field = {column: f"%{{customdata[{i}]}}" for i, column in enumerate(HOVER_COLUMNS)}
+    head = f"<b>{lanes.NAMES[kind]}</b>" + (" %{text}" if kind in COMPUTE_KINDS else "")
+    where = f"IPU {field['ipu']}, replica {field['replica']}"
+    when = []
+    if applies["step"]:
+        when.append(f"step {field['step']}")
+    if applies["stage"] >= 0:
+        stage = timeline.plan.stages[applies["stage"]].name
+        # The name as text: no markup, no template field.
+        when.append("stage " + html.escape(stage).replace("%{", "% {"))
+    if applies["micro_batch"]:
+        when.append(f"micro-batch {field['micro_batch']}")
+    if applies["pipeline_cycle"]:
+        when.append(f"pipeline cycle {field['pipeline_cycle']}")
+    moved = []
+    if applies["bytes"]:
+        moved.append("%{customdata[6]:,.0f} bytes")
+    if applies["flops"]:
+        moved.append("%{customdata[7]:,.3s}FLOP")
+    lines = [head, "duration %{x:,.3f} µs (from %{base:,.3f} µs)", where]
+    lines += [", ".join(part) for part in (when, moved) if part]
+    return "<br>".join(lines) + "<extra></extra>"
 
 
 def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PER_LANE,
@@ -180,10 +225,11 @@ def timeline_figure(timeline: Timeline, max_events_per_lane: int = MAX_EVENTS_PE
         if chosen.any():
             # Sync waits are thin and faint: where the IPUs wait, not what they do.
             outline = 0 if kind == SYNC_WAIT else 0.5
-            traces.append(_bar_trace(events[chosen], kind, rows[chosen], lanes.NAMES[kind],
-                                     marker={"color": lanes.COLOURS[kind],
-                                             "line": {"color": "white", "width": outline}},
-                                     opacity=SYNC_OPACITY if kind == SYNC_WAIT else 1.0))
+            traces += _bar_traces(timeline, events[chosen], kind, rows[chosen],
+                                  lanes.NAMES[kind],
+                                  marker={"color": lanes.COLOURS[kind],
+                                          "line": {"color": "white", "width": outline}},
+                                  opacity=SYNC_OPACITY if kind == SYNC_WAIT else 1.0)
     view = initial_view(timeline, events)
     _latency(timeline, events, rows, traces, notes, view)
     _phases(timeline, events, traces, shapes, notes, view)

@@ -1,7 +1,7 @@
 """Session-wide timelines for the report tests (built by report_timelines)."""
 import pytest
 
-from report_timelines import pipeline_run, replicated_run
+from report_timelines import operator_pipeline_run, pipeline_run, replicated_run
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +14,9 @@ def pipeline_timeline():
 def replicated_timeline():
     """A single-IPU model on 4 replicas sharing a host link, SinglePipeline, 3 steps."""
     return replicated_run()
+
+
+@pytest.fixture(scope="session")
+def operator_timeline():
+    """4 stages of measured operators (matmuls, GELU, layer norm) pipelined on 4 IPUs, G = 8."""
+    return operator_pipeline_run()

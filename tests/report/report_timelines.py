@@ -63,3 +63,39 @@ def operator_run():
     run = RunConfig(gradient_accumulation=6, execution=Execution.PIPELINED)
     return simulate(Work(stages, micro_batch_size=8, input_bytes_per_sample=4096),
                     run, system_spec("mk2", 2), steps=2)
+
+
+def layer_stage(index: int, width: int = 512, roofline: bool = False) -> Stage:
+    """A measured-looking stage on IPU ``index``: two fp16 matmuls, a GELU and a layer norm
+    forward, their gradients backward; with ``roofline``, a hand-written cost instead (FLOPs
+    and bytes, no operators) of about the same time."""
+    rows = 4 * 128  # micro-batch 4, sequence 128
+    matmul = Kernel(KernelKind.MATMUL, 2, m=rows, k=width, n=4 * width)
+    down = Kernel(KernelKind.MATMUL, 2, m=rows, k=4 * width, n=width)
+    gelu = Kernel(KernelKind.TRANSCENDENTAL, 2, elements=rows * 4 * width)
+    norm = Kernel(KernelKind.NORMALISE, 2, elements=rows * width)
+    flops = 2 * 2 * rows * width * 4 * width
+    if roofline:
+        # The roofline runs at the calibrated fp32 efficiency: a sixteenth of the FLOPs
+        # takes about as long as the operators.
+        forward, backward = Cost(flops=flops / 16, bytes=8 * rows * width, ops=4), \
+            Cost(flops=flops / 8, bytes=16 * rows * width, ops=8)
+    else:
+        forward = Cost(flops=flops, kernels=((matmul, 1), (down, 1), (gelu, 1), (norm, 1)))
+        backward = Cost(flops=2 * flops, kernels=((matmul, 2), (down, 2), (gelu, 2), (norm, 2)))
+    return Stage(f"layer{index}", index, forward, backward, activation_bytes=rows * width * 2,
+                 stash_bytes=4 * rows * width * 2, weight_bytes=8 * width * width * 2,
+                 weight_tensors=4, optimizer_bytes=16 * width * width * 2)
+
+
+def operator_pipeline_run(roofline: tuple[int, ...] = (), micro_batches: int = 8, steps: int = 1,
+                          training: bool = True, replicas: int = 1):
+    """Four stages of measured operators (the stages in ``roofline`` hand-written instead),
+    pipelined over 4 IPUs a replica."""
+    work = Work(tuple(layer_stage(k, roofline=k in roofline) for k in range(4)),
+                micro_batch_size=4, input_bytes_per_sample=4096, output_bytes_per_sample=16)
+    batching = ({"gradient_accumulation": micro_batches} if training
+                else {"device_iterations": micro_batches})
+    run = RunConfig(execution=Execution.PIPELINED, training=training, replicas=replicas,
+                    **batching)
+    return simulate(work, run, system_spec("mk2", 4 * replicas), steps=steps)

@@ -3,6 +3,7 @@ import dataclasses
 from functools import partial
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
@@ -31,10 +32,22 @@ PS_PER_US = 1e6
 
 
 def bars_by_name(fig):
-    return {trace.name: trace for trace in fig.data if trace.type == "bar"}
+    """Each kind's boxes as one trace: its traces (one for each hover template) put together."""
+    merged = {}
+    for trace in fig.data:
+        if trace.type != "bar":
+            continue
+        if trace.name not in merged:
+            merged[trace.name] = go.Bar(trace)
+            continue
+        bar = merged[trace.name]
+        for field in ("x", "y", "base", "text", "customdata"):
+            if getattr(trace, field) is not None:
+                setattr(bar, field, np.concatenate([getattr(bar, field), getattr(trace, field)]))
+    return merged
 
 
-def test_one_box_per_event_in_one_trace_per_kind(pipeline_timeline):
+def test_one_box_per_event_and_one_legend_entry_per_kind(pipeline_timeline):
     events = pipeline_timeline.events
     bars = bars_by_name(timeline_figure(pipeline_timeline))
     for kind, count in events["kind"].astype(str).value_counts().items():
@@ -44,16 +57,21 @@ def test_one_box_per_event_in_one_trace_per_kind(pipeline_timeline):
     assert len(forward.x) == 4 * 8  # 4 stages x 8 micro-batches
     assert sorted(set(forward.text)) == [f"F{m}" for m in range(8)]
     assert set(bars["weight update"].text) == {"U"}
+    fig = timeline_figure(pipeline_timeline)
+    legend = [t.name for t in fig.data if t.type == "bar" and t.showlegend is not False]
+    assert sorted(legend) == sorted(set(legend)) == sorted(bars)
 
 
 def test_boxes_sit_at_their_events_times(pipeline_timeline):
     events = pipeline_timeline.events
     backward = events[events["kind"] == "backward"]
     trace = bars_by_name(timeline_figure(pipeline_timeline))["backward"]
-    np.testing.assert_allclose(np.asarray(trace.base, dtype=float),
+    order = np.argsort(np.asarray(trace.base, dtype=float), kind="stable")
+    backward = backward.sort_values("start_ps", kind="stable")
+    np.testing.assert_allclose(np.asarray(trace.base, dtype=float)[order],
                                backward["start_ps"] / PS_PER_US, atol=1e-3)
-    np.testing.assert_allclose(trace.x, (backward["end_ps"] - backward["start_ps"]) / PS_PER_US,
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(trace.x)[order],
+                               (backward["end_ps"] - backward["start_ps"]) / PS_PER_US, rtol=1e-6)
     assert trace.orientation == "h"
 
 
@@ -63,8 +81,7 @@ def test_rows_are_ipus_with_their_lanes(pipeline_timeline):
     assert [name for name in names if name.startswith("<b>")] == [
         f"<b>IPU {ipu}</b>" for ipu in range(4)]
     forward = bars_by_name(fig)["forward"]
-    events = pipeline_timeline.events
-    ipus = events.loc[events["kind"] == "forward", "ipu"].to_numpy()
+    ipus = np.asarray(forward.customdata)[:, 0].astype(int)
     # every forward box sits on its IPU's compute row
     assert all(names[row] == f"<b>IPU {ipu}</b>" for row, ipu in zip(forward.y, ipus))
 
