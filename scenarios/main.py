@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ipusim.report.index_page import write_index
+from poptorch_shim._core.run_settings import PROGRESS_ENV
 from poptorch_shim.commands import RunSettings, run_script
 
 HERE = Path(__file__).resolve().parent
@@ -61,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         script, script_args = SCENARIOS[name]
         report_dir = args.reports / name
         print(f"\n=== {name}: python -m poptorch_shim scenarios/{script} {' '.join(script_args)}")
-        settings = replace(RunSettings.from_environment(), report_dir=str(report_dir))
+        # A model's progress bar shows on a terminal only, and is gone before the script
+        # prints again: on unless IPUSIM_PROGRESS turns it off.
+        settings = RunSettings.from_environment()
+        settings = replace(settings, report_dir=str(report_dir),
+                           progress=settings.progress or PROGRESS_ENV not in os.environ)
         start = time.time()
         run_script(str(HERE / script), script_args, settings)
         print(f"=== {name} took {time.time() - start:.0f} s of wall time")

@@ -12,17 +12,14 @@ import warnings
 from dataclasses import replace
 
 import pandas as pd
-from tqdm import tqdm
 
 import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
-from ipusim.cost.cost_model import PS_PER_MS, PS_PER_S, to_cycles
+from ipusim.cost.cost_model import PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
-from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._execution.engine_config import cost_model, instance_system
-from poptorch_shim._run.profiling import model_name
 
 
 def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...],
@@ -61,19 +58,11 @@ class SimulatedDevice:
             check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
         self.step_durations: list[int] = []
         self._verdict: tuple[tuple, Verdict] | None = None
-        # `ipusim run` asks for a progress bar of the simulated calls.
-        name = model_name(options, run.training)
-        self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
-                          if run_settings.current().progress else None)
 
     def step(self) -> int:
         """Advance the simulation by one call; its duration in picoseconds."""
         duration = self.simulation.step()
         self.step_durations.append(duration)
-        if self._progress is not None:
-            self._progress.set_postfix_str(f"{self.simulation.now_ps / PS_PER_MS:.3f} ms simulated",
-                                           refresh=False)
-            self._progress.update()
         return duration
 
     @property
