@@ -5,6 +5,7 @@ import re
 import pytest
 
 from ipusim import Cost, RunConfig, Stage, Work, system_spec
+from ipusim.cli import main
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report import write_autoreport, write_out_of_memory_report
 from ipusim.report.index_page import INDEX, index_entries, render_index, write_index
@@ -98,3 +99,17 @@ def test_the_page_is_text_and_tables_without_plotly(folder):
     page = render_index(folder)
     assert "plotly" not in page.lower() and "render-check" not in page
     assert "<title>ipusim report — index of" in page
+
+
+def test_ipusim_report_index_writes_the_page_into_the_folder(folder, capsys):
+    assert main(["report", "--index", str(folder)]) == 0
+    assert capsys.readouterr().out.strip() == str(folder / INDEX)
+    assert set(rows((folder / INDEX).read_text())) == {
+        "pipelined/training/report.html", "replicated/inference/summary.txt"}
+    with pytest.raises(SystemExit) as refused:
+        main(["report", "--index", str(folder), "--output", "elsewhere.html"])
+    assert refused.value.code == 1
+    assert "leave out --output (elsewhere.html)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["report", "--index", str(folder / "nowhere")])
+    assert "No folder" in capsys.readouterr().err
