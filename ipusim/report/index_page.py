@@ -23,8 +23,9 @@ INDEX = "index.html"
 # Beside the reports' style: one table whose columns line up across the groups.
 _STYLE = """
 table.index th { white-space: nowrap; }
+table.index tr:first-child th:last-child { width: 55%; }
 table.index tr:first-child th:nth-child(n+2):nth-child(-n+4) { text-align: right; }
-table.index td.verdict-line { font-size: 0.9rem; color: #333; }
+table.index td.verdict-line { font-size: 0.9rem; color: #333; overflow-wrap: anywhere; }
 table.index tr.group th { background: #f0f0f0; font-size: 1rem; padding-top: 0.5rem; }
 table.index td:first-child { white-space: nowrap; }
 """
@@ -84,8 +85,8 @@ def render_index(folder: str | Path, title: str | None = None) -> str:
     rows = "".join(_group(parent, members, headed=len(groups) > 1)
                    for parent, members in groups.items())
     count = f"{len(entries)} report{'s' if len(entries) != 1 else ''}"
-    body = ('<table class="figures index"><tr><th>report</th><th>throughput (items/s)</th>'
-            f"<th>step time (ms)</th><th>IPUs</th><th>verdict</th></tr>{rows}</table>"
+    body = ('<table class="figures index"><tr><th>report</th><th>throughput<br>items/s</th>'
+            f"<th>step time<br>ms</th><th>IPUs</th><th>verdict</th></tr>{rows}</table>"
             if entries else "<p>No reports here yet: a run with --report DIR writes them.</p>")
     return _page(title, f"{count} · simulated timings, not hardware measurements", f"""\
 {body}
