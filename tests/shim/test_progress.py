@@ -11,6 +11,7 @@ import torch
 from support.reports import fresh_report_registry
 from tqdm import tqdm
 
+import poptorch_shim as poptorch
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import RunSettings
 from poptorch_shim._execution import progress
@@ -165,3 +166,17 @@ def test_a_script_with_its_own_tqdm_bar_keeps_every_line_whole(tmp_path, termina
     assert screen[6:8] == ["", "ipusim: simulated figures (the script's own timings are this "
                                "host's wall clock, not the IPUs'):"], screen
     assert len(screen) == 9 and screen[8].startswith("  training: "), screen
+
+
+def test_the_options_can_hide_the_measuring_bar_as_poptorchs_compilation_bar(terminal):
+    drawn = {}
+    for show in (True, False):
+        options = poptorch.Options().showCompilationProgressBar(show)
+        model = poptorch.inferenceModel(torch.nn.Linear(4, 4), options)
+        terminal.seek(0)
+        terminal.truncate()
+        with redirect_stderr(terminal):
+            model.compile(torch.ones(2, 4))
+        drawn[show] = terminal.getvalue()
+    assert "measuring inference:" in drawn[True]
+    assert drawn[False] == ""
