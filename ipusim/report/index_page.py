@@ -62,16 +62,23 @@ def _entry(root: Path, directory: Path) -> IndexEntry:
         profile = load_profile(directory)
     except (OSError, ValueError) as error:
         return IndexEntry(relative, relative / page, None, None, None, "unreadable", str(error))
-    figures = profile.get("figures") or {}
-    verdict = profile.get("verdict") or {}
+    figures, verdict = (part if isinstance(part, dict) else {}
+                        for part in (profile.get("figures"), profile.get("verdict")))
     if "out_of_memory" in profile:
-        kind, headline = "out_of_memory", str(profile["out_of_memory"]).splitlines()[0]
+        kind, headline = "out_of_memory", (str(profile["out_of_memory"]).splitlines() or [""])[0]
     else:
         kind, headline = str(verdict.get("kind", "")), str(verdict.get("headline", ""))
-    ipus = figures.get("ipus")
-    return IndexEntry(relative, relative / page, figures.get("throughput(items/s)"),
-                      figures.get("step_time(ms)"), None if ipus is None else int(ipus),
+    ipus = _number(figures, "ipus")
+    return IndexEntry(relative, relative / page, _number(figures, "throughput(items/s)"),
+                      _number(figures, "step_time(ms)"), None if ipus is None else int(ipus),
                       kind, headline)
+
+
+def _number(figures: dict, name: str) -> float | None:
+    """A figure of the profile, None where it has none (or something else in its place)."""
+    value = figures.get(name)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
 
 
 def render_index(folder: str | Path, title: str | None = None) -> str:

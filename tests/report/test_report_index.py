@@ -77,6 +77,10 @@ def test_a_model_that_does_not_fit_and_a_damaged_profile_are_listed_with_why(tmp
     write_out_of_memory_report(tmp_path / "big", error.value)
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "profile.json").write_text("{not json")
+    (tmp_path / "odd").mkdir()  # an ipusim profile whose figures are not numbers
+    (tmp_path / "odd" / "profile.json").write_text(json.dumps(
+        {"format": "ipusim-profile", "figures": {"throughput(items/s)": "fast", "ipus": None},
+         "verdict": ["compute"]}))
     entries = {str(entry.path): entry for entry in index_entries(tmp_path)}
     assert entries["big"].verdict_kind == "out_of_memory"
     assert entries["big"].throughput is None
@@ -86,6 +90,7 @@ def test_a_model_that_does_not_fit_and_a_damaged_profile_are_listed_with_why(tmp
     listed = rows(render_index(tmp_path))
     assert listed["big/report.html"][1:4] == ["—", "—", "—"]
     assert listed["broken/profile.json"][4].startswith("unreadable")
+    assert listed["odd/profile.json"][1:] == ["—", "—", "—", ""]
 
 
 def test_an_empty_folder_says_so_and_a_missing_one_is_an_error(tmp_path):
