@@ -42,6 +42,8 @@ examples:
         print the text summary: target, memory per IPU, cycles per step, verdict
   ipusim report reports/training --output /tmp/training.html
         re-render the HTML report (pipeline timeline, utilisation, memory)
+  ipusim report --index reports/
+        write reports/index.html: every report under reports/, its figures, a link
   ipusim trace reports/training --output /tmp/training.json
         write the Chrome trace again (open it in https://ui.perfetto.dev)
   ipusim trace reports/training --hta reports/training/hta
@@ -86,6 +88,9 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
             sub.add_argument("--max-events-per-lane", type=int, default=20_000, metavar="N",
                              help="draw whole steps up to N events per timeline lane "
                                   "(default: 20000)")
+            sub.add_argument("--index", action="store_true",
+                             help="PROFILE_DIR is a folder of reports: write its index.html, "
+                                  "every report under it with its figures and a link")
         if name != "summary":
             sub.add_argument("--full-detail", action="store_true",
                              help="every event one by one (default: beyond 200,000 events, "
@@ -225,6 +230,8 @@ def _report(args: argparse.Namespace) -> int:
     from ipusim.report import write_html
     from ipusim.report.autoreport import profile_names, saved_verdict
 
+    if args.index:
+        return _index(args)
     if args.max_events_per_lane < 1:
         raise ValueError(f"--max-events-per-lane must be a positive integer, got "
                          f"{args.max_events_per_lane}")
@@ -235,6 +242,16 @@ def _report(args: argparse.Namespace) -> int:
                max_events_per_lane=args.max_events_per_lane, detail=_detail(args),
                names=profile_names(profile), verdict=saved_verdict(profile))
     print(output)
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from ipusim.report.index_page import write_index
+
+    if args.output is not None:
+        raise ValueError(f"--index writes index.html into {args.profile_dir} itself, where its "
+                         f"links start from: leave out --output ({args.output})")
+    print(write_index(args.profile_dir))
     return 0
 
 

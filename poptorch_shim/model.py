@@ -44,6 +44,7 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
+from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
@@ -111,6 +112,7 @@ class PoplarExecutor:
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
+        self._progress: ModelProgress | None = None  # the model's progress bar, once compiling
         self._attached = False
         self._shape = shape
 
@@ -211,6 +213,8 @@ class PoplarExecutor:
             logger.warning("Call to compile() ignored: the executable is already compiled")
 
     def _compile(self, first_micro_batch: tuple) -> None:
+        self._progress = ModelProgress(profiling.model_name(self._options, self._training),
+                                       self._options.show_compilation_progress_bar)
         with compile_hooks(self, first_micro_batch):
             self._compile_model(first_micro_batch)
 
@@ -259,7 +263,8 @@ class PoplarExecutor:
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 run = check_layout(self._options, self._shape, self._training,
                                    probe.stage_layout(args, kwargs), probe.strategy)
-                stages, output = probe.profile(args, kwargs, self._training)
+                with self._progress.measuring():
+                    stages, output = probe.profile(args, kwargs, self._training)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -335,9 +340,11 @@ class PoplarExecutor:
                 for i in range(0, len(micro_batches), shape.input_groups)]
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
+        call = len(self._device.step_durations) + 1
         with _mode(self._user_model, self._training), running_on_ipu(), \
                 promoting_mixed_floats(self._user_model, micro_batches[0]), \
-                self._anchors.capturing(shape, scale) as anchors:
+                self._anchors.capturing(shape, scale) as anchors, \
+                self._progress.computing(len(rows) * len(sources), call) as computed:
             for start in range(0, len(rows), shape.gradient_accumulation):
                 if self._training:
                     self._optimizer.zero_grad()
@@ -347,6 +354,7 @@ class PoplarExecutor:
                         out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
                         outputs.append(flatten_detached(out) if index in returned else None)
                         anchors.micro_batch_done()
+                        computed()
                 if self._training:
                     if self._across_instances:
                         reduce_gradients(self._user_model.parameters(), mean)

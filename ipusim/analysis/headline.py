@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)", "utilisation",
                    "bubble_fraction", "host_io_share", "sync_wait_share")
 # Those an autoReport directory keeps (profile.json's "figures").
-REPORTED_FIGURES = SUMMARY_FIGURES + ("host_link_occupancy", "steps")
+REPORTED_FIGURES = SUMMARY_FIGURES + ("host_link_occupancy", "steps", "step_time(ms)", "ipus")
 
 
 def headline_figures(timeline: Timeline) -> dict[str, float]:
@@ -57,6 +57,9 @@ def headline_figures(timeline: Timeline) -> dict[str, float]:
         "host_link_occupancy": host_link_occupancy(timeline),
         "host_round_trip_share": host_round_trip_share(timeline),
         "steps": timeline.steps,
+        "step_time(ms)": timeline.duration_ps / PS_PER_MS / timeline.steps if timeline.steps
+        else 0.0,
+        "ipus": timeline.num_ipus,
     }
 
 

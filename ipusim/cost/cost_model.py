@@ -6,7 +6,7 @@ priced one by one by :mod:`ipusim.cost.operator_model` from their shapes and the
 tile's figures; a hand-written :class:`~ipusim.cost.work.Cost` with FLOPs and
 bytes alone is priced by a roofline. Every field cites its source; the two
 that only the data-loading tutorial's measured table constrains,
-``call_overhead_ps`` and ``host_link_efficiency``, say so (see the README).
+``call_overhead_ps`` and ``host_link_efficiency``, say so (see docs/cost-model.md).
 """
 from __future__ import annotations
 
@@ -245,7 +245,7 @@ class CostModel:
 
 
 # The defaults: PopLibs' figures, and the two parameters calibrated on the
-# data-loading tutorial's measured table on a Mk2 IPU-M2000 (see the README).
+# data-loading tutorial's measured table on a Mk2 IPU-M2000 (see docs/cost-model.md).
 CALIBRATED_MK2 = CostModel()
 DEFAULT = CALIBRATED_MK2
 

@@ -174,24 +174,28 @@ compute box for its stage's operators; drag to zoom, double-click to reset.</foo
 """)
 
 
-def _page(title: str, subtitle: str, body: str) -> str:
-    """A whole report page: plotly.js embedded (it opens offline), the style, the
-    title and ``body``, and the check a browser test reads once the plots drew."""
+def _page(title: str, subtitle: str, body: str, plots: bool = True, style: str = "") -> str:
+    """A whole report page: plotly.js embedded (it opens offline), the style (and the
+    page's own ``style`` after it), the title and ``body``, and the check a browser
+    test reads once the plots drew; ``plots=False``: a page of text and tables,
+    without plotly.js or the check."""
+    plotly_js = f'<script type="text/javascript">{get_plotlyjs()}</script>' if plots else ""
+    check = (f'<pre id="render-check" hidden data-status="pending"></pre>\n'
+             f"<script>{_RENDER_CHECK}</script>") if plots else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>ipusim report — {html.escape(title)}</title>
-<style>{STYLE}</style>
+<style>{STYLE}{style}</style>
 <script>{_ERROR_HOOK}</script>
-<script type="text/javascript">{get_plotlyjs()}</script>
+{plotly_js}
 </head>
 <body>
 <h1>ipusim report — {html.escape(title)}</h1>
 <p class="sub">{html.escape(subtitle)}</p>
 {body}
-<pre id="render-check" hidden data-status="pending"></pre>
-<script>{_RENDER_CHECK}</script>
+{check}
 </body>
 </html>
 """

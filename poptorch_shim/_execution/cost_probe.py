@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Kernel, KernelKind
+from poptorch_shim._execution.progress import operator_measured
 from poptorch_shim.annotations import CHECKPOINT, observing
 
 # Operators that only reshape, alias or allocate move no data on an IPU.
@@ -207,6 +208,7 @@ class TrafficCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         if _does_work(func, args, out):
             self.ops += 1
+            operator_measured()
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
             op = f"aten::{func.overloadpacket.__name__}"
             kernels = [replace(kernel, op=op) for kernel in kernels_of(func, args, kwargs, out)]

@@ -13,17 +13,14 @@ import warnings
 from dataclasses import replace
 
 import pandas as pd
-from tqdm import tqdm
 
 import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
-from ipusim.cost.cost_model import PS_PER_MS, PS_PER_S, to_cycles
+from ipusim.cost.cost_model import PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
-from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._execution.engine_config import cost_model, instance_system
-from poptorch_shim._run.profiling import model_name
 
 
 def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...],
@@ -65,10 +62,6 @@ class SimulatedDevice:
         # and end: how a tracepoint's host time maps onto this model's timeline.
         self.host_calls: list[tuple[int, int, int, int]] = []
         self._verdict: tuple[tuple, Verdict] | None = None
-        # `ipusim run` asks for a progress bar of the simulated calls.
-        name = model_name(options, run.training)
-        self._progress = (tqdm(desc=f"simulating {name}", unit="call", leave=False)
-                          if run_settings.current().progress else None)
 
     def step(self) -> int:
         """Advance the simulation by one call; its duration in picoseconds."""
@@ -77,10 +70,6 @@ class SimulatedDevice:
         self.step_durations.append(duration)
         self.host_calls.append((host_start, time.perf_counter_ns(), start,
                                 self.simulation.now_ps))
-        if self._progress is not None:
-            self._progress.set_postfix_str(f"{self.simulation.now_ps / PS_PER_MS:.3f} ms simulated",
-                                           refresh=False)
-            self._progress.update()
         return duration
 
     @property

@@ -189,11 +189,13 @@ def loader_rate(executor) -> float | None:
     return measured_loader_rate(executor._given_options)
 
 
-def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:
+def print_simulated_figures(stream=None, simulated_clock: bool = False,
+                            computed_before_s: float = 0.0) -> None:
     """Print, for each model the script ran, its simulated throughput, latency
     and bottleneck and where its report is: the figures a script's own
     wall-clock timings on this host cannot give (unless it ran with the
-    simulated clock)."""
+    simulated clock). ``computed_before_s``: the host's seconds in model calls
+    before the script started (:func:`host_calls_s`), which are not its own."""
     lines = [line for line in (entry.line or _figures_line(entry) for entry in _compiled)
              if line is not None]
     _compiled.clear()
@@ -202,7 +204,7 @@ def print_simulated_figures(stream=None, simulated_clock: bool = False) -> None:
     if lines:
         print(f"\nipusim: simulated figures ({whose}):", *lines, sep="\n",
               file=stream or sys.stderr)
-        computed = host_calls_s()
+        computed = host_calls_s() - computed_before_s
         if computed > SLOW_COMPUTE_S:
             print(f"ipusim: computing the models took {computed:,.0f} s on this CPU; "
                   "--timing-only (opts.Simulation.timingOnly(True)) gives the same simulated "

@@ -19,6 +19,7 @@ from poptorch_shim._aliases import ipusim_aliases as _aliases
 from poptorch_shim._aliases.ipusim_aliases import ALIASES  # noqa: F401  (where it always was)
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
+from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._core.simulated_clock import watching as watching_clock
 from poptorch_shim._run import profiling
 from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
@@ -49,6 +50,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     if settings is None:
         settings = RunSettings.from_environment()
     finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
+    computed_before_s = host_calls_s()  # another script's, run earlier in this process
     profiling.reports_written.clear()
     profiling.traces_written.clear()
     status = 0
@@ -73,7 +75,8 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
         finally:
             profiling.collecting = False
             if finished:
-                profiling.print_simulated_figures(simulated_clock=simulated_clock)
+                profiling.print_simulated_figures(simulated_clock=simulated_clock,
+                                                  computed_before_s=computed_before_s)
     return status
 
 

@@ -259,6 +259,16 @@ def test_main_job_help_lists_the_scenarios():
     assert "tutorial_data_loading" in output and "SCENARIO" in output
 
 
+def test_the_main_job_ends_with_the_index_of_its_reports(tmp_path):
+    output = run(["-m", "scenarios.main", "sync_patterns", "--reports", str(tmp_path)])
+    index = tmp_path / "index.html"
+    assert output.rstrip().splitlines()[-1] == \
+        f"Every report with its figures and verdict: open {index}"
+    links = re.findall(r'<a href="([^"]+)"', index.read_text())
+    assert links == [f"sync_patterns/sync_{pattern}/report.html"
+                     for pattern in ("Full", "ReplicaAndLadder", "SinglePipeline")]
+
+
 # -- real models at Pod scale, timing-only ------------------------------------------------------
 def _figure(output: str, name: str) -> float:
     match = re.search(rf"^{name}: ([\d.]+)", output, re.MULTILINE)

@@ -9,9 +9,12 @@ import sys
 import weakref
 
 import pytest
+from support.reports import fresh_report_registry
 
-from poptorch_shim._core.run_settings import REPORT_DIR_ENV
+from poptorch_shim._core import simulated_clock
+from poptorch_shim._core.run_settings import REPORT_DIR_ENV, RunSettings
 from poptorch_shim._run import profiling
+from poptorch_shim._run.runner import run_script
 
 SCRIPT = """
 import time
@@ -107,3 +110,19 @@ def test_a_run_that_computes_for_long_is_told_about_timing_only_runs(
     assert err.count("--timing-only (opts.Simulation.timingOnly(True))") == int(hinted)
     if hinted:
         assert "computing the models took 31 s on this CPU" in err
+
+
+
+def test_a_script_is_told_only_of_its_own_compute(tmp_path, monkeypatch, capsys):
+    # The main job runs script after script in one process: a quick script after a
+    # slow one is not told the slow one's compute time.
+    fresh_report_registry(monkeypatch)
+    monkeypatch.setattr(simulated_clock, "_host_calls_ns", 500 * 10**9)  # an earlier script's
+    script = tmp_path / "quick.py"
+    script.write_text("import torch\nimport poptorch\n"
+                      "model = poptorch.inferenceModel(torch.nn.Linear(2, 2))\n"
+                      "model(torch.ones(1, 2))\n")
+    assert run_script(str(script), [], RunSettings()) == 0
+    err = capsys.readouterr().err
+    assert "ipusim: simulated figures" in err
+    assert "computing the models took" not in err

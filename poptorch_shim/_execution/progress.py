@@ -1,0 +1,106 @@
+"""A model's progress bar on the terminal: the shim's work inside one of its calls.
+
+A call can keep the shim busy for a while: the first one measures the model
+(every operator of a micro-batch; seconds for BERT-Large on fake tensors), and
+every call of a full run computes each of its micro-batches for real. The bar
+shows that work as it happens, one line per model: the operators measured so
+far, then the call's micro-batches computed out of its total.
+
+It lives only while the shim works and is cleared before the call returns, so
+what the script prints between calls, and a tqdm bar of its own, never share a
+line with it. It stays quiet where the script has a tqdm bar open (that bar
+shows the progress; two would fight over the cursor), where stderr is not a
+terminal (a log file gets no bar), where the run asked for none
+(``ipusim run --no-progress``), and for work shorter than :data:`DELAY_S`.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from tqdm import tqdm
+
+from poptorch_shim._core import run_settings
+
+# Seconds of work before a bar appears: quicker calls show none, and do not flicker.
+DELAY_S = 0.5
+# Seconds between two redraws of a bar.
+MININTERVAL_S = 0.1
+
+# The bar counting the operators of the model being measured, if it shows.
+_measuring: ContextVar[tqdm | None] = ContextVar("measuring", default=None)
+# The bars this module opened: any other open tqdm bar is the script's.
+_ours: weakref.WeakSet = weakref.WeakSet()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def script_bar_open() -> bool:
+    """Whether a tqdm bar not of this module is open (tqdm keeps every open,
+    enabled bar in ``tqdm._instances``)."""
+    return any(bar not in _ours for bar in list(getattr(tqdm, "_instances", ())))
+
+
+class ModelProgress:
+    """The bar of one model, shown only inside its calls (see the module's docstring).
+
+    ``measuring``: whether the measurement gets a bar (PopTorch's
+    ``Options.showCompilationProgressBar``); ``delay_s`` and ``mininterval_s``
+    default to :data:`DELAY_S` and :data:`MININTERVAL_S`.
+    """
+
+    def __init__(self, name: str, measuring: bool = True, delay_s: float | None = None,
+                 mininterval_s: float | None = None):
+        self.name = name
+        self.show_measuring = measuring
+        self.delay_s = DELAY_S if delay_s is None else delay_s
+        self.mininterval_s = MININTERVAL_S if mininterval_s is None else mininterval_s
+
+    def _bar(self, shown: bool, **kwargs) -> tqdm:
+        stream = sys.stderr
+        shown = shown and run_settings.current().progress and _is_terminal(stream) \
+            and not script_bar_open()
+        # miniters=0: redraw on time alone (every mininterval_s), whatever the count.
+        bar = tqdm(file=stream, leave=False, delay=self.delay_s, mininterval=self.mininterval_s,
+                   miniters=0, dynamic_ncols=True, disable=not shown, **kwargs)
+        if shown:
+            _ours.add(bar)
+        return bar
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        """While the model is measured: the count of operators measured so far, which
+        :func:`operator_measured` advances."""
+        bar = self._bar(self.show_measuring, desc=f"measuring {self.name}", unit=" operators")
+        token = _measuring.set(None if bar.disable else bar)
+        try:
+            yield
+        finally:
+            _measuring.reset(token)
+            bar.close()
+
+    @contextmanager
+    def computing(self, micro_batches: int, call: int) -> Iterator[Callable[[], None]]:
+        """While call number ``call`` computes its ``micro_batches``: a bar to their total;
+        the function it gives counts one micro-batch computed."""
+        bar = self._bar(True, desc=f"{self.name}, call {call}", total=micro_batches,
+                        unit=" micro-batches")
+        try:
+            yield bar.update
+        finally:
+            bar.close()
+
+
+def operator_measured() -> None:
+    """Count one operator of the model being measured on its bar (if one shows)."""
+    bar = _measuring.get()
+    if bar is not None:
+        bar.update()
