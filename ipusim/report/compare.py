@@ -386,16 +386,28 @@ def headline(comparison: Comparison) -> str:
     return text
 
 
-def comparison_text(comparison: Comparison) -> str:
-    """The comparison as text a person reads in a terminal."""
+def _figure_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
+    """The headline figures of A and B, and B's ratio to A: (name, A, B, ratio)."""
     a, b = comparison.a, comparison.b
-    rows = [("throughput", f"{a.items_per_s:,.0f} items/s", f"{b.items_per_s:,.0f} items/s",
+    return [("throughput", f"{a.items_per_s:,.0f}", f"{b.items_per_s:,.0f}",
              f"{comparison.throughput_ratio:.2f}×"),
             ("step time", _time(a.step_time_ps / PS_PER_US), _time(b.step_time_ps / PS_PER_US),
              f"{comparison.step_time_ratio:.2f}×"),
             ("items per step", f"{a.items_per_step:,}", f"{b.items_per_step:,}",
              f"{_ratio(b.items_per_step, a.items_per_step):.2f}×"),
-            ("steps simulated", str(a.steps), str(b.steps), "")]
+            ("steps simulated", str(a.steps), str(b.steps), ""),
+            ("IPUs (replicas × per replica)", f"{a.num_ipus} ({a.replicas} × "
+             f"{a.ipus_per_replica})", f"{b.num_ipus} ({b.replicas} × {b.ipus_per_replica})",
+             ""),
+            ("simulated time", _time(a.step_time_ps * a.steps / PS_PER_US),
+             _time(b.step_time_ps * b.steps / PS_PER_US), "")]
+
+
+def comparison_text(comparison: Comparison) -> str:
+    """The comparison as text a person reads in a terminal."""
+    a, b = comparison.a, comparison.b
+    rows = [(name, f"{va} items/s", f"{vb} items/s", r) if name == "throughput"
+            else (name, va, vb, r) for name, va, vb, r in _figure_rows(comparison)[:4]]
     sections = [
         "ipusim comparison (simulated timings, not measured on hardware)\n"
         f"  A: {a.name}, {a.ipus_text}\n  B: {b.name}, {b.ipus_text}",
@@ -605,19 +617,8 @@ def _table(header: Sequence[str], rows: list[Sequence[str]], numbers: range | No
 
 
 def _figures_html(comparison: Comparison) -> str:
-    a, b = comparison.a, comparison.b
-    rows = [("throughput (items/s)", f"{a.items_per_s:,.0f}", f"{b.items_per_s:,.0f}",
-             f"{comparison.throughput_ratio:.2f}×"),
-            ("step time", _time(a.step_time_ps / PS_PER_US), _time(b.step_time_ps / PS_PER_US),
-             f"{comparison.step_time_ratio:.2f}×"),
-            ("items per step", f"{a.items_per_step:,}", f"{b.items_per_step:,}",
-             f"{_ratio(b.items_per_step, a.items_per_step):.2f}×"),
-            ("steps simulated", str(a.steps), str(b.steps), ""),
-            ("IPUs (replicas × per replica)", f"{a.num_ipus} ({a.replicas} × "
-             f"{a.ipus_per_replica})", f"{b.num_ipus} ({b.replicas} × {b.ipus_per_replica})",
-             ""),
-            ("simulated time", _time(a.step_time_ps * a.steps / PS_PER_US),
-             _time(b.step_time_ps * b.steps / PS_PER_US), "")]
+    rows = [("throughput (items/s)", *rest) if name == "throughput" else (name, *rest)
+            for name, *rest in _figure_rows(comparison)]
     return _table(["", "A", "B", "B vs A"], rows)
 
 
