@@ -258,10 +258,11 @@ def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -
     else:
         default("enablePipelining", "0")
     if run.execution.phased:
-        if run.execution is Execution.PHASED and strategy is not None:
-            # Serial phases are numbered 0, s, 2s... with the stride s the liveness needs
-            # (PopTorch's tests of tensor liveness); tensors sent off chip leave a gap
-            # of 3 phases before the backward pass, a separate backward phase 1.
+        if strategy is not None:
+            # Phases are numbered 0, s, 2s... with the stride s the liveness needs
+            # (PopTorch's tests of tensor liveness; 1 for the parallel strategy, whose
+            # phases are numbered as listed); tensors sent off chip leave a gap of 3
+            # phases before the backward pass, a separate backward phase 1.
             liveness = strategy.tensors_liveness
             stride = {enums.Liveness.OffChipAfterFwdNoOverlap: 2,
                       enums.Liveness.OffChipAfterEachPhase: 4}.get(liveness, 1)

@@ -368,3 +368,33 @@ def test_the_console_shows_levels_in_lower_case_as_poptorch_does(debug_log, capf
     line = next(text for text in err.splitlines() if "enablePipelining set to value 0" in text)
     assert re.fullmatch(r"\[\d\d:\d\d:\d\d\.\d{3}\] \[poptorch:python\] \[debug\] "
                         r"enablePipelining set to value 0", line), line
+
+
+class FourBlocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x):
+        for number, layer in enumerate(self.layers):
+            with poptorch.Block(f"B{number}"):
+                x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("make, phases, stages", [
+    (lambda: poptorch.ParallelPhasedExecution("B0", "B1", "B2", "B3"), 4, 2),
+    (lambda: poptorch.ParallelPhasedExecution("B0", "B1", "B2", "B3")
+     .sendTensorsOffChipAfterFwd(), 7, 2),
+    (lambda: poptorch.SerialPhasedExecution("B0", "B1", "B2", "B3"), 4, 1),
+])
+def test_the_phased_strategies_log_their_phase_count(make, phases, stages, debug_log, caplog):
+    """PopTorch's compiler numbers the phases as listed and logs their count
+    (the highest phase + 1, 3 more when tensors go off chip) and its stages."""
+    opts = poptorch.Options()
+    opts.setExecutionStrategy(make())
+    with caplog.at_level(logging.DEBUG, logger="poptorch"):
+        poptorch.inferenceModel(FourBlocks(), opts)(torch.ones(1, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
+    assert f"executionPhaseSettings.phases set to value {phases}" in lines
+    assert f"executionPhaseSettings.stages set to value {stages}" in lines
