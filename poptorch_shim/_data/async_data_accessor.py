@@ -38,10 +38,14 @@ class AsynchronousDataAccessor:
     workers of a ``DataLoader`` collated) is not copied into the slot at
     all: the host maps the same memory, and that tensor stays valid.
 
-    Items may be tensors, Python ``int``/``float``/``bool`` values, or
-    tuples, lists and dicts of them, with the same structure, dtypes and
-    shapes every time (only the first dimension of a last batch may be
-    shorter).
+    Items may be tensors, Python ``int``/``float``/``bool`` values, tuples,
+    lists and dicts of them, or objects of a type registered with
+    ``poptorch.registerCustomArgParser`` (rebuilt on this side by its
+    parser), with the same structure and shapes every time (only the first
+    dimension of a last batch may be shorter). A tensor whose dtype torch
+    promotes to the first item's (int64 labels after float32 ones) is
+    converted into the slot, as PopTorch's copy into its buffer converts it;
+    one that would lose values (float into int) is refused.
 
     .. important:: Unless ``sharing_strategy`` is ``SharingStrategy.Fork``
         the worker is started with the ``spawn`` method, to avoid the hangs
