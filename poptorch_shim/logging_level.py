@@ -10,6 +10,7 @@ logger in PopTorch's words; the shim's own messages go to ``poptorch_shim``.
 import logging
 import os
 import sys
+import time
 
 LOG_LEVEL_ENV = "POPTORCH_LOG_LEVEL"
 
@@ -36,6 +37,24 @@ class _Console(logging.StreamHandler):
         pass
 
 
+class _Formatter(logging.Formatter):
+    """PopTorch's console format: "[12:00:01.123] [poptorch:python] [debug] ...",
+    the level in lower case (scripts and PopTorch's tests filter on "[debug]")."""
+
+    def __init__(self):
+        super().__init__("[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s")
+
+    def formatTime(self, record, datefmt=None) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(record.created)) + \
+            f".{int(record.msecs):03d}"
+
+    def format(self, record) -> str:
+        # A copy: other handlers (pytest's caplog) keep the level's own name.
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
 def setLogLevel(level) -> None:
     """Set the log level by name ("TRACE", "DEBUG", "INFO", "WARN", "ERR",
     "OFF") or by PopTorch's integer (0 TRACE ... 4 ERR, 6 OFF)."""
@@ -54,8 +73,7 @@ def setLogLevel(level) -> None:
         if not each.handlers:
             # PopTorch logs to the console; Python alone would print WARNING and up only.
             console = _Console()
-            console.setFormatter(logging.Formatter(
-                "[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s"))
+            console.setFormatter(_Formatter())
             each.addHandler(console)
 
 

@@ -57,6 +57,7 @@ from poptorch_shim.options import Options
 from poptorch_shim.strategies import PipelinedExecution
 
 logger = logging.getLogger(__name__)
+_poptorch_log = logging.getLogger("poptorch")  # PopTorch's own lines, in its words
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
 OFFLINE_ERR = ("Trying to run a model on an offline device (ConnectionType.Never): use "
@@ -296,6 +297,8 @@ class PoplarExecutor:
             outputs = self._run_step(micro_batches)
         started = self._device.simulation.now_ps
         self._device.step()
+        if self._options.log_cycle_count:  # PopTorch logs the count it instruments for
+            _poptorch_log.debug("Total number of IPU cycles: %d", self._device.cycle_count())
         if self._across_instances:
             align_clock(self._device.simulation)
         call.lasted(self._device.simulation.now_ps - started)

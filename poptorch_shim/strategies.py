@@ -112,6 +112,12 @@ class ExecutionStrategy:
                              f"strategy's blocks are {list(self._block_map)}.")
         return self._block_map[block_id]
 
+    def run_together(self, block: BlockId, other: BlockId) -> bool:
+        """Whether the stages of two blocks run at the same time, so that either
+        may use the other's results (the stages of one phase); by default stages
+        run in turn, in the order listed."""
+        return False
+
     def _ordered(self, seen: Mapping[BlockId, int | None]) -> list[tuple[Stage, int]]:
         """The strategy's stages in order, each with the IPU it gets by default."""
         return [(stage, position) for position, stage in enumerate(self._stages)]
@@ -333,6 +339,16 @@ class _PhasedExecution(ExecutionStrategy):
             raise IndexError(f"{type(self).__name__}.phase: phases are numbered 0.."
                              f"{len(self._phases) - 1}, got {phase!r}.")
         return self._phases[phase]
+
+    def run_together(self, block: BlockId, other: BlockId) -> bool:
+        """The stages of one phase run at once on their IPUs and exchange tensors
+        both ways (PopTorch's 2x2 parallel phased models do)."""
+        return self._phase_of(block) == self._phase_of(other)
+
+    def _phase_of(self, block: BlockId) -> int:
+        stage = self.stage(block)
+        return next(number for number, phase in enumerate(self._phases)
+                    if any(each is stage for each in phase.stages))
 
     def _ordered(self, seen):
         step = 2 if self._alternate_ipus else 1

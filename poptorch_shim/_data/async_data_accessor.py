@@ -1,13 +1,16 @@
 """``poptorch.AsynchronousDataAccessor``: load a dataset in a separate
 process, ahead of the consumer, through a ring buffer in shared memory."""
+import dataclasses
 import multiprocessing
 import numbers
 import os
 import weakref
 from typing import Any
 
+import torch
+
 from poptorch_shim._data.item_structure import unflatten
-from poptorch_shim._data.ring_buffer import END, FREE
+from poptorch_shim._data.ring_buffer import DATA, END, FREE
 from poptorch_shim._data.worker import WorkerConfig
 from poptorch_shim._data.worker_handle import WorkerHandle
 from poptorch_shim.enums import SharingStrategy
@@ -35,10 +38,14 @@ class AsynchronousDataAccessor:
     workers of a ``DataLoader`` collated) is not copied into the slot at
     all: the host maps the same memory, and that tensor stays valid.
 
-    Items may be tensors, Python ``int``/``float``/``bool`` values, or
-    tuples, lists and dicts of them, with the same structure, dtypes and
-    shapes every time (only the first dimension of a last batch may be
-    shorter).
+    Items may be tensors, Python ``int``/``float``/``bool`` values, tuples,
+    lists and dicts of them, or objects of a type registered with
+    ``poptorch.registerCustomArgParser`` (rebuilt on this side by its
+    parser), with the same structure and shapes every time (only the first
+    dimension of a last batch may be shorter). A tensor whose dtype torch
+    promotes to the first item's (int64 labels after float32 ones) is
+    converted into the slot, as PopTorch's copy into its buffer converts it;
+    one that would lose values (float into int) is refused.
 
     .. important:: Unless ``sharing_strategy`` is ``SharingStrategy.Fork``
         the worker is started with the ``spawn`` method, to avoid the hangs
@@ -47,7 +54,10 @@ class AsynchronousDataAccessor:
         ``if __name__ == '__main__':``.
 
     A dataset that raises in the worker makes ``next()`` raise the same
-    exception type, with the worker's message and traceback. The worker stops
+    exception type, with the worker's message and traceback; one that fails
+    before the first item is in the ring makes the constructor raise
+    PopTorch's ``poptorch.Error`` ("AsynchronousDataAccessor worker thread
+    failed to start"), the worker's exception as its cause. The worker stops
     when ``terminate()`` is called, when the accessor is garbage collected,
     when the interpreter exits, or when its parent process dies.
     """
@@ -120,6 +130,15 @@ class AsynchronousDataAccessor:
         """The process id of the worker process."""
         return self._handle.pid
 
+    @property
+    def _worker(self) -> "_WorkerView | None":
+        """What scripts and PopTorch's own tests read of PopTorch's private
+        worker handle: ``_worker._data_buffers.indices_mem``, which slots of
+        the ring hold an item ready to read; None once terminated."""
+        if not self._finalizer.alive:
+            return None
+        return _WorkerView(_RingFlags(self._ring))
+
     def terminate(self) -> None:
         """Stop the worker process and free the ring buffer. Tensors already
         returned stay valid. Safe to call more than once."""
@@ -185,7 +204,7 @@ class AsynchronousDataAccessor:
             elif spec.batched and length != spec.shape[0]:
                 view = view[:length]
             leaves.append(view)
-        return unflatten(self._layout.tree, leaves)
+        return unflatten(self._layout.tree, leaves, self._layout.templates)
 
     def _passed_leaves(self, slot: int) -> dict[int, Any]:
         """The leaves of ``slot``'s item that the worker passed through its
@@ -243,6 +262,27 @@ class AsynchronousDataAccessor:
             raise RuntimeError(
                 "This AsynchronousDataAccessor was terminated: terminate() "
                 "stopped its worker. Create a new one to load data again.")
+
+
+class _RingFlags:
+    """PopTorch's ``_data_buffers``: ``indices_mem`` is a tensor with a 1 for
+    each slot of the ring that holds an item the host has not read yet, read
+    from the ring when asked."""
+
+    def __init__(self, ring):
+        self._ring = ring
+
+    @property
+    def indices_mem(self) -> torch.Tensor:
+        ring = self._ring
+        return torch.tensor([int(ring.state(slot) == DATA)
+                             for slot in range(ring.buffer_size)], dtype=torch.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class _WorkerView:
+    """PopTorch's ``AsynchronousDataAccessor._worker``, as far as it is read."""
+    _data_buffers: _RingFlags
 
 
 def _check_arguments(buffer_size, miss_sleep_time_in_ms, sharing_strategy,

@@ -6,20 +6,29 @@ The worker describes the first item it loads (:func:`describe`); the host
 allocates one ring-buffer slot from that description; every later item is
 flattened to its leaves (:func:`flatten`), checked against the description
 (:func:`check_leaf`) and rebuilt on the host side (:func:`unflatten`).
+
+An object of a type registered with ``poptorch.registerCustomArgParser`` is a
+node too: its parser's tensors are its children, and the host rebuilds it with
+the parser's ``reconstruct`` from a template, the first item's object holding
+empty tensors (as PopTorch sends it to the host).
 """
 import dataclasses
 from typing import Any
 
 import torch
 
+from poptorch_shim.custom_args import parser_for
+
 # Node kinds of the structure tree. A tree is a nested tuple:
 # (TENSOR, leaf_index) / (SCALAR, leaf_index, python_type) /
-# (TUPLE | LIST, (child, ...)) / (DICT, ((key, child), ...)).
+# (TUPLE | LIST, (child, ...)) / (DICT, ((key, child), ...)) /
+# (CUSTOM, type, template_index, (child, ...)).
 TENSOR = "tensor"
 SCALAR = "scalar"
 TUPLE = "tuple"
 LIST = "list"
 DICT = "dict"
+CUSTOM = "custom"
 
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 
@@ -45,13 +54,17 @@ class LeafSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ItemLayout:
-    """The structure tree of an item and the spec of each of its leaves."""
+    """The structure tree of an item, the spec of each of its leaves and the
+    templates its custom-type nodes are rebuilt from."""
     tree: tuple
     leaves: tuple[LeafSpec, ...]
+    templates: tuple = ()
 
 
-def _walk(item: Any, path: str, leaves: list[Any], paths: list[str]) -> tuple:
-    """Build the structure tree of ``item``, appending its leaves in order."""
+def _walk(item: Any, path: str, leaves: list[Any], paths: list[str],
+          customs: list[Any]) -> tuple:
+    """Build the structure tree of ``item``, appending its leaves in order
+    (and its custom-type objects to ``customs``)."""
     if isinstance(item, torch.Tensor):
         leaves.append(item)
         paths.append(path)
@@ -62,30 +75,54 @@ def _walk(item: Any, path: str, leaves: list[Any], paths: list[str]) -> tuple:
         return (SCALAR, len(leaves) - 1, type(item))
     if type(item) in (tuple, list):
         kind = TUPLE if type(item) is tuple else LIST
-        return (kind, tuple(_walk(child, f"{path}[{index}]", leaves, paths)
+        return (kind, tuple(_walk(child, f"{path}[{index}]", leaves, paths, customs)
                             for index, child in enumerate(item)))
     if type(item) is dict:
-        return (DICT, tuple((key, _walk(child, f"{path}[{key!r}]", leaves, paths))
+        return (DICT, tuple((key, _walk(child, f"{path}[{key!r}]", leaves, paths, customs))
                             for key, child in item.items()))
+    parser = parser_for(type(item))
+    if parser is not None:
+        customs.append(item)
+        index = len(customs) - 1
+        return (CUSTOM, type(item), index,
+                tuple(_walk(child, f"{path}.<{type(item).__name__} tensor {number}>",
+                            leaves, paths, customs)
+                      for number, child in enumerate(parser.yieldTensors(item))))
     raise TypeError(
         f"The AsynchronousDataAccessor cannot pass the {type(item).__name__} "
         f"at item{path} through shared memory: items must be tensors, Python "
-        "int/float/bool values, or tuples, lists and dicts of them. Convert "
-        "it in the dataset's __getitem__ (for example with torch.as_tensor).")
+        "int/float/bool values, tuples, lists and dicts of them, or objects of a "
+        "type registered with poptorch.registerCustomArgParser. Convert it in "
+        "the dataset's __getitem__ (for example with torch.as_tensor), or "
+        "register a parser for its type.")
 
 
 def flatten(item: Any) -> tuple[tuple, list[Any], list[str]]:
     """Return ``(tree, leaves, paths)`` for ``item``."""
+    tree, leaves, paths, _ = _flatten_all(item)
+    return tree, leaves, paths
+
+
+def _flatten_all(item: Any) -> tuple[tuple, list[Any], list[str], list[Any]]:
     leaves: list[Any] = []
     paths: list[str] = []
-    tree = _walk(item, "", leaves, paths)
-    return tree, leaves, paths
+    customs: list[Any] = []
+    tree = _walk(item, "", leaves, paths, customs)
+    return tree, leaves, paths, customs
+
+
+def _template(custom: Any) -> Any:
+    """``custom`` rebuilt by its parser around empty tensors: what the host
+    needs to rebuild such objects, without the first item's data."""
+    parser = parser_for(type(custom))
+    return parser.reconstruct(custom, iter([torch.empty(0, dtype=tensor.dtype)
+                                            for tensor in parser.yieldTensors(custom)]))
 
 
 def describe(item: Any, rebatched_size: int | None) -> ItemLayout:
     """Describe the first item; with ``rebatched_size`` every leaf must be a
     tensor with a batch dimension, which the slot widens to that size."""
-    tree, leaves, paths = flatten(item)
+    tree, leaves, paths, customs = _flatten_all(item)
     specs = []
     for leaf, path in zip(leaves, paths):
         if not isinstance(leaf, torch.Tensor):
@@ -105,7 +142,7 @@ def describe(item: Any, rebatched_size: int | None) -> ItemLayout:
                     f"have a batch dimension, but item{path} is 0-dimensional.")
             shape = (rebatched_size,) + shape[1:]
         specs.append(LeafSpec(path, shape, leaf.dtype, bool(shape)))
-    return ItemLayout(tree, tuple(specs))
+    return ItemLayout(tree, tuple(specs), tuple(_template(custom) for custom in customs))
 
 
 def check_leaf(spec: LeafSpec, leaf: Any, where: str,
@@ -121,7 +158,7 @@ def check_leaf(spec: LeafSpec, leaf: Any, where: str,
                 f"{spec.shape} there. {_SAME_LAYOUT_RULE}")
         return 0
     shape = tuple(leaf.shape)
-    fits = (leaf.dtype == spec.dtype and len(shape) == len(spec.shape)
+    fits = (converts(leaf.dtype, spec.dtype) and len(shape) == len(spec.shape)
             and shape[1:] == spec.shape[1:]
             and (shape[:1] == spec.shape[:1]
                  or (spec.batched and (rebatching or shape[0] <= spec.shape[0]))))
@@ -133,25 +170,40 @@ def check_leaf(spec: LeafSpec, leaf: Any, where: str,
     return shape[0] if shape else 0
 
 
+def converts(dtype: torch.dtype, slot_dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` goes into a slot of ``slot_dtype``: the
+    same dtype, or one that torch's type promotion turns into it (int64 labels
+    into a float32 slot), as PopTorch's copy into its buffer converts it and
+    as ``torch.cat`` joins such batches in a synchronous loader. A conversion
+    that would lose range or precision the other way (float into int) is
+    refused."""
+    return dtype == slot_dtype or torch.promote_types(dtype, slot_dtype) == slot_dtype
+
+
 _SAME_LAYOUT_RULE = (
     "The AsynchronousDataAccessor allocates its shared-memory ring buffer "
-    "from the first item, so every item must have the same structure, dtypes "
-    "and shapes (only the first dimension of a batch may be shorter, for the "
-    "last batch of an epoch).")
+    "from the first item, so every item must have the same structure and "
+    "shapes, and dtypes that promote to the first item's (only the first "
+    "dimension of a batch may be shorter, for the last batch of an epoch).")
 
 
-def unflatten(tree: tuple, leaves: list[Any]) -> Any:
-    """Rebuild an item from its structure tree and its leaves."""
+def unflatten(tree: tuple, leaves: list[Any], templates: tuple = ()) -> Any:
+    """Rebuild an item from its structure tree and its leaves (and the
+    templates of its custom-type objects)."""
     kind = tree[0]
     if kind == TENSOR:
         return leaves[tree[1]]
     if kind == SCALAR:
         return tree[2](leaves[tree[1]].item())
     if kind == TUPLE:
-        return tuple(unflatten(child, leaves) for child in tree[1])
+        return tuple(unflatten(child, leaves, templates) for child in tree[1])
     if kind == LIST:
-        return [unflatten(child, leaves) for child in tree[1]]
-    return {key: unflatten(child, leaves) for key, child in tree[1]}
+        return [unflatten(child, leaves, templates) for child in tree[1]]
+    if kind == CUSTOM:
+        template = templates[tree[2]]
+        children = [unflatten(child, leaves, templates) for child in tree[3]]
+        return parser_for(type(template)).reconstruct(template, iter(children))
+    return {key: unflatten(child, leaves, templates) for key, child in tree[1]}
 
 
 def describe_tree(tree: tuple) -> str:
@@ -164,5 +216,8 @@ def describe_tree(tree: tuple) -> str:
     if kind == DICT:
         return "{" + ", ".join(f"{key!r}: {describe_tree(child)}"
                                for key, child in tree[1]) + "}"
+    if kind == CUSTOM:
+        return f"{tree[1].__name__}(" + ", ".join(describe_tree(child)
+                                                  for child in tree[3]) + ")"
     inner = ", ".join(describe_tree(child) for child in tree[1])
     return f"({inner})" if kind == TUPLE else f"[{inner}]"

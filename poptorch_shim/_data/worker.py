@@ -133,7 +133,7 @@ class _Producer:
         self._ring = SharedRing.attach(path, self._layout,
                                        self._config.buffer_size)
         self._conn.send(("attached",))
-        self._produce(itertools.chain([first], iterator))
+        self._produce(first, iterator)
 
     def close(self) -> None:
         """Close the socket this producer opened over its pipe."""
@@ -152,8 +152,15 @@ class _Producer:
             raise _Shutdown()
         return message[1]
 
-    def _produce(self, items: Iterator | None) -> None:
-        epoch = 1
+    def _produce(self, first: Any, rest: Iterator) -> None:
+        """Load epoch after epoch. The first item goes into the ring at once,
+        before the host asks for epoch 1, as PopTorch's worker marks it ready
+        during start-up: the host finds it there when it starts iterating."""
+        epoch, items, start = 1, rest, 1
+        try:
+            self._put(epoch, first)
+        except _Restart as restart:
+            epoch, items = restart.epoch, None
         while True:
             granted = self._await_permission(epoch)
             if granted != epoch:
@@ -161,8 +168,8 @@ class _Producer:
             try:
                 if items is None:
                     self.where = f"while starting epoch {epoch}"
-                    items = _iterate(self._dataset)
-                self._load_epoch(epoch, items)
+                    items, start, self._fill = _iterate(self._dataset), 0, 0
+                self._load_epoch(epoch, items, start)
                 epoch += 1
             except _Restart as restart:
                 epoch = restart.epoch
@@ -208,26 +215,30 @@ class _Producer:
         if wanted > epoch:
             raise _Restart(wanted)
 
-    def _load_epoch(self, epoch: int, items: Iterator) -> None:
-        rebatched_size = self._config.rebatched_size
-        self._fill = 0
-        for index in itertools.count():
+    def _load_epoch(self, epoch: int, items: Iterator, start: int) -> None:
+        """Load ``epoch`` from its item ``start`` on (those before are in the
+        ring already), then mark its end."""
+        for index in itertools.count(start):
             self._check_restart(epoch)
             self.where = f"while loading item {index} of epoch {epoch}"
             try:
                 item = next(items)
             except StopIteration:
                 break
-            leaves = self._leaves_of(item)
-            if rebatched_size is None:
-                self._store(epoch, leaves)
-            else:
-                self._rebatch(epoch, leaves)
+            self._put(epoch, item)
         if self._fill and not self._config.rebatched_drop_last:
             self._publish(DATA, epoch, [self._fill] * len(self._layout.leaves))
         self._fill = 0
         self._acquire(epoch)
         self._publish(END, epoch, [0] * len(self._layout.leaves))
+
+    def _put(self, epoch: int, item: Any) -> None:
+        """Copy ``item`` into the ring (or into the batch being rebatched)."""
+        leaves = self._leaves_of(item)
+        if self._config.rebatched_size is None:
+            self._store(epoch, leaves)
+        else:
+            self._rebatch(epoch, leaves)
 
     def _leaves_of(self, item: Any) -> list[Any]:
         tree, leaves, _ = flatten(item)
@@ -250,7 +261,7 @@ class _Producer:
                     zip(self._ring.views(slot), leaves, specs, lengths)):
                 if not isinstance(leaf, torch.Tensor):
                     view.fill_(leaf)
-                elif self._passes and _passes_by_reference(leaf):
+                elif self._passes and leaf.dtype == spec.dtype and _passes_by_reference(leaf):
                     passed[index] = leaf
                 elif spec.batched and length != spec.shape[0]:
                     copy_into(view[:length], leaf)

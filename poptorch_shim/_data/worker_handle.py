@@ -8,6 +8,7 @@ finalizer keeping the accessor alive.
 """
 import collections
 import contextlib
+import logging
 import multiprocessing
 import os
 import pickle
@@ -20,12 +21,15 @@ from poptorch_shim._data.item_structure import ItemLayout
 from poptorch_shim._data.ring_buffer import SharedRing
 from poptorch_shim._data.worker import DatasetFile, WorkerConfig, worker_main
 from poptorch_shim.enums import SharingStrategy
+from poptorch_shim.errors import Error
 
 # How long a worker asked to stop may take before it is sent SIGTERM. It only
 # matters when the worker is inside a slow dataset call.
 _JOIN_TIMEOUT_S = 5.0
 # How often the host checks the worker is alive while it waits on the pipe.
 _POLL_INTERVAL_S = 0.01
+
+_poptorch_log = logging.getLogger("poptorch")
 
 _START_METHODS = {SharingStrategy.Fork: "fork",
                   SharingStrategy.ForkServer: "forkserver"}
@@ -76,6 +80,9 @@ class WorkerHandle:
                 raise
             finally:
                 worker_conn.close()
+            # PopTorch's lines, which tools read the worker's id from.
+            _poptorch_log.debug("AsynchronousDataAccessor parent process: %d", os.getpid())
+            _poptorch_log.debug("AsynchronousDataAccessor worker process: %d", process.pid)
             handle = cls(process, host_conn)
             try:
                 handle._handshake(config.buffer_size)
@@ -98,13 +105,13 @@ class WorkerHandle:
             if self.conn.poll(_POLL_INTERVAL_S):
                 message = self._read_message()
                 if message is None:
-                    raise self._died_error("during start-up")
+                    _raise_start_failure(self._died_error("during start-up"))
                 if message[0] == "failed":
-                    raise message[1].to_exception()
+                    _raise_start_failure(message[1].to_exception())
                 if message[0] == expected:
                     return message
             elif not self.process.is_alive():
-                raise self._died_error("during start-up")
+                _raise_start_failure(self._died_error("during start-up"))
 
     def _read_message(self) -> tuple | None:
         try:
@@ -219,6 +226,14 @@ class WorkerHandle:
         if self.ring is not None:
             self.ring.unlink()
             self.ring.release()
+
+
+def _raise_start_failure(cause: Exception) -> None:
+    """Raise PopTorch's error for a worker that failed before its ring was
+    ready (the first item, or the dataset, could not be loaded), the worker's
+    own exception, with its traceback, as the cause and in the message."""
+    raise Error("AsynchronousDataAccessor worker thread failed to start: "
+                f"{cause}") from cause
 
 
 def _pickle_to_file(dataset: Any, stack: contextlib.ExitStack,

@@ -196,6 +196,10 @@ def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
     execution phases, tensor locations): what PopTorch logs when it compiles."""
     if not poptorch_log.isEnabledFor(logging.INFO):
         return
+    if options._store.given("use_model"):
+        # PopTorch's choice of an IPU Model or hardware, where the script made it.
+        poptorch_log.info("From the user configuration: Ipu model: %s",
+                          "Enabled" if options.use_model else "Disabled")
     given = options.toDict()
     popart = options._Popart.options
     log_options({key: value for key, value in given.items()
@@ -254,10 +258,11 @@ def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -
     else:
         default("enablePipelining", "0")
     if run.execution.phased:
-        if run.execution is Execution.PHASED and strategy is not None:
-            # Serial phases are numbered 0, s, 2s... with the stride s the liveness needs
-            # (PopTorch's tests of tensor liveness); tensors sent off chip leave a gap
-            # of 3 phases before the backward pass, a separate backward phase 1.
+        if strategy is not None:
+            # Phases are numbered 0, s, 2s... with the stride s the liveness needs
+            # (PopTorch's tests of tensor liveness; 1 for the parallel strategy, whose
+            # phases are numbered as listed); tensors sent off chip leave a gap of 3
+            # phases before the backward pass, a separate backward phase 1.
             liveness = strategy.tensors_liveness
             stride = {enums.Liveness.OffChipAfterFwdNoOverlap: 2,
                       enums.Liveness.OffChipAfterEachPhase: 4}.get(liveness, 1)

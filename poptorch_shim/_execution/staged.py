@@ -13,6 +13,8 @@ pipeline of IPUs does. The split graph is cached per input signature.
 A model torch.fx cannot trace (data-dependent control flow, ...) runs
 eagerly as one graph instead, with a warning; its work is still charged to
 its blocks' stages as it runs (:mod:`poptorch_shim._execution.eager_stages`).
+So does a model whose stages of one phase use each other's results (they run
+at once and exchange tensors both ways, which no order of stage graphs can).
 """
 from __future__ import annotations
 
@@ -232,6 +234,11 @@ def _trace(model: torch.nn.Module, spec: TreeSpec, leaves: tuple,
     return fx.GraphModule(root, graph), root.out_spec, recorder
 
 
+class _ExchangeWithinPhase(Exception):
+    """Two stages that run at once use each other's results: no order of
+    stage graphs computes them, so the model runs eagerly, block by block."""
+
+
 def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
            strategy: ExecutionStrategy) -> _GraphPlan:
     """Place the traced model's blocks and split its graph into those stages."""
@@ -244,6 +251,8 @@ def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
     for node in ops:
         for source in node.all_input_nodes:
             if source in stage_of and stage_of[source] > stage_of[node]:
+                if strategy.run_together(block_of[node], block_of[source]):
+                    raise _ExchangeWithinPhase()
                 raise ValueError(
                     f"Block {block_of[node]!r} (stage {placed[stage_of[node]].name!r}) uses a "
                     f"result of block {block_of[source]!r}, which runs in the later stage "
@@ -321,7 +330,11 @@ class StagedModel:
                 "boundary tensors of each block are charged to its stage as the model runs.",
                 stacklevel=2)
             return EagerStages(self.model, self.strategy, args, kwargs)
-        return _split(*traced, self.strategy)
+        try:
+            return _split(*traced, self.strategy)
+        except _ExchangeWithinPhase:
+            # Same results and the same charges per block as stage graphs would give.
+            return EagerStages(self.model, self.strategy, args, kwargs)
 
     def stage_layout(self, args: tuple, kwargs: dict) -> list[tuple[str, int]]:
         """The stages (name, IPU) one micro-batch of these inputs runs through."""

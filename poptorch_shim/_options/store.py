@@ -108,6 +108,7 @@ class OptionsStore:
         self.path = path
         self._specs = {spec.key: spec for spec in specs}
         self._values = {spec.key: _snapshot(spec.default) for spec in specs}
+        self._given: set[str] = set()  # keys set by the script, even to their default
         self.frozen = False
 
     def declares(self, key: str) -> bool:
@@ -130,6 +131,13 @@ class OptionsStore:
             raise FrozenOptionsError(f"{self.path}.{spec.setter}")
         check_value(self.path, spec, value)
         self._values[key] = _snapshot(value)
+        self._given.add(key)
+
+    def given(self, key: str) -> bool:
+        """Whether ``key`` was set (by a setter, a file or the environment), even
+        to its default: PopTorch's compiler tells such options from its defaults."""
+        self.spec(key)
+        return key in self._given
 
     def values(self) -> dict:
         return {key: _snapshot(value) for key, value in self._values.items()}
@@ -143,6 +151,7 @@ class OptionsStore:
         clone = copy.copy(self)
         memo[id(self)] = clone
         clone._values = copy.deepcopy(self._values, memo)
+        clone._given = set(self._given)
         clone.frozen = False
         return clone
 

@@ -27,6 +27,7 @@ import torch
 from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim.enums import SharingStrategy
+from poptorch_shim.errors import Error
 
 pytestmark = [pytest.mark.slow]  # starts the asynchronous loader's worker processes
 
@@ -382,8 +383,12 @@ def test_worker_exception_reaches_the_consumer_with_its_traceback(no_leaks):
 
 
 def test_failure_on_the_first_item_is_raised_by_the_constructor(no_leaks):
-    with pytest.raises(ValueError, match="cannot decode item 0"):
+    """As PopTorch: poptorch.Error "worker thread failed to start"; here the
+    worker's own exception is its cause, and its message is in the error's."""
+    with pytest.raises(Error, match="worker thread failed to start") as caught:
         AsynchronousDataAccessor(FailsAt(10, bad=0), **FORK)
+    assert "cannot decode item 0" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ValueError)
 
 
 def test_an_item_that_does_not_fit_the_buffer_is_an_error(no_leaks):
@@ -393,7 +398,7 @@ def test_an_item_that_does_not_fit_the_buffer_is_an_error(no_leaks):
 
 
 def test_an_empty_dataset_is_an_error(no_leaks):
-    with pytest.raises(ValueError, match="The dataset is empty"):
+    with pytest.raises(Error, match="(?s)failed to start.*The dataset is empty"):
         AsynchronousDataAccessor(Counting(0), **FORK)
 
 

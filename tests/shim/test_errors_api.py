@@ -271,7 +271,7 @@ def test_set_log_level_shows_the_shim_s_messages_on_the_console(capfd):
     try:
         poptorch.setLogLevel("INFO")
         poptorch.Options().outputMode(poptorch.OutputMode.All, 3)   # logs at INFO
-        assert "[INFO] output_return_period=3 ignored" in capfd.readouterr().err
+        assert "[info] output_return_period=3 ignored" in capfd.readouterr().err
         poptorch.setLogLevel("WARN")
         poptorch.Options().outputMode(poptorch.OutputMode.All, 3)
         assert "ignored" not in capfd.readouterr().err

@@ -320,3 +320,81 @@ def test_the_pipeline_line_is_logged_at_info(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
     assert lines == ["Pipelined execution: 2 model stage(s) on 2 IPU(s), 3 pipeline stage(s) "
                      "(training), recomputation on"]
+
+
+@pytest.mark.parametrize("use_model, line", [
+    (True, "From the user configuration: Ipu model: Enabled"),
+    (False, "From the user configuration: Ipu model: Disabled"),
+    (None, None),
+])
+def test_the_ipu_model_choice_is_logged_where_the_script_made_it(use_model, line, caplog):
+    """PopTorch echoes useIpuModel at INFO when the script set it, even to its
+    default; a script that left it alone gets no line."""
+    opts = poptorch.Options()
+    if use_model is not None:
+        opts.useIpuModel(use_model)
+    poptorch.setLogLevel("INFO")
+    try:
+        with caplog.at_level(logging.INFO, logger="poptorch"):
+            poptorch.inferenceModel(nn.Linear(2, 2), opts)(torch.ones(1, 2))
+    finally:
+        poptorch.setLogLevel("WARN")
+    lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
+    echoed = [text for text in lines if text.startswith("From the user configuration")]
+    assert echoed == ([] if line is None else [line])
+
+
+def test_each_call_logs_the_simulated_cycle_count_it_instruments(debug_log, caplog):
+    model = poptorch.inferenceModel(nn.Linear(2, 2), poptorch.Options().logCycleCount(True))
+    with caplog.at_level(logging.DEBUG, logger="poptorch"):
+        model(torch.ones(1, 2))
+        model(torch.ones(1, 2))
+    counts = [r.getMessage() for r in caplog.records
+              if r.getMessage().startswith("Total number of IPU cycles: ")]
+    assert len(counts) == 2
+    assert counts[-1] == f"Total number of IPU cycles: {model.cycleCount()}"
+    assert model.cycleCount() > 0
+
+
+def test_without_log_cycle_count_no_cycles_are_logged(debug_log, caplog):
+    with caplog.at_level(logging.DEBUG, logger="poptorch"):
+        poptorch.inferenceModel(nn.Linear(2, 2))(torch.ones(1, 2))
+    assert not [r for r in caplog.records if "Total number of IPU cycles" in r.getMessage()]
+
+
+def test_the_console_shows_levels_in_lower_case_as_poptorch_does(debug_log, capfd):
+    poptorch.inferenceModel(nn.Linear(2, 2))(torch.ones(1, 2))
+    err = capfd.readouterr().err
+    line = next(text for text in err.splitlines() if "enablePipelining set to value 0" in text)
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\.\d{3}\] \[poptorch:python\] \[debug\] "
+                        r"enablePipelining set to value 0", line), line
+
+
+class FourBlocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x):
+        for number, layer in enumerate(self.layers):
+            with poptorch.Block(f"B{number}"):
+                x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("make, phases, stages", [
+    (lambda: poptorch.ParallelPhasedExecution("B0", "B1", "B2", "B3"), 4, 2),
+    (lambda: poptorch.ParallelPhasedExecution("B0", "B1", "B2", "B3")
+     .sendTensorsOffChipAfterFwd(), 7, 2),
+    (lambda: poptorch.SerialPhasedExecution("B0", "B1", "B2", "B3"), 4, 1),
+])
+def test_the_phased_strategies_log_their_phase_count(make, phases, stages, debug_log, caplog):
+    """PopTorch's compiler numbers the phases as listed and logs their count
+    (the highest phase + 1, 3 more when tensors go off chip) and its stages."""
+    opts = poptorch.Options()
+    opts.setExecutionStrategy(make())
+    with caplog.at_level(logging.DEBUG, logger="poptorch"):
+        poptorch.inferenceModel(FourBlocks(), opts)(torch.ones(1, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "poptorch"]
+    assert f"executionPhaseSettings.phases set to value {phases}" in lines
+    assert f"executionPhaseSettings.stages set to value {stages}" in lines

@@ -24,6 +24,7 @@ from poptorch_shim.strategies import (
     PipelinedExecution,
     SerialPhasedExecution,
     ShardedExecution,
+    Stage,
 )
 
 install_aliases()  # the guide's Network is a PopTorch script's: it does `import poptorch`
@@ -225,3 +226,61 @@ def test_an_untraceable_model_trains_eagerly_with_its_work_charged_to_its_stages
     assert [s.weight_bytes for s in stages] == [168, 112]
     assert stages[0].activation_bytes == 2 * 6 * 4
     assert stages[0].backward.flops == 2 * 2 * 6 * 6  # A's weight gradient
+
+
+class ExchangeInOnePhase(nn.Module):
+    """PopTorch's 2x2 parallel phased model, small: phase 1's two stages each
+    use the other's result (they run at once on IPUs 1 and 3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.ParameterList([nn.Parameter(torch.randn(4, 4)) for _ in range(6)])
+
+    def forward(self, x, target):
+        with Block("0"):
+            a, b = torch.split(x, 4)
+            a = torch.relu(self.w[0] @ a)
+        with Block("1"):
+            b = torch.relu(self.w[1] @ b)
+        with Block("2"):
+            a2 = torch.relu(self.w[2] @ b)
+        with Block("3"):
+            b2 = torch.relu(self.w[3] @ a)
+        with Block("4"):   # stage "2+4" uses the result of stage "3+5", and the other way
+            a3 = torch.relu(self.w[4] @ b2)
+        with Block("5"):
+            b3 = torch.relu(self.w[5] @ a2)
+            out = a3 + b3
+            return out, nn.functional.l1_loss(out, target)
+
+
+def test_the_stages_of_one_phase_exchange_results_both_ways():
+    torch.manual_seed(0)
+    model = ExchangeInOnePhase()
+    reference = copy.deepcopy(model)
+    x, target = torch.randn(8, 1), torch.randn(4, 1)
+    phased = ParallelPhasedExecution([Stage("0"), Stage("1")], [Stage("2", "4"), Stage("3", "5")])
+    phased.phase(0).ipus(0, 2)
+    phased.phase(1).ipus(1, 3)
+    options = Options()
+    options.setExecutionStrategy(phased)
+    executor = trainingModel(model, options, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    out, loss = executor(x, target)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    expected, expected_loss = reference(x, target)
+    expected_loss.backward()
+    optimizer.step()
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    for param, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(param, want, atol=1e-6, rtol=0)
+    stages, _ = StagedModel(copy.deepcopy(model), phased).profile((x, target), {}, True)
+    assert [(s.name, s.ipu) for s in stages] == [("0", 0), ("1", 2), ("2+4", 1), ("3+5", 3)]
+    assert all(s.forward.flops > 0 and s.weight_bytes == 2 * 4 * 4 * 4 for s in stages[2:])
+
+
+def test_a_later_pipeline_stage_feeding_an_earlier_one_is_still_refused():
+    model = ExchangeInOnePhase()
+    with pytest.raises(ValueError, match="uses a result of block '3'"):
+        StagedModel(model, PipelinedExecution(Stage("0"), Stage("1"), Stage("2", "4"),
+                                              Stage("3", "5"))).profile(
+            (torch.randn(8, 1), torch.randn(4, 1)), {}, True)
