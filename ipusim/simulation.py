@@ -11,7 +11,7 @@ from functools import cached_property
 from tqdm import tqdm
 
 from ipusim.analysis.timeline import Timeline, job_timeline
-from ipusim.cost.cost_model import DEFAULT, CostModel
+from ipusim.cost.cost_model import DEFAULT, PS_PER_S, CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.recorder import Recorder
 from ipusim.engine.step_replay import StepReplay
@@ -86,6 +86,13 @@ class Simulation:
         for _ in tqdm(range(steps), desc="simulating", unit="step", disable=not progress):
             self.step()
         return self.timeline
+
+    def throughput(self) -> float:
+        """Items per simulated second over the calls so far: what ``timeline.throughput()``
+        gives, without building (or, folded, expanding to every replica) the event table,
+        for callers that need only this figure (the what-if analysis simulates ten runs)."""
+        span = self.recorder.span_ps()
+        return self.steps * self.plan.items_per_call * PS_PER_S / span if span else 0.0
 
     @cached_property
     def timeline(self) -> Timeline:

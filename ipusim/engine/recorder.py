@@ -215,6 +215,20 @@ class Recorder:
                 out[ipu] = columns.tail(count)
         return out
 
+    def span_ps(self) -> int:
+        """Simulated time from the first recorded start to the last recorded end: the
+        event table's span (:func:`ipusim.analysis.metrics.span_ps`), read off the typed
+        columns without building the table. A folded record has the span of the replicas
+        it stands for, which ran exactly what it holds."""
+        starts, ends = [], []
+        for columns in self._ipus:
+            columns.pack()
+            for block in columns.times:
+                if len(block):
+                    starts.append(block[:, TIME["start_ps"]].min())
+                    ends.append(block[:, TIME["end_ps"]].max())
+        return int(max(ends) - min(starts)) if starts else 0
+
     @property
     def nbytes(self) -> int:
         """Bytes the rows take as typed columns (32 a row; the few pending rows counted so)."""

@@ -3,7 +3,16 @@ from dataclasses import replace
 
 import pytest
 
-from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
+from ipusim import (
+    Cost,
+    Execution,
+    RunConfig,
+    Simulation,
+    Stage,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.explore.what_if import what_ifs
 
 
@@ -135,3 +144,19 @@ def test_balancing_averages_over_the_ipus_not_the_model_stages():
     found = what_ifs(simulate(shared, run, system_spec("mk2", num_ipus=4)))
     balanced = by_change(found)["balanced stages, every IPU at the mean"]
     assert balanced.speedup > 1.3  # per model stage, IPU 0 would still hold 2 x the mean
+
+
+@pytest.mark.parametrize("replicas, fold, execution", [
+    (1, None, Execution.PIPELINED), (4, True, Execution.PIPELINED),
+    (4, False, Execution.PIPELINED), (2, True, Execution.SHARDED)])
+def test_the_throughput_a_what_if_reads_is_the_timelines(replicas, fold, execution):
+    """The what-ifs read a simulation's throughput off its record, never building (or
+    expanding a folded record to every replica) the event table: it is the table's."""
+    work, run = pipeline(replicas=replicas)
+    run = replace(run, execution=execution)
+    simulation = Simulation(work, run, system_spec("mk2", num_ipus=4 * replicas),
+                            fold_replicas=fold)
+    for _ in range(3):
+        simulation.step()
+    assert simulation.folded is bool(fold and replicas > 1)
+    assert simulation.throughput() == simulation.timeline.throughput() > 0
