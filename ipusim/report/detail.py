@@ -35,7 +35,9 @@ class Detail:
     replicas: int = 16    # replicas kept (their edges); the others' events all aggregated
     window_ps: tuple[int, int] | None = None  # [start, end) always shown in full
     full_up_to: int = 200_000  # a timeline of at most this many events is shown in full
-    operators_up_to: int = 200_000  # operator slices at most inside the compute slices shown
+    # Operator slices at most inside the compute slices shown: about 10 MB of trace, the
+    # first replicas' first (a Pod64 BERT-Large step's edges hold some 165,000).
+    operators_up_to: int = 50_000
 
     def __post_init__(self) -> None:
         for name in ("edge", "edge_steps", "replicas"):
