@@ -18,6 +18,7 @@ import pandas as pd
 
 from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
 from poptorch_shim._core.option_names import sweep_key
+from poptorch_shim._execution.engine_config import execution_of, recomputation
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.backends import InProcess
 from poptorch_shim.sweep.measure import Measurements, micro_batch_size
@@ -107,9 +108,26 @@ def your_point(measurements: Measurements, fixed: dict) -> dict:
     point[sweep_settings.MICRO_BATCH] = micro_batch_size(case)
     if case.training:
         point[ACCUMULATION] = counts.gradient_accumulation
+        point.update(_searched_as_the_script_sets_them(measurements, case))
     else:
         point[DEVICE_ITERATIONS] = counts.device_iterations
     return point
+
+
+def _searched_as_the_script_sets_them(measurements: Measurements, case) -> dict:
+    """The script's recomputation and optimizer location in the words of the search
+    space, where the space has them: so that the script's configuration is the
+    searched point that runs the same way, not a copy of it under other words."""
+    measured = measurements.get({sweep_settings.MICRO_BATCH: micro_batch_size(case)})
+    mode = recomputation(case.options, execution_of(measured.strategy),
+                         measured.work.ipus_per_replica)
+    out = {sweep_settings.RECOMPUTATION: mode.name}
+    location = case.options.TensorLocations.location("optimizer")
+    if location is None or location.on_chip is not False:
+        out[OPTIMIZER_LOCATION] = ON_CHIP
+    elif location.replicated_tensor_sharding is True:
+        out[OPTIMIZER_LOCATION] = OFF_CHIP
+    return out
 
 
 def _points(fixed: dict, space: dict, combos: list[tuple]) -> list[dict]:

@@ -81,6 +81,15 @@ def test_the_scripts_own_configuration_is_ranked_among_those_tried(roomy):
     assert (mine["replicationFactor"], mine["micro_batch"],
             mine["Training.gradientAccumulation"]) == (1, 4, 8)  # as the script sets them
     assert roomy.your_rank == roomy.yours + 1
+    # It is the searched point that runs as the script does (PopTorch's default
+    # pipeline recomputation, the optimizer state on chip), not a copy of it.
+    assert (mine["recomputation"], mine["TensorLocations.setOptimizerLocation"]) == \
+        ("Pipeline", '{"useOnChipStorage": true}')  # as the results file keeps it
+    assert not roomy.results["config"].duplicated().any()
+    table = roomy.results
+    same = (table["replicationFactor"] == 1) & (table["micro_batch"] == 4) \
+        & (table["Training.gradientAccumulation"] == 8)
+    assert same.sum() == 4  # recomputation on or off, the optimizer state on or off chip
     text = describe(roomy, 8, "mk2")
     fitting = int((roomy.results["error"].isna()
                    & roomy.results["fits"].fillna(False).astype(bool)).sum())
