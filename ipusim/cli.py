@@ -267,11 +267,14 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _trace(args: argparse.Namespace) -> int:
     from ipusim.report import write_chrome_trace
+    from ipusim.report.chrome_trace import host_slices_in
 
     timeline, _ = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
     detail = _detail(args)
-    write_chrome_trace(timeline, output, detail=detail)
+    # The run's tracepoints are in the trace it wrote, not in the profile: keep them.
+    kept = host_slices_in(Path(args.profile_dir) / "trace.json")
+    write_chrome_trace(timeline, output, detail=detail, host_slices=kept)
     print(output)
     if args.hta:
         from ipusim.report.kineto_trace import write_kineto_traces

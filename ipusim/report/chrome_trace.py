@@ -185,6 +185,27 @@ def add_host_slices(path: str | Path, host_slices: Iterable[HostSlice]) -> Path:
     return write_atomically(path, json.dumps(trace, separators=(",", ":")))
 
 
+def host_slices_in(path: str | Path) -> list[HostSlice]:
+    """The host slices of the Chrome trace at ``path`` (those :func:`add_host_slices` or
+    ``host_slices`` put there: a run's tracepoints), to keep when the trace is written
+    again from the saved profile, which does not hold them. None if there is no trace,
+    or one that cannot be read: it holds nothing to keep."""
+    try:
+        events = json.loads(Path(path).read_text(encoding="utf-8"))["traceEvents"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    threads = {e.get("tid"): e.get("args", {}).get("name") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"
+               and e.get("pid") == HOST_PID}
+    out = []
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "host" and e.get("pid") == HOST_PID:
+            start = round(e["ts"] * 1000) * 1000  # whole ns, as _span wrote them
+            out.append(HostSlice(threads.get(e.get("tid")) or "host", e["name"], start,
+                                 start + round(e["dur"] * 1000) * 1000,
+                                 tuple(e.get("args", {}).items())))
+    return out
+
 def host_slice_events(host_slices: list[HostSlice], first_tid: int) -> list[dict]:
     """``host_slices`` as ``X`` events on the host process, a thread per row from
     ``first_tid`` on, each named by its ``thread_name`` metadata."""

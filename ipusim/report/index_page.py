@@ -116,7 +116,9 @@ def _row(entry: IndexEntry) -> str:
     link = html.escape(str(entry.link), quote=True)
     badge = f'<span class="badge">{html.escape(entry.verdict_kind)}</span>' \
         if entry.verdict_kind else ""
-    return (f'<tr><td><a href="{link}">{html.escape(entry.path.name)}</a></td>'
+    # The indexed folder may be a report itself: its path is ".", named by its page.
+    name = entry.path.name or entry.link.name
+    return (f'<tr><td><a href="{link}">{html.escape(name)}</a></td>'
             f'<td class="value">{number(entry.throughput, 0)}</td>'
             f'<td class="value">{number(entry.step_time_ms, 3)}</td>'
             f'<td class="value">{number(entry.ipus, 0)}</td>'

@@ -123,7 +123,7 @@ def operator_treemap(shares: pd.DataFrame, passes: pd.DataFrame) -> go.Figure:
 
     per_step = shares.assign(**{column: shares[column] * shares["runs_per_step"]
                                 for column, *_ in TERMS})
-    roofline = passes[~passes["operators"]]
+    roofline = roofline_passes(passes)
     # The root adds up IPUs that work at the same time: its time, not a share of the step.
     node("step", "one replica's step", "", 0, "white",
          _split_hover("one replica's step, every IPU", per_step, share=False), None)
@@ -180,7 +180,7 @@ def operators_section(timeline: Timeline, plot_config: dict) -> str:
     passes priced by the roofline, or why there is nothing to show."""
     passes = timeline.pass_shares()
     shares = timeline.operator_shares()
-    roofline = passes[~passes["operators"]]
+    roofline = roofline_passes(passes)
     note = _roofline_note(roofline)
     if shares.empty:
         return (f'<section id="operators"><h2>Operators</h2><div class="operators-none">'
@@ -225,6 +225,13 @@ Click a compute box of the timeline to see its stage's operators; click a header
 {operator_table_html(shares)}{note}
 <script type="application/json" id="operator-data">{_json_in_html(data)}</script>
 </section>"""
+
+
+def roofline_passes(passes: pd.DataFrame) -> pd.DataFrame:
+    """The passes of :meth:`Timeline.pass_shares` that the roofline priced: they take time
+    but list no operators. A pass that lists none and takes no time (the weight update of
+    a stage without weights, such as one holding only the loss) is neither, and left out."""
+    return passes[~passes["operators"] & (passes["us_per_step"] > 0)]
 
 
 def _roofline_note(roofline: pd.DataFrame) -> str:

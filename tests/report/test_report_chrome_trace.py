@@ -5,13 +5,15 @@ from numbers import Number
 
 import pytest
 
+from ipusim.cli import main
 from ipusim.engine.recorder import COMPUTE_KINDS
-from ipusim.report import chrome_trace, write_chrome_trace
+from ipusim.report import chrome_trace, write_autoreport, write_chrome_trace
 from ipusim.report.chrome_trace import (
     HOST_PID,
     SLICE_NAMES,
     HostSlice,
     add_host_slices,
+    host_slices_in,
     ipu_pid,
 )
 from ipusim.report.detail import Detail
@@ -317,3 +319,29 @@ def test_host_slices_get_a_thread_each_on_the_host(tmp_path, pipeline_timeline):
     assert len({e["tid"] for e in again["traceEvents"] if e.get("cat") == "host"}) == 2
     with pytest.raises(ValueError, match="start_ps and end_ps"):
         HostSlice("t", "x", 5, 4)
+
+
+def test_ipusim_trace_writing_the_trace_again_keeps_the_run_s_tracepoints(tmp_path,
+                                                                         pipeline_timeline):
+    """The tracepoints a run added to trace.json are not in the profile: writing the trace
+    again from it (another level of detail, another file) keeps them as they were."""
+    directory = tmp_path / "training"
+    write_autoreport(directory, pipeline_timeline)
+    slices = [HostSlice("tracepoints: Train", "Train.step", 1234567, 10**9 + 500,
+                        (("host (us)", 5.0),)),
+              HostSlice("tracepoints: Data", "Data.load", 10**8, 10**8)]
+    add_host_slices(directory / "trace.json", slices)
+
+    def host(path):
+        trace = json.loads(path.read_text())
+        threads = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+                   if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == HOST_PID}
+        return sorted((threads[e["tid"]], e["name"], e["ts"], e["dur"], e["args"])
+                      for e in trace["traceEvents"] if e.get("cat") == "host")
+
+    before = host(directory / "trace.json")
+    assert len(before) == 2 and host_slices_in(tmp_path / "nothing.json") == []
+    assert main(["trace", str(directory), "--full-detail"]) == 0
+    assert host(directory / "trace.json") == before
+    assert main(["trace", str(directory), "-o", str(tmp_path / "other.json")]) == 0
+    assert host(tmp_path / "other.json") == before

@@ -118,3 +118,11 @@ def test_ipusim_report_index_writes_the_page_into_the_folder(folder, capsys):
     with pytest.raises(SystemExit):
         main(["report", "--index", str(folder / "nowhere")])
     assert "No folder" in capsys.readouterr().err
+
+
+def test_a_report_folder_indexed_itself_is_listed_by_a_link_with_a_name(tmp_path,
+                                                                         pipeline_timeline):
+    write_autoreport(tmp_path / "training", pipeline_timeline)
+    page = render_index(tmp_path / "training")
+    assert set(rows(page)) == {"report.html"}
+    assert '<a href="report.html">report.html</a>' in page

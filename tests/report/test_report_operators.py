@@ -7,6 +7,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ipusim import (
+    Cost,
+    Execution,
+    Kernel,
+    KernelKind,
+    RunConfig,
+    Stage,
+    Work,
+    simulate,
+    system_spec,
+)
 from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import render_html
 from ipusim.report.autoreport import load_autoreport, write_autoreport
@@ -17,6 +28,7 @@ from ipusim.report.operators import (
     operator_table_html,
     operator_treemap,
     operators_section,
+    roofline_passes,
     top_operators,
 )
 
@@ -150,6 +162,28 @@ def test_a_stage_priced_by_the_roofline_is_named_not_an_empty_table():
     assert [label for label in treemap.labels if label.endswith("roofline")] == [
         "backward: roofline", "forward: roofline", "weight update: roofline"]
 
+
+def test_a_pass_that_lists_no_operators_and_takes_no_time_is_not_called_roofline():
+    """The weight update of a stage without weights (one holding only the loss) takes no
+    time: the section does not say the roofline priced it."""
+    def cost(kernel):
+        return Cost(kernels=((kernel, 1),), ops=1)
+
+    matmul = Kernel(KernelKind.MATMUL, 2, m=512, k=1024, n=1024, op="aten::addmm")
+    loss = Kernel(KernelKind.ELEMENTWISE, 2, elements=1 << 12, op="aten::nll_loss_forward")
+    stages = (Stage("s0", 0, cost(matmul), cost(matmul), activation_bytes=1 << 20,
+                    weight_bytes=1 << 21),
+              Stage("loss", 1, cost(loss), cost(loss), activation_bytes=1 << 20))
+    timeline = simulate(Work(stages, micro_batch_size=8, input_bytes_per_sample=4096),
+                        RunConfig(gradient_accumulation=6, execution=Execution.PIPELINED),
+                        system_spec("mk2", 2))
+    passes = timeline.pass_shares().set_index(["stage", "pass"])
+    assert passes.at[("loss", "weight_update"), "us_per_step"] == 0
+    assert not passes.at[("loss", "weight_update"), "operators"]
+    assert roofline_passes(timeline.pass_shares()).empty
+    page = operators_section(timeline, {})
+    assert "Priced by the roofline" not in page and "roofline" not in "".join(
+        operator_treemap(timeline.operator_shares(), timeline.pass_shares()).data[0].labels)
 
 def test_a_run_with_no_operators_says_so(pipeline_timeline):
     assert pipeline_timeline.operator_shares().empty
