@@ -147,6 +147,18 @@ class OptionsStore:
         return {key: _snapshot(value) for key, value in self._values.items()
                 if not _same(value, self._specs[key].default)}
 
+    def arguments_of(self, setter: str) -> list | None:
+        """The arguments of a setter that sets several settings at once, in its order,
+        the defaults at the end left out (``Simulation.system("bow", 128)``: ``["bow",
+        128]``, as a sweep spec gives them); None for a setter of one setting."""
+        specs = [spec for spec in self._specs.values() if spec.setter == setter]
+        if len(specs) < 2:
+            return None
+        arguments = [_snapshot(self._values[spec.key]) for spec in specs]
+        while arguments and _same(arguments[-1], specs[len(arguments) - 1].default):
+            arguments.pop()
+        return arguments
+
     def __deepcopy__(self, memo: dict) -> "OptionsStore":
         clone = copy.copy(self)
         memo[id(self)] = clone

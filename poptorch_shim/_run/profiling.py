@@ -323,7 +323,9 @@ def user_options(options) -> dict:
     for prefix, group in groups:
         store = group._store
         for key, value in store.changed().items():
-            out[prefix + store.spec(key).setter] = _plain(value)
+            setter = store.spec(key).setter
+            arguments = store.arguments_of(setter)
+            out[prefix + setter] = [_plain(a) for a in arguments] if arguments else _plain(value)
     defaults = Options()._popart.options
     for key, value in options._popart.options.items():
         if key not in defaults or defaults[key] != value:

@@ -202,6 +202,19 @@ def test_simulation_overrides_are_stored_as_given():
     assert (options.sim_preset, options.sim_num_ipus, options.sim_overrides) == ("mk1", None, {})
 
 
+def test_a_setter_of_several_settings_is_recorded_as_its_call():
+    """A report lists ``Simulation.system("bow", 128)`` as the call's arguments, as a
+    sweep spec gives them, not as whichever of its settings was stored last."""
+    from poptorch_shim._run.profiling import user_options
+
+    options = Options()
+    options.Simulation.system("bow", 128)
+    options.replicationFactor(2)
+    assert user_options(options) == {"replicationFactor": 2, "Simulation.system": ["bow", 128]}
+    options.Simulation.system("mk2", 8, clock_hz=1.2e9)
+    assert user_options(options)["Simulation.system"] == ["mk2", 8, {"clock_hz": 1.2e9}]
+
+
 def test_defaults():
     options = Options()
     assert (options.device_iterations, options.replication_factor, options.input_group_size,
