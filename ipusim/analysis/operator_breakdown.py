@@ -109,10 +109,13 @@ def operator_shares(breakdown: pd.DataFrame, events: pd.DataFrame) -> pd.DataFra
     """:func:`operator_breakdown` with how many times each operator's pass runs in a
     step (``runs_per_step``, one replica's), the operator's time in a step
     (``us_per_step``) and that time's share of the step and of the replica's compute
-    (``step_share``, ``compute_share``, as :func:`pass_shares` defines them)."""
+    (``step_share``, ``compute_share``, as :func:`pass_shares` defines them). The
+    operators of a pass the timeline never runs (a pipeline's last stage is not
+    recomputed) are left out."""
     times = step_times(events)
     keys = pd.MultiIndex.from_arrays([breakdown["stage_index"], breakdown["pass"]])
     runs = times.runs.reindex(keys, fill_value=0.0).to_numpy(dtype=float)
+    breakdown, runs = breakdown[runs > 0].reset_index(drop=True), runs[runs > 0]
     us_per_step = breakdown["time_us"] * runs
     return breakdown.assign(runs_per_step=runs, us_per_step=us_per_step,
                             step_share=times.share(us_per_step * PS_PER_US, "step"),

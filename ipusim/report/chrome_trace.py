@@ -341,13 +341,11 @@ def _slices(events: pd.DataFrame, stage_names: list[str], with_instance: bool) -
 def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, float, dict]]]:
     """For each (stage index, pass) whose pass lists its operators: each operator's name
     (its aten operator, else its kernel kind), where it ends as a fraction of the pass
-    (end to end, in proportion to its clock cycles; the last ends at 1) and its args."""
-    table = timeline.operator_breakdown()
-    if table.empty:
-        return {}
-    index = {(stage.name, stage.ipu): k for k, stage in enumerate(timeline.plan.stages)}
+    (end to end, in proportion to its clock cycles; the last ends at 1) and its args.
+    Only the passes the timeline runs (:meth:`ipusim.Timeline.operator_shares`)."""
+    table = timeline.operator_shares()
     out = {}
-    for (stage, ipu, kind), rows in table.groupby(["stage", "ipu", "pass"], sort=False):
+    for (index, kind), rows in table.groupby(["stage_index", "pass"], sort=False):
         cycles = rows["total_cycles"].to_numpy(float)
         if cycles.sum() <= 0:
             continue
@@ -362,7 +360,7 @@ def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str,
             if row.groups > 1:
                 args["groups"] = int(row.groups)
             operators.append((row.op or row.kind, end, args))
-        out[(index[(stage, ipu)], kind)] = operators
+        out[(int(index), kind)] = operators
     return out
 
 

@@ -321,10 +321,11 @@ def _options(a: Run, b: Run) -> pd.DataFrame:
 
 def _operators(a: Timeline, b: Timeline) -> pd.DataFrame | None:
     """Each operator of either run, matched by stage, pass, kind and shape, with its
-    time per micro-batch in each (None when neither run records operators)."""
+    time per micro-batch in each, of the passes each run runs (None when neither run
+    records operators)."""
     tables = []
     for timeline in (a, b):
-        table = timeline.operator_breakdown()
+        table = timeline.operator_shares()  # the passes the timeline runs
         tables.append(table.groupby(_OPERATOR_KEY, sort=False, as_index=False)[
             ["count", "time_us"]].sum())
     if all(table.empty for table in tables):
