@@ -35,8 +35,8 @@ from ipusim.report.autoreport import (
     load_profile,
     profile_names,
 )
-from ipusim.report.chrome_trace import write_atomically
-from ipusim.report.html import PLOT_CONFIG, _page
+from ipusim.report.files import write_atomically
+from ipusim.report.page import PLOT_CONFIG, page
 
 #: The page ``ipusim compare`` writes beside B's report unless told otherwise.
 COMPARE_HTML = "compare.html"
@@ -591,7 +591,7 @@ A: {html.escape(a.name)} · B: {html.escape(b.name)}. Each part is the mean over
 the time an IPU spends in it per step, so the parts add up to the step time (span ÷ steps).
 </footer>
 """
-    return _page(f"{a.name} → {b.name}",
+    return page(f"{a.name} → {b.name}",
                  f"A: {a.name}, {a.ipus_text} · B: {b.name}, {b.ipus_text} · simulated timings, "
                  "not hardware measurements", body)
 

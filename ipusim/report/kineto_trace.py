@@ -72,9 +72,9 @@ from ipusim.report.chrome_trace import (
     meta,
     operator_layout,
     operator_pieces,
-    write_atomically,
 )
 from ipusim.report.detail import Detail
+from ipusim.report.files import write_atomically
 
 # The Kineto category and name of each kind of event that is not compute.
 KINETO_NAMES = {

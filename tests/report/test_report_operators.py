@@ -278,3 +278,13 @@ def test_a_pass_the_schedule_never_runs_is_not_listed():
     assert set(zip(passes["stage_index"], passes["pass"])) == listed
     assert table_cells(shares).rows and len(table_cells(shares).rows) == len(shares)
     assert set(operator_layout(timeline)) == listed
+
+
+def test_the_table_sorts_by_the_pages_shared_script_from_a_button_per_heading(operator_timeline):
+    """The operator table is sorted as the sweep's tables are (one script), by a button in
+    each heading, so the keyboard reaches it."""
+    table = operator_table_html(operator_timeline.operator_shares())
+    assert 'class="operators sortable"' in table
+    assert table.count('<button type="button">') == table.count("<th ") == len(COLUMNS)
+    page = render_html(operator_timeline)
+    assert page.count("window.ipusimSortTable = sort") == 1
