@@ -288,3 +288,20 @@ def test_the_table_sorts_by_the_pages_shared_script_from_a_button_per_heading(op
     assert table.count('<button type="button">') == table.count("<th ") == len(COLUMNS)
     page = render_html(operator_timeline)
     assert page.count("window.ipusimSortTable = sort") == 1
+
+
+def test_a_report_works_the_step_times_out_once(monkeypatch):
+    """The pass and operator shares (the page, and a trace's operator layout) read one
+    :meth:`Timeline.step_times`: it groups every compute event, slow at pod scale."""
+    from ipusim.analysis import timeline as timeline_module
+
+    calls = []
+    real = timeline_module.step_times
+    monkeypatch.setattr(timeline_module, "step_times",
+                        lambda events: calls.append(len(events)) or real(events))
+    timeline = operator_pipeline_run(recompute=True)
+    render_html(timeline)
+    operator_layout(timeline)
+    assert len(calls) == 1
+    assert timeline.pass_shares()["runs_per_step"].sum() == pytest.approx(
+        timeline.step_times().runs.sum())
