@@ -50,7 +50,9 @@ _STYLE = """<style>
 table.compare td.value, table.compare th { white-space: nowrap; }
 table.compare th.value { text-align: right; }
 table.compare td { overflow-wrap: anywhere; }
+.verdict.faster { border-left-color: #2ca02c; }
 .verdict.slower { border-left-color: #d62728; }
+.verdict.about-as-fast { border-left-color: #999; }
 </style>"""
 
 
@@ -366,12 +368,18 @@ def _signed(us: float) -> str:
     return ("+" if us > 0 else "−" if us < 0 else "±") + _time(abs(us))
 
 
+def speed(comparison: Comparison) -> str:
+    """B against A in a word or three: "faster", "slower" or "about as fast" (within
+    half a percent of A's throughput)."""
+    ratio = comparison.throughput_ratio
+    return "faster" if ratio >= 1.005 else "slower" if ratio <= 0.995 else "about as fast"
+
+
 def headline(comparison: Comparison) -> str:
     """What got faster, and why, in two sentences."""
     a, b = comparison.a, comparison.b
     ratio = comparison.throughput_ratio
-    faster = "faster" if ratio >= 1.005 else "slower" if ratio <= 0.995 else "about as fast"
-    text = (f"B has {ratio:.2f}× the throughput of A ({faster}): "
+    text = (f"B has {ratio:.2f}× the throughput of A ({speed(comparison)}): "
             f"{b.items_per_s:,.0f} against {a.items_per_s:,.0f} items/s.")
     items = _ratio(b.items_per_step, a.items_per_step)
     if items != 1:
@@ -566,7 +574,7 @@ def render_comparison_html(comparison: Comparison) -> str:
                                config=PLOT_CONFIG)
              for name, fig in (("waterfall", waterfall_figure(comparison)),
                                ("per-ipu", per_ipu_figure(comparison)))}
-    kind = "compute" if comparison.throughput_ratio >= 1 else "slower"
+    kind = speed(comparison).replace(" ", "-")  # the verdict box's colour: its class
     body = f"""\
 {_STYLE}
 <div class="top">
@@ -701,4 +709,4 @@ def holds_reports(directory: Path) -> bool:
 
 __all__ = ["COMPARE_HTML", "Comparison", "Run", "RunFigures", "baseline_pairs", "compare",
            "comparison_text", "headline", "holds_reports", "load_run", "per_ipu_figure",
-           "render_comparison_html", "waterfall_figure", "write_comparison_html"]
+           "render_comparison_html", "speed", "waterfall_figure", "write_comparison_html"]
