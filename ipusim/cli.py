@@ -85,7 +85,7 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
                                   "to DIR, for HolisticTraceAnalysis: "
                                   "hta.trace_analysis.TraceAnalysis(trace_dir=DIR)")
         if name == "report":
-            sub.add_argument("--max-events-per-lane", type=int, default=20_000, metavar="N",
+            sub.add_argument("--max-events-per-lane", type=int, metavar="N",
                              help="draw whole steps up to N events per timeline lane "
                                   "(default: 20000)")
             sub.add_argument("--index", action="store_true",
@@ -133,7 +133,8 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
         sub.add_argument(name, metavar=name.upper(),
                          help=f"{what}: an autoReport directory, or its profile.json")
     sub.add_argument("--output", "-o", metavar="FILE",
-                     help="where to write the page (default: B/compare.html)")
+                     help="where to write the page (a folder: FILE/compare.html; "
+                          "default: B/compare.html)")
     sub.set_defaults(handler=_compare)
 
 
@@ -229,17 +230,19 @@ def _load(directory: str):
 def _report(args: argparse.Namespace) -> int:
     from ipusim.report import write_html
     from ipusim.report.autoreport import profile_names, saved_verdict
+    from ipusim.report.figures import MAX_EVENTS_PER_LANE
 
     if args.index:
         return _index(args)
-    if args.max_events_per_lane < 1:
-        raise ValueError(f"--max-events-per-lane must be a positive integer, got "
-                         f"{args.max_events_per_lane}")
+    limit = MAX_EVENTS_PER_LANE if args.max_events_per_lane is None else \
+        args.max_events_per_lane
+    if limit < 1:
+        raise ValueError(f"--max-events-per-lane must be a positive integer, got {limit}")
     timeline, profile = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
                title=Path(args.profile_dir).resolve().name,
-               max_events_per_lane=args.max_events_per_lane, detail=_detail(args),
+               max_events_per_lane=limit, detail=_detail(args),
                names=profile_names(profile), verdict=saved_verdict(profile))
     print(output)
     return 0
@@ -251,6 +254,16 @@ def _index(args: argparse.Namespace) -> int:
     if args.output is not None:
         raise ValueError(f"--index writes index.html into {args.profile_dir} itself, where its "
                          f"links start from: leave out --output ({args.output})")
+    # The index draws no timeline: options about one's detail would do nothing.
+    ignored = [option for option, given in (
+        ("--full-detail", args.full_detail), ("--window", args.window is not None),
+        ("--max-events-per-lane", args.max_events_per_lane is not None)) if given]
+    if ignored:
+        raise ValueError(f"--index writes a page of links and figures, with no timeline: "
+                         f"{', '.join(ignored)} would change nothing, leave "
+                         f"{'it' if len(ignored) == 1 else 'them'} out (or give "
+                         f"{'it' if len(ignored) == 1 else 'them'} to `ipusim report` of "
+                         f"one report)")
     print(write_index(args.profile_dir))
     return 0
 
@@ -269,6 +282,9 @@ def _trace(args: argparse.Namespace) -> int:
     from ipusim.report import write_chrome_trace
     from ipusim.report.chrome_trace import host_slices_in
 
+    if args.hta and Path(args.hta).exists() and not Path(args.hta).is_dir():
+        raise ValueError(f"--hta needs a folder to write a trace per IPU into (rank-N.json, "
+                         f"as HolisticTraceAnalysis reads them): {args.hta} is a file")
     timeline, _ = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
     detail = _detail(args)
@@ -302,6 +318,8 @@ def _compare(args: argparse.Namespace) -> int:
             return 2
     comparison = compare(*runs)
     output = Path(args.output) if args.output else runs[1].path / COMPARE_HTML
+    if output.is_dir():  # -o DIR: the page in it, named as by default
+        output = output / COMPARE_HTML
     print(comparison_text(comparison), end="", flush=True)
     write_comparison_html(comparison, output)
     print(f"\nPage: {output}")

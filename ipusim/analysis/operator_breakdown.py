@@ -84,14 +84,14 @@ def step_times(events: pd.DataFrame) -> StepTimes:
                      grouped.size() / replica_steps, grouped.sum() / replica_steps)
 
 
-def pass_shares(events: pd.DataFrame, plan: EnginePlan) -> pd.DataFrame:
+def pass_shares(times: StepTimes, plan: EnginePlan) -> pd.DataFrame:
     """Each stage's passes as a step runs them, one replica's: how many times each
     runs in a step, its mean time per run and its time per step, and that time's
     share of the step (the mean step span: the part of the step its IPU spends in the
     pass; IPUs that run at once overlap) and of the replica's compute time in a step.
     ``operators`` says whether the pass lists its operators (else the roofline priced
-    it: its FLOPs and bytes, or a fixed time)."""
-    times = step_times(events)
+    it: its FLOPs and bytes, or a fixed time). ``times``: :func:`step_times` of the
+    timeline's events."""
     rows = []
     for (index, name), count in times.runs.items():
         stage, prices = plan.stages[index], plan.prices[index]
@@ -105,14 +105,16 @@ def pass_shares(events: pd.DataFrame, plan: EnginePlan) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(PASS_COLUMNS))
 
 
-def operator_shares(breakdown: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+def operator_shares(breakdown: pd.DataFrame, times: StepTimes) -> pd.DataFrame:
     """:func:`operator_breakdown` with how many times each operator's pass runs in a
     step (``runs_per_step``, one replica's), the operator's time in a step
     (``us_per_step``) and that time's share of the step and of the replica's compute
-    (``step_share``, ``compute_share``, as :func:`pass_shares` defines them)."""
-    times = step_times(events)
+    (``step_share``, ``compute_share``, as :func:`pass_shares` defines them). The
+    operators of a pass the timeline never runs (a pipeline's last stage is not
+    recomputed) are left out. ``times``: :func:`step_times` of the timeline's events."""
     keys = pd.MultiIndex.from_arrays([breakdown["stage_index"], breakdown["pass"]])
     runs = times.runs.reindex(keys, fill_value=0.0).to_numpy(dtype=float)
+    breakdown, runs = breakdown[runs > 0].reset_index(drop=True), runs[runs > 0]
     us_per_step = breakdown["time_us"] * runs
     return breakdown.assign(runs_per_step=runs, us_per_step=us_per_step,
                             step_share=times.share(us_per_step * PS_PER_US, "step"),

@@ -26,7 +26,7 @@ def window_edges(events: pd.DataFrame, windows: int) -> np.ndarray:
     return start + (np.arange(windows + 1, dtype=np.int64) * (end - start)) // windows
 
 
-def _covered_before(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
+def _weighted_before(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
                     times: np.ndarray) -> np.ndarray:
     """How much of the intervals [starts, ends), each weighted, lies before each of
     ``times``: the sum over intervals of weight x clip(t - start, 0, end - start), from the
@@ -57,7 +57,7 @@ def busy_per_window(events: pd.DataFrame, groups: np.ndarray, num_groups: int,
     for group in range(num_groups):
         chosen = order[bounds[group]:bounds[group + 1]]
         if len(chosen):
-            out[group] = np.diff(_covered_before(start[chosen], end[chosen], weights[chosen],
+            out[group] = np.diff(_weighted_before(start[chosen], end[chosen], weights[chosen],
                                                  (edges - origin).astype(float)))
     return out
 

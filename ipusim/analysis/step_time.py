@@ -126,14 +126,17 @@ def _overlap_by_ipu(events: pd.DataFrame, kinds: set[str], starts: np.ndarray,
         return np.zeros(ipus, dtype=np.int64)
     begin = events["start_ps"].to_numpy()[chosen][inside].astype(np.int64)
     end = events["end_ps"].to_numpy()[chosen][inside].astype(np.int64)
-    covered = _covered_before(end, starts, ends) - _covered_before(begin, starts, ends)
+    covered = _inside_before(end, starts, ends) - _inside_before(begin, starts, ends)
     totals = np.zeros(ipus, dtype=np.int64)
     np.add.at(totals, ipu[inside], covered)
     return totals
 
 
-def _covered_before(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """How much of the disjoint, sorted intervals lies before each of ``times``."""
+def _inside_before(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How much of the disjoint, sorted intervals [starts, ends) lies before each of
+    ``times``, in whole picoseconds (int64, exact: each IPU's parts add up to the span;
+    :func:`ipusim.analysis.over_time._weighted_before` sums overlapping weighted intervals
+    in floats)."""
     lengths = ends - starts
     before = np.concatenate(([0], np.cumsum(lengths)))
     k = np.searchsorted(starts, times, side="right") - 1

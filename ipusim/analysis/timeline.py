@@ -9,6 +9,7 @@ instances are put together by :func:`job_timeline`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,13 @@ from ipusim.analysis import headline as analysis
 from ipusim.analysis import metrics, over_time, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
-from ipusim.analysis.operator_breakdown import operator_breakdown, operator_shares, pass_shares
+from ipusim.analysis.operator_breakdown import (
+    StepTimes,
+    operator_breakdown,
+    operator_shares,
+    pass_shares,
+    step_times,
+)
 from ipusim.analysis.pipeline_phases import LatencyPath
 from ipusim.cost.work import Work
 from ipusim.hardware import SystemSpec
@@ -181,12 +188,22 @@ class Timeline:
         """:meth:`operator_breakdown` with each operator's time in a step and its share
         of the step and of the compute (see :func:`~ipusim.analysis.operator_breakdown.
         operator_shares`)."""
-        return operator_shares(self.operator_breakdown(), self.events)
+        return operator_shares(self.operator_breakdown(), self.step_times())
 
     def pass_shares(self) -> pd.DataFrame:
         """Each stage's passes in a step: runs, time, shares, and whether they list
         operators (see :func:`~ipusim.analysis.operator_breakdown.pass_shares`)."""
-        return pass_shares(self.events, self.plan)
+        return pass_shares(self.step_times(), self.plan)
+
+    def step_times(self) -> StepTimes:
+        """One replica's step as its compute events show it (see :func:`~ipusim.analysis.
+        operator_breakdown.step_times`), worked out once: the operator and pass shares,
+        the report and the traces read it."""
+        return self._step_times
+
+    @cached_property
+    def _step_times(self) -> StepTimes:
+        return step_times(self.events)
 
     # The pipeline's phases, of ipusim.analysis.pipeline_phases.
 

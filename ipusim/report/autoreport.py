@@ -38,7 +38,8 @@ from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, OutOfMemoryError, fits
 from ipusim.plan.run_config import RunConfig, SettingNames
-from ipusim.report.chrome_trace import write_atomically, write_chrome_trace
+from ipusim.report.chrome_trace import write_chrome_trace
+from ipusim.report.files import write_atomically
 from ipusim.report.html import render_out_of_memory_html, write_html
 from ipusim.report.summary import text_summary
 from ipusim.report.verdict import Verdict, bottleneck

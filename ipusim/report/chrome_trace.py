@@ -39,11 +39,8 @@ than this one: :mod:`ipusim.report.kineto_trace` writes those.
 """
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +64,13 @@ from ipusim.engine.event_kinds import (
 from ipusim.plan.memory import MB, MEMORY_PARTS
 from ipusim.report import lanes
 from ipusim.report.detail import Detail, aggregates, shown
+from ipusim.report.files import write_atomically
 
 HOST_PID = 1
 CALLS_TID = 1
 HOST_SLICES_TID = 1000  # the first thread of the host's own slices (tracepoint channels)
-_LANE_TID = {lane: i + 1 for i, lane in enumerate(LANES)}
+#: The thread of each of an IPU's lanes (the Kineto traces' streams too).
+LANE_TID = {lane: i + 1 for i, lane in enumerate(LANES)}
 # A slice is named for its kind: "weight update", "host to device", "ipu copy"...
 SLICE_NAMES = {kind: kind.replace("_", " ") for kind in KINDS}
 OPERATOR = "operator"
@@ -213,8 +212,8 @@ def host_slice_events(host_slices: list[HostSlice], first_tid: int) -> list[dict
                for k, name in enumerate(dict.fromkeys(s.thread for s in host_slices))}
     out = []
     for name, tid in threads.items():
-        out += [_meta("thread_name", HOST_PID, tid, name=name),
-                _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
+        out += [meta("thread_name", HOST_PID, tid, name=name),
+                meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
     for piece in sorted(host_slices, key=lambda s: (s.start_ps, -s.end_ps)):
         out.append({"ph": "X", "name": piece.name, "cat": "host", "pid": HOST_PID,
                     "tid": threads[piece.thread], **_span(piece.start_ps, piece.end_ps),
@@ -222,76 +221,30 @@ def host_slice_events(host_slices: list[HostSlice], first_tid: int) -> list[dict
     return out
 
 
-_temporary_names = itertools.count()
-
-
-def write_atomically(path: str | Path, content: str | bytes | Callable[[Path], None]) -> Path:
-    """Write ``content`` (text, bytes, or a function that writes the file it is
-    given) to ``path``: into a temporary file in the same folder, renamed into
-    place once whole, so that a reader never sees half a file and a failure
-    (a full disk) leaves the old file, or none, and no temporary one. Parents
-    are created. A path that exists and is no regular file (``/dev/stdout``,
-    a pipe) is written directly: it cannot be replaced. Raises OSError."""
-    path = Path(path)
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        try:
-            _write(path, content)
-        except OSError as error:
-            raise _naming(error, path) from error
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{next(_temporary_names)}.tmp")
-    try:
-        _write(temporary, content)
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise _naming(error, path) from error
-        raise
-    return path
-
-
-def _naming(error: OSError, path: Path) -> OSError:
-    """``error`` naming ``path``, the file meant, rather than its temporary one or none."""
-    if error.errno is None or error.filename not in (None, str(path)) and \
-            not str(error.filename).endswith(".tmp"):
-        return error
-    return type(error)(error.errno, error.strerror, str(path))
-
-
-def _write(path: Path, content: str | bytes | Callable[[Path], None]) -> None:
-    if callable(content):
-        content(path)
-    elif isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-
-
-def _meta(what: str, pid: int, tid: int, **args) -> dict:
+def meta(what: str, pid: int, tid: int, **args) -> dict:
+    """A metadata (``M``) event: a process's or thread's name or sort index."""
     return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": args}
 
 
 def _metadata(timeline: Timeline) -> list[dict]:
-    out = [_meta("process_name", HOST_PID, 0, name="Host"),
-           _meta("process_sort_index", HOST_PID, 0, sort_index=0),
-           _meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
-           _meta("thread_sort_index", HOST_PID, CALLS_TID, sort_index=0)]
+    out = [meta("process_name", HOST_PID, 0, name="Host"),
+           meta("process_sort_index", HOST_PID, 0, sort_index=0),
+           meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
+           meta("thread_sort_index", HOST_PID, CALLS_TID, sort_index=0)]
     for link in range(timeline.system.num_host_links):
         for direction in HOST_TRANSFER_KINDS:
             label = KIND[direction].label
             tid = _link_tid(link, direction)
-            out += [_meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
-                    _meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
+            out += [meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
+                    meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
     for ipu in range(timeline.num_ipus):
         pid = ipu_pid(ipu)
         replica = timeline.plan.replica_of(ipu)
-        out += [_meta("process_name", pid, 0, name=f"IPU {ipu} (replica {replica})"),
-                _meta("process_sort_index", pid, 0, sort_index=pid)]
-        for lane, tid in _LANE_TID.items():
-            out += [_meta("thread_name", pid, tid, name=lane),
-                    _meta("thread_sort_index", pid, tid, sort_index=tid)]
+        out += [meta("process_name", pid, 0, name=f"IPU {ipu} (replica {replica})"),
+                meta("process_sort_index", pid, 0, sort_index=pid)]
+        for lane, tid in LANE_TID.items():
+            out += [meta("thread_name", pid, tid, name=lane),
+                    meta("thread_sort_index", pid, tid, sort_index=tid)]
     return out
 
 
@@ -333,7 +286,7 @@ def _slices(events: pd.DataFrame, stage_names: list[str], with_instance: bool) -
             events["end_ps"].tolist(), events["ipu"].tolist(),
             event_args(events, stage_names, with_instance)):
         out.append({"ph": "X", "name": SLICE_NAMES[kind], "cat": kind,
-                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lanes.LANE_OF[kind]],
+                    "pid": ipu_pid(ipu), "tid": LANE_TID[lanes.LANE_OF[kind]],
                     **_span(start, end), "args": args})
     return out
 
@@ -341,13 +294,11 @@ def _slices(events: pd.DataFrame, stage_names: list[str], with_instance: bool) -
 def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, float, dict]]]:
     """For each (stage index, pass) whose pass lists its operators: each operator's name
     (its aten operator, else its kernel kind), where it ends as a fraction of the pass
-    (end to end, in proportion to its clock cycles; the last ends at 1) and its args."""
-    table = timeline.operator_breakdown()
-    if table.empty:
-        return {}
-    index = {(stage.name, stage.ipu): k for k, stage in enumerate(timeline.plan.stages)}
+    (end to end, in proportion to its clock cycles; the last ends at 1) and its args.
+    Only the passes the timeline runs (:meth:`ipusim.Timeline.operator_shares`)."""
+    table = timeline.operator_shares()
     out = {}
-    for (stage, ipu, kind), rows in table.groupby(["stage", "ipu", "pass"], sort=False):
+    for (index, kind), rows in table.groupby(["stage_index", "pass"], sort=False):
         cycles = rows["total_cycles"].to_numpy(float)
         if cycles.sum() <= 0:
             continue
@@ -362,7 +313,7 @@ def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str,
             if row.groups > 1:
                 args["groups"] = int(row.groups)
             operators.append((row.op or row.kind, end, args))
-        out[(index[(stage, ipu)], kind)] = operators
+        out[(int(index), kind)] = operators
     return out
 
 
@@ -386,14 +337,24 @@ def _operator_slices(events: pd.DataFrame, layout: dict, budget: int) -> tuple[l
         if len(out) + len(operators) > budget:
             break
         expanded += 1
-        low, length = int(start[row]), int(end[row] - start[row])
-        pid, tid = ipu_pid(int(ipu[row])), _LANE_TID[COMPUTE_LANE]
-        for name, fraction, args in operators:
-            high = int(start[row]) + round(length * fraction)
+        pid, tid = ipu_pid(int(ipu[row])), LANE_TID[COMPUTE_LANE]
+        for name, low, high, args in operator_pieces(operators, int(start[row]),
+                                                     int(end[row])):
             out.append({"ph": "X", "name": name, "cat": OPERATOR, "pid": pid, "tid": tid,
                         **_span(low, high), "args": args})
-            low = high
     return out, expanded
+
+
+def operator_pieces(operators: list[tuple[str, float, dict]], start: int,
+                    end: int) -> list[tuple[str, int, int, dict]]:
+    """One pass's operators (an entry of :func:`operator_layout`) laid end to end over
+    its span from ``start`` to ``end`` (ps): each one's name, start, end and args."""
+    out, low = [], start
+    for name, fraction, args in operators:
+        high = start + round((end - start) * fraction)
+        out.append((name, low, high, args))
+        low = high
+    return out
 
 
 def _aggregate_slices(boxes: pd.DataFrame) -> list[dict]:
@@ -402,7 +363,7 @@ def _aggregate_slices(boxes: pd.DataFrame) -> list[dict]:
     for ipu, replica, lane, step, start, end, count, busy, kinds in boxes.itertuples(
             index=False):
         out.append({"ph": "X", "name": "aggregated", "cat": "aggregated",
-                    "pid": ipu_pid(ipu), "tid": _LANE_TID[lane], **_span(start, end),
+                    "pid": ipu_pid(ipu), "tid": LANE_TID[lane], **_span(start, end),
                     "args": {"aggregated": True, "events": int(count), "kinds": kinds,
                              "busy_us": busy / PS_PER_US,
                              "busy_share": busy / (end - start) if end > start else 0.0,
@@ -505,7 +466,7 @@ def _flows(events: pd.DataFrame) -> list[dict]:
                                         pairs["middle_ps"].tolist(), pairs["middle_ps_to"].tolist(),
                                         pairs["micro_batch"].tolist()):
             flow_id += 1
-            common = {"name": name, "cat": name, "id": flow_id, "tid": _LANE_TID[COMPUTE_LANE]}
+            common = {"name": name, "cat": name, "id": flow_id, "tid": LANE_TID[COMPUTE_LANE]}
             out.append({**common, "ph": "s", "pid": ipu_pid(src), "ts": _ts(t0),
                         "args": {"micro_batch": mb}})
             out.append({**common, "ph": "f", "bp": "e", "pid": ipu_pid(dst), "ts": _ts(t1),

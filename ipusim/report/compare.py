@@ -35,8 +35,8 @@ from ipusim.report.autoreport import (
     load_profile,
     profile_names,
 )
-from ipusim.report.chrome_trace import write_atomically
-from ipusim.report.html import PLOT_CONFIG, _page
+from ipusim.report.files import write_atomically
+from ipusim.report.page import PLOT_CONFIG, page
 
 #: The page ``ipusim compare`` writes beside B's report unless told otherwise.
 COMPARE_HTML = "compare.html"
@@ -50,7 +50,9 @@ _STYLE = """<style>
 table.compare td.value, table.compare th { white-space: nowrap; }
 table.compare th.value { text-align: right; }
 table.compare td { overflow-wrap: anywhere; }
+.verdict.faster { border-left-color: #2ca02c; }
 .verdict.slower { border-left-color: #d62728; }
+.verdict.about-as-fast { border-left-color: #999; }
 </style>"""
 
 
@@ -321,10 +323,11 @@ def _options(a: Run, b: Run) -> pd.DataFrame:
 
 def _operators(a: Timeline, b: Timeline) -> pd.DataFrame | None:
     """Each operator of either run, matched by stage, pass, kind and shape, with its
-    time per micro-batch in each (None when neither run records operators)."""
+    time per micro-batch in each, of the passes each run runs (None when neither run
+    records operators)."""
     tables = []
     for timeline in (a, b):
-        table = timeline.operator_breakdown()
+        table = timeline.operator_shares()  # the passes the timeline runs
         tables.append(table.groupby(_OPERATOR_KEY, sort=False, as_index=False)[
             ["count", "time_us"]].sum())
     if all(table.empty for table in tables):
@@ -365,12 +368,18 @@ def _signed(us: float) -> str:
     return ("+" if us > 0 else "−" if us < 0 else "±") + _time(abs(us))
 
 
+def speed(comparison: Comparison) -> str:
+    """B against A in a word or three: "faster", "slower" or "about as fast" (within
+    half a percent of A's throughput)."""
+    ratio = comparison.throughput_ratio
+    return "faster" if ratio >= 1.005 else "slower" if ratio <= 0.995 else "about as fast"
+
+
 def headline(comparison: Comparison) -> str:
     """What got faster, and why, in two sentences."""
     a, b = comparison.a, comparison.b
     ratio = comparison.throughput_ratio
-    faster = "faster" if ratio >= 1.005 else "slower" if ratio <= 0.995 else "about as fast"
-    text = (f"B has {ratio:.2f}× the throughput of A ({faster}): "
+    text = (f"B has {ratio:.2f}× the throughput of A ({speed(comparison)}): "
             f"{b.items_per_s:,.0f} against {a.items_per_s:,.0f} items/s.")
     items = _ratio(b.items_per_step, a.items_per_step)
     if items != 1:
@@ -565,7 +574,7 @@ def render_comparison_html(comparison: Comparison) -> str:
                                config=PLOT_CONFIG)
              for name, fig in (("waterfall", waterfall_figure(comparison)),
                                ("per-ipu", per_ipu_figure(comparison)))}
-    kind = "compute" if comparison.throughput_ratio >= 1 else "slower"
+    kind = speed(comparison).replace(" ", "-")  # the verdict box's colour: its class
     body = f"""\
 {_STYLE}
 <div class="top">
@@ -590,7 +599,7 @@ A: {html.escape(a.name)} · B: {html.escape(b.name)}. Each part is the mean over
 the time an IPU spends in it per step, so the parts add up to the step time (span ÷ steps).
 </footer>
 """
-    return _page(f"{a.name} → {b.name}",
+    return page(f"{a.name} → {b.name}",
                  f"A: {a.name}, {a.ipus_text} · B: {b.name}, {b.ipus_text} · simulated timings, "
                  "not hardware measurements", body)
 
@@ -700,4 +709,4 @@ def holds_reports(directory: Path) -> bool:
 
 __all__ = ["COMPARE_HTML", "Comparison", "Run", "RunFigures", "baseline_pairs", "compare",
            "comparison_text", "headline", "holds_reports", "load_run", "per_ipu_figure",
-           "render_comparison_html", "waterfall_figure", "write_comparison_html"]
+           "render_comparison_html", "speed", "waterfall_figure", "write_comparison_html"]

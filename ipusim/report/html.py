@@ -1,15 +1,12 @@
 """The HTML report: verdict, figures table, pipeline timeline, utilisation, memory.
 
-One self-contained file that opens offline: plotly.js is embedded once in the
-page, no script or style is fetched from the network. A small render check
-at the end of the page writes what the browser drew (bars per trace) and any
-script error into a hidden ``<pre id="render-check">`` so that a headless
-browser, or a person filing a bug, can see whether the page rendered.
+One self-contained file that opens offline (the scaffold every page shares,
+:mod:`ipusim.report.page`: plotly.js embedded once, the style, a render check a
+headless browser reads); no script or style is fetched from the network.
 """
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,12 +15,11 @@ import pandas as pd
 import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.plan.run_config import SettingNames
-from ipusim.report.chrome_trace import write_atomically
+from ipusim.report import sortable_table
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (
     MAX_EVENTS_PER_LANE,
@@ -35,24 +31,14 @@ from ipusim.report.figures import (
     timeline_name,
     utilisation_figure,
 )
+from ipusim.report.files import write_atomically
 from ipusim.report.operators import OPERATORS_SCRIPT, operators_section
+from ipusim.report.page import PLOT_CONFIG, page
 from ipusim.report.summary import figure_rows
 from ipusim.report.verdict import Verdict, bottleneck
 
-PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-
+#: The report's own style, after the style every page shares.
 STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 2rem 2rem;
-       color: #222; background: #fafafa; }
-h1 { font-size: 1.5rem; margin: 1.2rem 0 0.2rem; }
-h2 { font-size: 1.15rem; margin: 1.6rem 0 0.5rem; }
-.sub { color: #555; margin: 0 0 1rem; }
-.verdict { border-left: 6px solid #d62728; background: white; padding: 0.8rem 1.2rem;
-           box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
-.verdict.compute { border-left-color: #2ca02c; }
-.badge { display: inline-block; font-weight: 600; font-size: 0.8rem; padding: 0.1rem 0.5rem;
-         border-radius: 0.6rem; background: #eee; margin-right: 0.5rem; }
-.verdict ul { margin: 0.5rem 0 0; padding-left: 1.2rem; }
 table.what-if { border-collapse: collapse; background: white; margin-top: 0.8rem; width: 100%;
                 box-shadow: 0 1px 3px rgba(0,0,0,0.12); font-size: 0.9rem;
                 table-layout: fixed; }
@@ -64,17 +50,6 @@ table.what-if td, table.what-if th { padding: 0.2rem 0.7rem; border-bottom: 1px 
                                      text-align: left; }
 table.what-if td:nth-child(n+3) { text-align: right; font-variant-numeric: tabular-nums; }
 table.what-if tr.limit { background: #fff4e5; font-weight: 600; }
-details { margin-top: 0.4rem; color: #555; font-size: 0.9rem; }
-table.figures { border-collapse: collapse; background: white;
-                box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
-table.figures td, table.figures th { padding: 0.2rem 0.9rem; border-bottom: 1px solid #eee;
-                                     text-align: left; }
-table.figures td.value { text-align: right; font-variant-numeric: tabular-nums; }
-.figure { background: white; margin-top: 1rem; box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
-.top { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 1.5rem; }
-table.figures { width: 100%; }
-.row { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 1rem; }
-footer { color: #777; font-size: 0.85rem; margin-top: 2rem; }
 .top-operators, .operators-none, .roofline-note, .operator-filter { background: white;
   padding: 0.6rem 1.2rem; box-shadow: 0 1px 3px rgba(0,0,0,0.12); margin-top: 0.8rem; }
 .top-operators { border-left: 6px solid #1f77b4; }
@@ -89,47 +64,14 @@ footer { color: #777; font-size: 0.85rem; margin-top: 2rem; }
 .operator-scroll { max-height: 36rem; overflow: auto; margin-top: 0.8rem; background: white;
                    box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
 table.operators { border-collapse: collapse; width: 100%; font-size: 0.85rem; }
-table.operators th { position: sticky; top: 0; background: #f0f0f0; cursor: pointer;
-                     user-select: none; padding: 0.3rem 0.5rem; text-align: left;
-                     white-space: nowrap; }
-table.operators th[aria-sort="descending"]::after { content: " ▼"; }
-table.operators th[aria-sort="ascending"]::after { content: " ▲"; }
+table.operators th { position: sticky; top: 0; background: #f0f0f0; user-select: none;
+                     padding: 0; text-align: left; white-space: nowrap; }
 table.operators td { padding: 0.2rem 0.5rem; border-bottom: 1px solid #eee; white-space: nowrap; }
 table.operators caption { text-align: left; padding: 0.3rem 0.5rem; color: #555; }
 table.operators td:nth-child(1), table.operators td:nth-child(n+5) {
   text-align: right; font-variant-numeric: tabular-nums; }
 table.operators tr.clicked { background: #fff4e5; }
 """
-
-# Records script errors from the start of the page, before plotly.js loads.
-_ERROR_HOOK = """window.__ipusimErrors = [];
-window.addEventListener("error", function (e) {
-  window.__ipusimErrors.push(String(e.message || e.error || e));
-});"""
-
-# Once every figure has drawn, count the bars of each bar trace as the browser drew them.
-_RENDER_CHECK = """(function () {
-  function check(attempt) {
-    var plots = Array.prototype.slice.call(document.querySelectorAll(".js-plotly-plot"));
-    var ready = plots.length > 0 && plots.every(function (gd) { return gd._fullLayout; });
-    if (!ready && attempt < 100) { setTimeout(function () { check(attempt + 1); }, 50); return; }
-    var result = {errors: window.__ipusimErrors, figures: {}};
-    plots.forEach(function (gd) {
-      var bars = (gd._fullData || []).filter(function (t) { return t.type === "bar"; });
-      var groups = gd.querySelectorAll(".barlayer .trace");
-      var counts = {};
-      bars.forEach(function (trace, i) {
-        var drawn = groups[i] ? groups[i].querySelectorAll(".point").length : 0;
-        counts[trace.name] = (counts[trace.name] || 0) + drawn;  // a kind's traces add up
-      });
-      result.figures[gd.id] = {bars: counts, traces: (gd.data || []).length};
-    });
-    var out = document.getElementById("render-check");
-    out.textContent = JSON.stringify(result);
-    out.setAttribute("data-status", "done");
-  }
-  window.addEventListener("load", function () { setTimeout(function () { check(0); }, 0); });
-})();"""
 
 
 def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
@@ -154,7 +96,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
     system = timeline.system
     subtitle = (f"{system.ipu.name} × {system.num_ipus}, {timeline.num_ipus} IPU(s) used, "
                 f"{timeline.steps} step(s), {len(timeline.events):,} simulated events")
-    return _page(title, f"{subtitle} · simulated timings, not hardware measurements", f"""\
+    return page(title, f"{subtitle} · simulated timings, not hardware measurements", f"""\
 <div class="top">
 <section><h2>Bottleneck</h2>
 {_verdict_html(verdict)}</section>
@@ -167,38 +109,11 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
 <div class="row"><div class="figure">{divs["utilisation"]}</div>
 <div class="figure">{divs["memory"]}</div></div>
 {operators_section(timeline, PLOT_CONFIG)}
-<script>{OPERATORS_SCRIPT}</script>
+<script>{sortable_table.SCRIPT}{OPERATORS_SCRIPT}</script>
 <footer>Generated by ipusim with plotly {plotly.__version__} (plotly.js embedded, works offline).
 Hover a box for its duration, stage, micro-batch, step, pipeline cycle, bytes and FLOPs; click a
 compute box for its stage's operators; drag to zoom, double-click to reset.</footer>
-""")
-
-
-def _page(title: str, subtitle: str, body: str, plots: bool = True, style: str = "") -> str:
-    """A whole report page: plotly.js embedded (it opens offline), the style (and the
-    page's own ``style`` after it), the title and ``body``, and the check a browser
-    test reads once the plots drew; ``plots=False``: a page of text and tables,
-    without plotly.js or the check."""
-    plotly_js = f'<script type="text/javascript">{get_plotlyjs()}</script>' if plots else ""
-    check = (f'<pre id="render-check" hidden data-status="pending"></pre>\n'
-             f"<script>{_RENDER_CHECK}</script>") if plots else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>ipusim report — {html.escape(title)}</title>
-<style>{STYLE}{style}</style>
-<script>{_ERROR_HOOK}</script>
-{plotly_js}
-</head>
-<body>
-<h1>ipusim report — {html.escape(title)}</h1>
-<p class="sub">{html.escape(subtitle)}</p>
-{body}
-{check}
-</body>
-</html>
-"""
+""", style=STYLE)
 
 
 def _detailed_timeline_figure(timeline: Timeline, max_events_per_lane: int,
@@ -275,7 +190,7 @@ def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> 
     SRAM (over 100% in red). Nothing was simulated, so it has no timeline."""
     memory = pio.to_html(memory_table_figure(table), include_plotlyjs=False, full_html=False,
                          div_id="memory", config=PLOT_CONFIG)
-    return _page(title, "the model does not fit: nothing was simulated", f"""\
+    return page(title, "the model does not fit: nothing was simulated", f"""\
 <section><h2>Out of memory</h2>
 <div class="verdict out_of_memory"><span class="badge">out_of_memory</span>{html.escape(message)}
 </div></section>
@@ -288,15 +203,3 @@ def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:
     body = "".join(f'<tr><th>{html.escape(name)}</th>'
                    f'<td class="value">{html.escape(value)}</td></tr>' for name, value in rows)
     return f'<table class="figures">{body}</table>'
-
-
-def render_check_json(dom: str) -> dict:
-    """The render check's result from a page's DOM as a browser dumped it."""
-    start = dom.find('id="render-check"')
-    if start < 0:
-        raise ValueError("the page has no render check (<pre id=\"render-check\">)")
-    body_start = dom.index(">", start) + 1
-    text = html.unescape(dom[body_start:dom.index("</pre>", body_start)])
-    if not text:
-        raise ValueError("the render check did not run: the page's scripts did not finish")
-    return json.loads(text)

@@ -59,7 +59,6 @@ from ipusim.engine.event_kinds import (
     IO_TILES_COPY,
     IPU_COPY,
     KIND,
-    LANES,
     STREAM_IN,
     STREAM_OUT,
     SYNC_WAIT,
@@ -67,12 +66,15 @@ from ipusim.engine.event_kinds import (
 from ipusim.report.chrome_trace import (
     CALLS_TID,
     HOST_PID,
+    LANE_TID,
     event_args,
     ipu_pid,
+    meta,
     operator_layout,
-    write_atomically,
+    operator_pieces,
 )
 from ipusim.report.detail import Detail
+from ipusim.report.files import write_atomically
 
 # The Kineto category and name of each kind of event that is not compute.
 KINETO_NAMES = {
@@ -87,7 +89,6 @@ KINETO_NAMES = {
     HOST_CALL: ("cuda_sync", "Sync with the host (host call)"),
 }
 LEFT_OUT = (IO_TILES_COPY,)
-_STREAM = {lane: k + 1 for k, lane in enumerate(LANES)}
 
 
 def kineto_traces(timeline: Timeline, detail: Detail | None = None) -> dict[int, dict]:
@@ -119,7 +120,7 @@ def kineto_traces(timeline: Timeline, detail: Detail | None = None) -> dict[int,
                         "args": {"step": int(step)}})
         for row in rows.tolist():
             kind = kinds[row]
-            stream = _STREAM[KIND[kind].lane]
+            stream = LANE_TID[KIND[kind].lane]
             pieces = _pieces(kind, keys[row], layout, int(starts[row]), int(ends[row]))
             for cat, name, low, high, extra in pieces:
                 correlation += 1
@@ -154,23 +155,16 @@ def _pieces(kind: str, key: tuple[int, str], layout: dict, start: int,
         return [(cat, name, start, end, {})]
     if key not in layout:
         return [("kernel", kind.replace("_", " "), start, end, {})]
-    out, low = [], start
-    for name, fraction, args in layout[key]:
-        high = start + round((end - start) * fraction)
-        out.append(("kernel", name, low, high, {"pass": kind, **args}))
-        low = high
-    return out
+    return [("kernel", name, low, high, {"pass": kind, **args})
+            for name, low, high, args in operator_pieces(layout[key], start, end)]
 
 
 def _metadata(rank: int) -> list[dict]:
-    def meta(what: str, pid: int, tid: int, **args) -> dict:
-        return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": args}
-
     out = [meta("process_name", HOST_PID, 0, name="Host"),
            meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
            meta("process_name", ipu_pid(rank), 0, name=f"IPU {rank}")]
     out += [meta("thread_name", ipu_pid(rank), stream, name=f"stream {stream} ({lane})")
-            for lane, stream in _STREAM.items()]
+            for lane, stream in LANE_TID.items()]
     return out
 
 

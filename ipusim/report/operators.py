@@ -2,12 +2,12 @@
 
 What PopVision Graph Analyser's operation views show a user, from the operator
 breakdown (:meth:`Timeline.operator_shares`): a table of every operator of every
-stage's passes (sortable in the page by a click on a header), a treemap IPU →
-stage → operator sized by the time it takes in a step with its cycles split into
-AMP, exchange, sync and vector work, and the operators that take most of the
-step called out. A click on a compute box of the timeline shows that stage's
-operators (:data:`OPERATORS_SCRIPT`). A pass priced by the roofline lists no
-operators; the section says which.
+stage's passes (sortable in the page by a heading's button,
+:mod:`ipusim.report.sortable_table`), a treemap IPU → stage → operator sized by the
+time it takes in a step with its cycles split into AMP, exchange, sync and vector
+work, and the operators that take most of the step called out. A click on a compute
+box of the timeline shows that stage's operators (:data:`OPERATORS_SCRIPT`). A pass
+priced by the roofline lists no operators; the section says which.
 """
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ def operator_table_html(shares: pd.DataFrame) -> str:
     """The sortable table: one row per operator, most of the step first; each cell keeps
     its raw value in ``data-sort`` for the page's sorting."""
     head = "".join(f'<th data-type="{"number" if numeric else "text"}" '
-                   f'title="{html.escape(tip)}"'
-                   f'{SORTED if name == "% of step" else ""}>{html.escape(name)}</th>'
+                   f'title="{html.escape(tip)}"{SORTED if name == "% of step" else ""}>'
+                   f'<button type="button">{html.escape(name)}</button></th>'
                    for name, tip, numeric in COLUMNS)
     body = []
     for row in _rows(shares.sort_values("step_share", ascending=False, kind="stable")):
@@ -101,7 +101,7 @@ def operator_table_html(shares: pd.DataFrame) -> str:
         tds = "".join(f'<td data-sort="{html.escape(str(value))}">{text}</td>'
                       for value, text in cells)
         body.append(f'<tr data-stage="{row.stage_index}" data-pass="{row.pass_}">{tds}</tr>')
-    return (f'<div class="operator-scroll"><table class="operators" id="operator-table">'
+    return (f'<div class="operator-scroll"><table class="operators sortable" id="operator-table">'
             "<caption>AMP, exchange, sync and vector: clock cycles of one micro-batch on the "
             "busiest tile (all the operator's runs in its pass)</caption>"
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
@@ -252,31 +252,14 @@ def _json_in_html(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
-#: Sorting the operator table by a click on a header, and showing a stage's operators
-#: when a compute box of the timeline is clicked.
+#: Showing a stage's operators when a compute box of the timeline is clicked (the table
+#: sorts by :data:`ipusim.report.sortable_table.SCRIPT`).
 OPERATORS_SCRIPT = """(function () {
   var table = document.getElementById("operator-table");
   var source = document.getElementById("operator-data");
   if (!table || !source) { return; }
   var data = JSON.parse(source.textContent);
   var body = table.tBodies[0];
-  var headers = Array.prototype.slice.call(table.tHead.rows[0].cells);
-  headers.forEach(function (th, column) {
-    th.addEventListener("click", function () {
-      var descending = th.getAttribute("aria-sort") !== "descending";
-      headers.forEach(function (other) { other.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", descending ? "descending" : "ascending");
-      var numeric = th.getAttribute("data-type") === "number";
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {
-        var x = a.cells[column].getAttribute("data-sort");
-        var y = b.cells[column].getAttribute("data-sort");
-        var order = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
-        return descending ? -order : order;
-      });
-      rows.forEach(function (row) { body.appendChild(row); });
-    });
-  });
   var filter = document.getElementById("operator-filter");
   function show(stage, pass) {
     var info = data.stages[stage];

@@ -5,8 +5,9 @@ a ``<tbody>`` per point (its row, and a details row with every figure, the
 settings and the settings as code) so that sorting moves a point whole and
 the page stays a readable width: the table shows the settings that change
 over the sweep and a few figures, the details row the rest. A few lines of
-plain JavaScript (:data:`SCRIPT`) sort by a heading, filter by words and
-open a point; ``window.ipusimSweep`` holds them for a person or a test.
+plain JavaScript (:data:`SCRIPT`, after :data:`ipusim.report.sortable_table.SCRIPT`
+that sorts by a heading) filter by words and open a point; ``window.ipusimSweep``
+holds them for a person or a test.
 """
 from __future__ import annotations
 
@@ -31,11 +32,6 @@ table.points { border-collapse: collapse; background: white; font-size: 0.82rem;
                box-shadow: 0 1px 3px rgba(0,0,0,0.12); }
 table.points th { position: sticky; top: 0; background: #f1f3f5; vertical-align: bottom;
                   font-weight: 600; padding: 0; text-align: right; }
-table.points th button { all: unset; box-sizing: border-box; display: block; width: 100%;
-                         padding: 0.3rem 0.5rem; cursor: pointer; text-align: inherit; }
-table.points th button:focus-visible { outline: 2px solid #1f77b4; }
-table.points th[aria-sort=ascending] button::after { content: " \\25B2"; font-size: 0.7em; }
-table.points th[aria-sort=descending] button::after { content: " \\25BC"; font-size: 0.7em; }
 table.points th.text, table.points td.text { text-align: left; }
 table.points td { padding: 0.2rem 0.5rem; border-bottom: 1px solid #eee; text-align: right;
                   font-variant-numeric: tabular-nums; vertical-align: top; }
@@ -59,31 +55,6 @@ button.more { font: inherit; font-size: 0.8rem; padding: 0 0.4rem; cursor: point
 
 
 SCRIPT = """(function () {
-  function cellKey(row, column, type) {
-    var cell = row.cells[column], value = cell.getAttribute("data-value");
-    if (value === null) { value = cell.textContent; }
-    if (type === "number") { return value === "" ? NaN : parseFloat(value); }
-    return value.toLowerCase();
-  }
-  function sort(table, column, descending) {
-    var header = table.tHead.rows[0].cells[column];
-    var type = header.getAttribute("data-type");
-    var bodies = Array.prototype.slice.call(table.tBodies);
-    bodies.sort(function (a, b) {
-      var x = cellKey(a.rows[0], column, type), y = cellKey(b.rows[0], column, type);
-      if (type === "number") {  // empty cells last, whichever the direction
-        if (isNaN(x) || isNaN(y)) { return isNaN(x) - isNaN(y); }
-        return descending ? y - x : x - y;
-      }
-      var order = x.localeCompare(y, undefined, {numeric: true});
-      return descending ? -order : order;
-    });
-    bodies.forEach(function (body) { table.appendChild(body); });
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) {
-      cell.removeAttribute("aria-sort");
-    });
-    header.setAttribute("aria-sort", descending ? "descending" : "ascending");
-  }
   function filter(table, text, paretoOnly) {
     var words = text.toLowerCase().split(/\\s+/).filter(Boolean), shown = 0;
     Array.prototype.forEach.call(table.tBodies, function (body) {
@@ -104,18 +75,8 @@ SCRIPT = """(function () {
     body.classList.add("open");
     body.scrollIntoView({block: "center"});
   }
-  window.ipusimSweep = {sort: sort, filter: filter, open: open};
+  window.ipusimSweep = {sort: window.ipusimSortTable, filter: filter, open: open};
   document.querySelectorAll("table.points").forEach(function (table) {
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell, column) {
-      var button = cell.querySelector("button");
-      if (!button) { return; }
-      button.addEventListener("click", function () {
-        var was = cell.getAttribute("aria-sort");
-        var first = cell.getAttribute("data-type") === "number" ? "descending" : "ascending";
-        var descending = was ? was === "ascending" : first === "descending";
-        sort(table, column, descending);
-      });
-    });
     table.addEventListener("click", function (event) {
       var button = event.target.closest("button.more");
       if (!button) { return; }
@@ -220,7 +181,7 @@ def _heading(label: str, kind: str, sorted_by: bool = False) -> str:
 def _cell(value, shown: str, kind: str, extra: str = "") -> str:
     """A cell showing ``shown``, sorted by ``value``."""
     key = str(int(value)) if isinstance(value, bool) else text(value)
-    return (f'<td class="{kind}{extra}" data-value="{html.escape(key)}">'
+    return (f'<td class="{kind}{extra}" data-sort="{html.escape(key)}">'
             f"{_breakable(shown) if kind == 'text' else html.escape(shown)}</td>")
 
 
@@ -324,8 +285,8 @@ def table_html(table_id: str, table: pd.DataFrame, rows: pd.DataFrame, names: li
         bodies.append(f'<tbody id="point-{html.escape(key)}"{marked}><tr class="point">'
                       f'{"".join(cells)}{actions}</tr>'
                       f'{_details(row, settings, link, code.get(key), width)}</tbody>')
-    return (f'<table class="points" id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f'{"".join(bodies)}</table>')
+    return (f'<table class="points sortable" data-sort-bodies id="{table_id}">'
+            f'<thead><tr>{head}</tr></thead>{"".join(bodies)}</table>')
 
 
 def filter_html(table_id: str, rows: int, pareto: bool) -> str:

@@ -220,7 +220,7 @@ def write_report(executor) -> Path | None:
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
     from ipusim.report.autoreport import TRACE
-    from ipusim.report.chrome_trace import write_atomically
+    from ipusim.report.files import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
@@ -267,7 +267,7 @@ def _write_job_report(directory: Path, instances: int, options: dict,
     earlier run left in the same place are never mixed in."""
     from ipusim import job_timeline
     from ipusim.report import load_autoreport, write_autoreport
-    from ipusim.report.chrome_trace import write_atomically
+    from ipusim.report.files import write_atomically
     job = run_settings.current().job_id
     parts = [directory / f"instance-{index}" for index in range(instances)]
     lock = os.open(directory, os.O_RDONLY)

@@ -89,13 +89,14 @@ def layer_stage(index: int, width: int = 512, roofline: bool = False) -> Stage:
 
 
 def operator_pipeline_run(roofline: tuple[int, ...] = (), micro_batches: int = 8, steps: int = 1,
-                          training: bool = True, replicas: int = 1):
+                          training: bool = True, replicas: int = 1, recompute: bool = False):
     """Four stages of measured operators (the stages in ``roofline`` hand-written instead),
-    pipelined over 4 IPUs a replica."""
+    pipelined over 4 IPUs a replica (recomputing the forward before the backward with
+    ``recompute``)."""
     work = Work(tuple(layer_stage(k, roofline=k in roofline) for k in range(4)),
                 micro_batch_size=4, input_bytes_per_sample=4096, output_bytes_per_sample=16)
     batching = ({"gradient_accumulation": micro_batches} if training
                 else {"device_iterations": micro_batches})
     run = RunConfig(execution=Execution.PIPELINED, training=training, replicas=replicas,
-                    **batching)
+                    recompute=recompute, **batching)
     return simulate(work, run, system_spec("mk2", 4 * replicas), steps=steps)

@@ -8,7 +8,7 @@ from support.browser import dump_dom, needs_chromium, screenshot
 
 from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import lanes, write_html
-from ipusim.report.html import render_check_json
+from ipusim.report.page import render_check_json
 
 pytestmark = needs_chromium
 

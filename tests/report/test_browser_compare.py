@@ -8,7 +8,7 @@ from support.browser import dump_dom, needs_chromium, screenshot
 
 from ipusim.plan.run_config import SettingNames
 from ipusim.report.compare import Run, compare, write_comparison_html
-from ipusim.report.html import render_check_json
+from ipusim.report.page import render_check_json
 
 from report_timelines import pipeline_run
 

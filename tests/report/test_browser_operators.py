@@ -10,7 +10,7 @@ import json
 from support.browser import dump_dom, needs_chromium, screenshot
 
 from ipusim.report import write_html
-from ipusim.report.html import render_check_json
+from ipusim.report.page import render_check_json
 
 from report_timelines import operator_pipeline_run
 

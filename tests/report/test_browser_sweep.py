@@ -16,7 +16,7 @@ import pytest
 from support.browser import chromium, needs_chromium, screenshot
 
 from ipusim.explore.design_point import pareto_front, refusals
-from ipusim.report.html import render_check_json
+from ipusim.report.page import render_check_json
 from poptorch_shim.sweep import InProcess, Measurements, ModelSource, SweepSpec, sweep
 from poptorch_shim.sweep.report import write_sweep_report
 
@@ -46,7 +46,7 @@ window.addEventListener("load", function () { setTimeout(function () {
   function shown(table, label) {
     var at = column(label);
     return Array.prototype.filter.call(table.tBodies, function (b) { return !b.hidden; })
-      .map(function (b) { return b.rows[0].cells[at].getAttribute("data-value"); });
+      .map(function (b) { return b.rows[0].cells[at].getAttribute("data-sort"); });
   }
   out.width = {page: document.documentElement.scrollWidth, window: window.innerWidth};
   out.sortFunction = typeof window.ipusimSweep.sort;

@@ -28,6 +28,9 @@ from ipusim.report.compare import (
     render_comparison_html,
     waterfall_figure,
 )
+from ipusim.report.compare import (
+    speed as comparison_speed,
+)
 
 from report_timelines import pipeline_run, replicated_run
 
@@ -221,6 +224,27 @@ def test_compare_writes_where_it_is_told(saved, tmp_path, capsys):
     output = tmp_path / "deep" / "c.html"
     assert main(["compare", str(saved[0]), str(saved[1]), "-o", str(output)]) == 0
     assert output.is_file() and f"Page: {output}" in capsys.readouterr().out
+
+
+def test_the_pages_verdict_is_coloured_by_what_it_says(saved):
+    """Green for faster, red for slower, grey for about as fast, each its own class."""
+    a, b = (load_run(path) for path in saved)
+    for one, other, word in ((a, b, None), (b, a, None), (a, a, "about-as-fast")):
+        comparison = compare(one, other)
+        kind = word or comparison_speed(comparison)
+        page = render_comparison_html(comparison)
+        assert f'<div class="verdict {kind}">' in page and f".verdict.{kind} {{" in page
+        assert 'class="verdict compute"' not in page
+    assert {comparison_speed(compare(a, b)), comparison_speed(compare(b, a))} == {
+        "faster", "slower"}
+
+
+def test_compare_into_a_folder_writes_compare_html_there(saved, tmp_path, capsys):
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    assert main(["compare", str(saved[0]), str(saved[1]), "-o", str(folder)]) == 0
+    assert (folder / "compare.html").is_file()
+    assert f"Page: {folder / 'compare.html'}" in capsys.readouterr().out
 
 
 def bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:

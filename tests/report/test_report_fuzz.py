@@ -17,7 +17,7 @@ from ipusim import Cost, RunConfig, Stage, Work, simulate
 from ipusim.cli import main
 from ipusim.report import write_autoreport
 from ipusim.report.autoreport import EVENTS, PROFILE
-from ipusim.report.chrome_trace import write_atomically
+from ipusim.report.files import write_atomically
 
 
 @pytest.fixture(scope="module")

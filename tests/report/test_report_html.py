@@ -4,7 +4,7 @@ import re
 import plotly
 
 from ipusim.report import bottleneck, render_html, write_html
-from ipusim.report.html import render_check_json
+from ipusim.report.page import render_check_json
 
 
 def test_opens_offline_with_plotly_embedded(pipeline_timeline):

@@ -120,6 +120,19 @@ def test_ipusim_report_index_writes_the_page_into_the_folder(folder, capsys):
     assert "No folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("options", [["--full-detail"], ["--max-events-per-lane", "5"],
+                                     ["--window", "0", "1"]])
+def test_ipusim_report_index_refuses_the_timelines_options(folder, capsys, options):
+    """The index draws no timeline: an option about one is named, not silently ignored."""
+    (folder / INDEX).unlink(missing_ok=True)
+    with pytest.raises(SystemExit) as refused:
+        main(["report", "--index", str(folder), *options])
+    assert refused.value.code == 1
+    err = capsys.readouterr().err
+    assert f"{options[0]} would change nothing" in err and "no timeline" in err
+    assert not (folder / INDEX).exists()
+
+
 def test_a_report_folder_indexed_itself_is_listed_by_a_link_with_a_name(tmp_path,
                                                                          pipeline_timeline):
     write_autoreport(tmp_path / "training", pipeline_timeline)

@@ -89,6 +89,19 @@ def test_ipusim_trace_writes_them_with_hta(tmp_path, pipeline_timeline, capsys):
         f"rank-{k}.json" for k in range(4)]
 
 
+def test_ipusim_trace_hta_into_a_file_says_a_folder_is_needed(tmp_path, pipeline_timeline,
+                                                              capsys):
+    profile = write_autoreport(tmp_path / "training", pipeline_timeline)
+    taken = tmp_path / "hta.json"
+    taken.write_text("{}")
+    with pytest.raises(SystemExit) as refused:
+        main(["trace", str(profile), "--hta", str(taken), "-o", str(tmp_path / "t.json")])
+    assert refused.value.code == 1
+    err = capsys.readouterr().err
+    assert "--hta needs a folder" in err and f"{taken} is a file" in err
+    assert taken.read_text() == "{}" and not (tmp_path / "t.json").exists()
+
+
 @pytest.mark.parametrize("timeline", [
     pytest.param(lambda: pipeline_run(micro_batches=8, recompute=True), id="pipelined"),
     pytest.param(lambda: operator_run(), id="operators")])

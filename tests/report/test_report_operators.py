@@ -21,6 +21,7 @@ from ipusim import (
 from ipusim.engine.recorder import COMPUTE_KINDS
 from ipusim.report import render_html
 from ipusim.report.autoreport import load_autoreport, write_autoreport
+from ipusim.report.chrome_trace import operator_layout
 from ipusim.report.figures import HOVER_COLUMNS, timeline_figure
 from ipusim.report.operators import (
     COLUMNS,
@@ -256,3 +257,51 @@ def test_the_hover_duration_is_the_boxes_length(pipeline_timeline):
     drawn = np.sort(np.concatenate([np.asarray(t.x, dtype=float) for t in traces]))
     np.testing.assert_allclose(drawn, np.sort((sync["end_ps"] - sync["start_ps"]) / PS_PER_US),
                                rtol=1e-6)
+
+
+def test_a_pass_the_schedule_never_runs_is_not_listed():
+    """With recompute on, a pipeline recomputes every stage but the last (its backward
+    follows its forward at once): the last stage's recompute is no row of the operators,
+    the passes, the table, or the traces' operator layouts."""
+    timeline = operator_pipeline_run(recompute=True)
+    last = len(timeline.plan.stages) - 1
+    ran = set(zip(timeline.events["stage"], timeline.events["kind"].astype(str)))
+    assert (last, "recompute") not in ran and (0, "recompute") in ran
+    breakdown = timeline.operator_breakdown()
+    assert (last, "recompute") in set(zip(breakdown["stage_index"], breakdown["pass"]))
+    shares = timeline.operator_shares()
+    listed = set(zip(shares["stage_index"], shares["pass"]))
+    assert listed == {key for key in ran if key[0] >= 0 and key[1] in COMPUTE_KINDS}
+    assert (shares["runs_per_step"] > 0).all()
+    passes = timeline.pass_shares()
+    assert (passes["runs_per_step"] > 0).all()
+    assert set(zip(passes["stage_index"], passes["pass"])) == listed
+    assert table_cells(shares).rows and len(table_cells(shares).rows) == len(shares)
+    assert set(operator_layout(timeline)) == listed
+
+
+def test_the_table_sorts_by_the_pages_shared_script_from_a_button_per_heading(operator_timeline):
+    """The operator table is sorted as the sweep's tables are (one script), by a button in
+    each heading, so the keyboard reaches it."""
+    table = operator_table_html(operator_timeline.operator_shares())
+    assert 'class="operators sortable"' in table
+    assert table.count('<button type="button">') == table.count("<th ") == len(COLUMNS)
+    page = render_html(operator_timeline)
+    assert page.count("window.ipusimSortTable = sort") == 1
+
+
+def test_a_report_works_the_step_times_out_once(monkeypatch):
+    """The pass and operator shares (the page, and a trace's operator layout) read one
+    :meth:`Timeline.step_times`: it groups every compute event, slow at pod scale."""
+    from ipusim.analysis import timeline as timeline_module
+
+    calls = []
+    real = timeline_module.step_times
+    monkeypatch.setattr(timeline_module, "step_times",
+                        lambda events: calls.append(len(events)) or real(events))
+    timeline = operator_pipeline_run(recompute=True)
+    render_html(timeline)
+    operator_layout(timeline)
+    assert len(calls) == 1
+    assert timeline.pass_shares()["runs_per_step"].sum() == pytest.approx(
+        timeline.step_times().runs.sum())
