@@ -324,8 +324,11 @@ def user_options(options) -> dict:
         store = group._store
         for key, value in store.changed().items():
             setter = store.spec(key).setter
-            arguments = store.arguments_of(setter)
-            out[prefix + setter] = [_plain(a) for a in arguments] if arguments else _plain(value)
+            # A setter of several settings is listed as its call's arguments; one of
+            # them alone as its value, as a setter of one setting is.
+            arguments = store.arguments_of(setter) or [value]
+            out[prefix + setter] = ([_plain(a) for a in arguments] if len(arguments) > 1
+                                    else _plain(arguments[0]))
     defaults = Options()._popart.options
     for key, value in options._popart.options.items():
         if key not in defaults or defaults[key] != value:
