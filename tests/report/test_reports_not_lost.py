@@ -8,10 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-from support.reports import fresh_report_registry
+from support.reports import fresh_report_registry, profiled_inference
 
-import poptorch_shim as poptorch
 from poptorch_shim._run import profiling
 
 pytestmark = [pytest.mark.slow]  # runs scripts in their own processes
@@ -26,18 +24,8 @@ def fresh_registry(monkeypatch):
     fresh_report_registry(monkeypatch)
 
 
-def inference(root: Path, name: str | None = None):
-    opts = poptorch.Options()
-    opts.enableProfiling(str(root))
-    if name:
-        opts.modelName(name)
-    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
-    model(torch.ones(2, 4))
-    return model
-
-
 def test_two_models_of_one_name_write_two_directories(tmp_path, capsys):
-    first, second = inference(tmp_path), inference(tmp_path)
+    first, second = profiled_inference(tmp_path), profiled_inference(tmp_path)
     written = profiling.write_pending_reports()
     assert sorted(p.name for p in written) == ["inference", "inference-2"]
     assert all((p / "profile.json").is_file() for p in written)
@@ -46,7 +34,7 @@ def test_two_models_of_one_name_write_two_directories(tmp_path, capsys):
 
 def test_a_report_that_fails_does_not_stop_the_others(tmp_path):
     (tmp_path / "broken").write_text("a file where the report's directory should go")
-    inference(tmp_path, "broken"), inference(tmp_path, "fine")
+    profiled_inference(tmp_path, "broken"), profiled_inference(tmp_path, "fine")
     with pytest.raises(profiling.ReportsNotWritten, match=r"1 report\(s\).*\(1 were\).*broken"):
         profiling.write_pending_reports()
     assert (tmp_path / "fine" / "profile.json").is_file()

@@ -11,10 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from support.reports import fresh_report_registry
+from support.reports import fresh_report_registry, profiled_inference
 
-import poptorch_shim as poptorch
 from poptorch_shim import commands
 from poptorch_shim._run import profiling
 from poptorch_shim.commands import RunSettings, run_script
@@ -28,16 +26,6 @@ def fresh_registry(monkeypatch):
     fresh_report_registry(monkeypatch)
 
 
-def inference(root: Path, name: str | None = None):
-    opts = poptorch.Options()
-    opts.enableProfiling(str(root))
-    if name is not None:
-        opts.modelName(name)
-    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
-    model(torch.ones(2, 4))
-    return model
-
-
 def held_by_another_run(directory: Path) -> int:
     """Lock ``directory`` as a concurrent run would (another open file)."""
     directory.mkdir(parents=True)
@@ -49,7 +37,7 @@ def held_by_another_run(directory: Path) -> int:
 def test_a_folder_another_run_holds_is_skipped(tmp_path, capsys):
     descriptor = held_by_another_run(tmp_path / "inference")
     try:
-        model = inference(tmp_path)
+        model = profiled_inference(tmp_path)
         (written,) = profiling.write_pending_reports()
     finally:
         os.close(descriptor)
@@ -59,7 +47,7 @@ def test_a_folder_another_run_holds_is_skipped(tmp_path, capsys):
 
 
 def test_a_folder_is_free_again_once_its_report_is_written(tmp_path):
-    inference(tmp_path)
+    profiled_inference(tmp_path)
     profiling.write_pending_reports()
     assert profiling._locks == {}
     descriptor = os.open(tmp_path / "inference", os.O_RDONLY)
@@ -74,14 +62,14 @@ def test_a_model_name_is_one_folder_inside_the_report_directory(tmp_path, name):
     root = tmp_path / "reports"
     with pytest.raises(ValueError, match=r"Options\.modelName: model_name .* must be one "
                                          r"folder name"):
-        inference(root, name)
+        profiled_inference(root, name)
     assert profiling.write_pending_reports() == []
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["reports"])
     assert not (tmp_path / "escape").exists()
 
 
 def test_names_that_look_like_paths_but_are_one_folder_are_kept(tmp_path):
-    inference(tmp_path, "v1..2")
+    profiled_inference(tmp_path, "v1..2")
     (written,) = profiling.write_pending_reports()
     assert written == tmp_path / "v1..2"
 

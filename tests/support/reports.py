@@ -1,4 +1,10 @@
-"""What the report tests share: a runner's report bookkeeping started afresh."""
+"""What the report tests share: a runner's report bookkeeping started afresh, and a
+small model that asks for a profile."""
+from pathlib import Path
+
+import torch
+
+import poptorch_shim as poptorch
 from poptorch_shim._run import profiling
 
 
@@ -8,3 +14,15 @@ def fresh_report_registry(monkeypatch) -> None:
     monkeypatch.setattr(profiling, "_taken", set())
     monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
     monkeypatch.setattr(profiling, "_locks", {}, raising=False)
+
+
+def profiled_inference(root: Path, name: str | None = None):
+    """A called inference model that profiles into ``root`` (as ``name``, if given):
+    its report is pending until written."""
+    opts = poptorch.Options()
+    opts.enableProfiling(str(root))
+    if name is not None:
+        opts.modelName(name)
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
+    model(torch.ones(2, 4))
+    return model
