@@ -96,19 +96,18 @@ def evaluate_parts(work: Work, run: RunConfig, system: SystemSpec, cost_model: C
     return evaluate(DesignPoint(work, run, system, cost_model, steps))
 
 
-def outcomes(table: pd.DataFrame) -> dict[str, int]:
-    """How many points of a sweep's results table fit, do not fit, or were refused
-    (an error: PopTorch's checks, or a failed simulation)."""
-    valid = table["error"].isna()
-    fits = valid & table["fits"].fillna(False).astype(bool)
-    return {"fit": int(fits.sum()), "do not fit": int((valid & ~fits).sum()),
-            "invalid": int((~valid).sum())}
-
-
 def accepted(table: pd.DataFrame) -> pd.Series:
     """Which rows of a sweep's results table PopTorch would run: no error (its
     checks passed and the point simulated) and every IPU fits its SRAM."""
     return table["error"].isna() & table["fits"].fillna(False).astype(bool)
+
+
+def outcomes(table: pd.DataFrame) -> dict[str, int]:
+    """How many points of a sweep's results table fit, do not fit, or were refused
+    (an error: PopTorch's checks, or a failed simulation)."""
+    valid, fits = table["error"].isna(), accepted(table)
+    return {"fit": int(fits.sum()), "do not fit": int((valid & ~fits).sum()),
+            "invalid": int((~valid).sum())}
 
 
 # Why a point is refused (:func:`refusals`).

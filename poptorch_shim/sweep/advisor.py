@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from ipusim.explore.design_point import accepted
 from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
 from poptorch_shim._core.option_names import sweep_key
 from poptorch_shim._execution.engine_config import execution_of, recomputation
@@ -51,7 +52,7 @@ class Advice:
     def your_rank(self) -> int | None:
         """The script's own configuration's place among those that fit (1 = the
         best), or None when it does not fit or PopTorch refuses it."""
-        if self.yours is None or not _fits(self.results).iloc[self.yours]:
+        if self.yours is None or not accepted(self.results).iloc[self.yours]:
             return None
         return self.yours + 1
 
@@ -176,16 +177,11 @@ def advise(source: ModelSource, ipus: int = 16, system: str = "bow", top: int = 
     return _advice(rows, searched, _config(yours))
 
 
-def _fits(table: pd.DataFrame) -> pd.Series:
-    """Which points PopTorch accepts and fit in memory."""
-    return table["error"].isna() & table["fits"].fillna(False).astype(bool)
-
-
 def _advice(rows: list[dict], searched: str, yours: str | None = None) -> Advice:
     import json
 
     table = normalised(pd.DataFrame(rows))
-    fitting = _fits(table)
+    fitting = accepted(table)
     table = table.assign(_fits=fitting).sort_values(
         ["_fits", THROUGHPUT], ascending=[False, False], kind="stable",
         ignore_index=True, na_position="last").drop(columns="_fits")
@@ -278,7 +274,7 @@ def _yours(advice: Advice) -> str:
     if advice.your_rank is None:
         return (f"Yours: does not fit ({row['memory_max(MB)']:,.1f} MB on the fullest IPU of "
                 f"{row['capacity(MB)']:,.1f} MB).")
-    fitting = int(_fits(table).sum())
+    fitting = int(accepted(table).sum())
     best = table.iloc[0][THROUGHPUT]
     slower = ("the best" if advice.your_rank == 1 else
               f"{best / row[THROUGHPUT]:.1f}x slower than the best")

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ipusim.explore.design_point import accepted, outcomes
 from poptorch_shim.sweep.backends import (
     InProcess,
     LocalProcesses,
@@ -124,10 +125,10 @@ def _sweep(args: argparse.Namespace, spec, output: Path) -> int:
     for reason, count in sorted(table.attrs.get("dropped", {}).items()):
         print(f"ipusim sweep: {count} recorded point(s) of {output} computed again: {reason}",
               file=sys.stderr)
-    failed = int(table["error"].notna().sum())
-    fitting = table[table["error"].isna() & table["fits"].fillna(False).astype(bool)]
-    print(f"{len(table)} points: {len(fitting)} fit, {len(table) - failed - len(fitting)} do "
-          f"not fit, {failed} invalid")
+    counts = outcomes(table)
+    fitting = table[accepted(table)]
+    print(f"{len(table)} points: {counts['fit']} fit, {counts['do not fit']} do not fit, "
+          f"{counts['invalid']} invalid")
     if len(fitting):
         settings = [c for c in table.columns[2:table.columns.get_loc("ipus")]]
         best = fitting.nlargest(5, THROUGHPUT)
