@@ -10,8 +10,9 @@ from functools import cached_property
 
 from tqdm import tqdm
 
+from ipusim.analysis import metrics
 from ipusim.analysis.timeline import Timeline, job_timeline
-from ipusim.cost.cost_model import DEFAULT, PS_PER_S, CostModel
+from ipusim.cost.cost_model import DEFAULT, CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.recorder import Recorder
 from ipusim.engine.step_replay import StepReplay
@@ -81,18 +82,22 @@ class Simulation:
 
         ``progress=True`` shows a tqdm progress bar (on stderr) over the steps.
         """
+        return self.advance(steps, progress).timeline
+
+    def advance(self, steps: int, progress: bool = False) -> Simulation:
+        """Simulate ``steps`` calls; this simulation, its event table not built (see
+        :meth:`run_steps`)."""
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"steps must be a positive integer, got {steps!r}")
         for _ in tqdm(range(steps), desc="simulating", unit="step", disable=not progress):
             self.step()
-        return self.timeline
+        return self
 
     def throughput(self) -> float:
         """Items per simulated second over the calls so far: what ``timeline.throughput()``
         gives, without building (or, folded, expanding to every replica) the event table,
         for callers that need only this figure (the what-if analysis simulates ten runs)."""
-        span = self.recorder.span_ps()
-        return self.steps * self.plan.items_per_call * PS_PER_S / span if span else 0.0
+        return metrics.rate(self.steps * self.plan.items_per_call, self.recorder.span_ps())
 
     @cached_property
     def timeline(self) -> Timeline:

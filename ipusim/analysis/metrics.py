@@ -110,8 +110,12 @@ def sync_wait_share(events: pd.DataFrame, num_ipus: int) -> float:
 
 def throughput(events: pd.DataFrame, items: int) -> float:
     """Items per simulated second."""
-    span = span_ps(events)
-    return items * PS_PER_S / span if span else 0.0
+    return rate(items, span_ps(events))
+
+
+def rate(items: int, span_ps: int) -> float:
+    """``items`` over ``span_ps`` picoseconds, per second (0 for an empty span)."""
+    return items * PS_PER_S / span_ps if span_ps else 0.0
 
 
 def pipeline_slots(events: pd.DataFrame, depth: int, micro_batches_per_run: int) -> pd.DataFrame:

@@ -254,10 +254,7 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
 def _simulate(setup: Setup, steps: int) -> Simulation:
     """``steps`` calls of ``setup`` simulated; only their throughput is read, so the
     event table is never built."""
-    simulation = Simulation(setup.work, setup.run, setup.system, setup.cost)
-    for _ in range(steps):
-        simulation.step()
-    return simulation
+    return Simulation(setup.work, setup.run, setup.system, setup.cost).advance(steps)
 
 
 def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
