@@ -53,23 +53,19 @@ class ModelProgress:
     """The bar of one model, shown only inside its calls (see the module's docstring).
 
     ``measuring``: whether the measurement gets a bar (PopTorch's
-    ``Options.showCompilationProgressBar``); ``delay_s`` and ``mininterval_s``
-    default to :data:`DELAY_S` and :data:`MININTERVAL_S`.
+    ``Options.showCompilationProgressBar``).
     """
 
-    def __init__(self, name: str, measuring: bool = True, delay_s: float | None = None,
-                 mininterval_s: float | None = None):
+    def __init__(self, name: str, measuring: bool = True):
         self.name = name
         self.show_measuring = measuring
-        self.delay_s = DELAY_S if delay_s is None else delay_s
-        self.mininterval_s = MININTERVAL_S if mininterval_s is None else mininterval_s
 
     def _bar(self, shown: bool, **kwargs) -> tqdm:
         stream = sys.stderr
         shown = shown and run_settings.current().progress and _is_terminal(stream) \
             and not script_bar_open()
-        # miniters=0: redraw on time alone (every mininterval_s), whatever the count.
-        bar = tqdm(file=stream, leave=False, delay=self.delay_s, mininterval=self.mininterval_s,
+        # miniters=0: redraw on time alone (every MININTERVAL_S), whatever the count.
+        bar = tqdm(file=stream, leave=False, delay=DELAY_S, mininterval=MININTERVAL_S,
                    miniters=0, dynamic_ncols=True, disable=not shown, **kwargs)
         if shown:
             _ours.add(bar)
