@@ -296,7 +296,7 @@ class PoplarExecutor:
         else:
             outputs = self._run_step(micro_batches)
         started = self._device.simulation.now_ps
-        self._device.step()
+        self._device.step(call.host_start_ns)
         if self._options.log_cycle_count:  # PopTorch logs the count it instruments for
             _poptorch_log.debug("Total number of IPU cycles: %d", self._device.cycle_count())
         if self._across_instances:

@@ -105,10 +105,13 @@ class ScriptClock:
 
 
 class ModelCall:
-    """One call to a model, as the clock sees it: the model says how long it lasted."""
+    """One call to a model, as the clock sees it: when it began on the host's
+    ``perf_counter_ns`` (the outermost call's start, for a call made inside another),
+    and how long it lasted in simulated time, which the model says."""
 
     def __init__(self) -> None:
         self.simulated_ps = 0
+        self.host_start_ns = host_now_ns()
 
     def lasted(self, simulated_ps: int) -> None:
         self.simulated_ps = simulated_ps
@@ -119,6 +122,11 @@ _host_perf_counter_ns = time.perf_counter_ns  # the host's, whatever the script'
 _calls_ps = 0   # simulated time of every outermost model call this process made
 _host_calls_ns = 0  # and the host's time inside them: the real compute on this CPU
 _in_call = False
+
+
+def host_now_ns() -> int:
+    """The host's ``perf_counter_ns``, whatever the script's clock reads."""
+    return _host_perf_counter_ns()
 
 
 def simulated_calls_ps() -> int:
@@ -146,13 +154,12 @@ def model_call() -> Iterator[ModelCall]:
     clock, _in_call = _clock, True
     if clock is not None:
         clock.call_started()
-    started = _host_perf_counter_ns()
     try:
         yield call
     finally:
         _in_call = False
         _calls_ps += call.simulated_ps
-        _host_calls_ns += _host_perf_counter_ns() - started
+        _host_calls_ns += host_now_ns() - call.host_start_ns
         if clock is not None:
             clock.call_ended(call.simulated_ps)
 

@@ -8,7 +8,6 @@ simulated timeline. The options become the engine's configuration in
 """
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import replace
 
@@ -19,6 +18,7 @@ from ipusim import RunConfig, Simulation, Stage, Work
 from ipusim.cost.cost_model import PS_PER_S, to_cycles
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
+from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._execution.engine_config import cost_model, instance_system
 
@@ -63,12 +63,14 @@ class SimulatedDevice:
         self.host_calls: list[tuple[int, int, int, int]] = []
         self._verdict: tuple[tuple, Verdict] | None = None
 
-    def step(self) -> int:
-        """Advance the simulation by one call; its duration in picoseconds."""
-        host_start, start = time.perf_counter_ns(), self.simulation.now_ps
+    def step(self, host_start_ns: int) -> int:
+        """Advance the simulation by one call, which began at ``host_start_ns`` on the
+        host (before its compute: see :class:`simulated_clock.ModelCall`); its duration in
+        picoseconds."""
+        start = self.simulation.now_ps
         duration = self.simulation.step()
         self.step_durations.append(duration)
-        self.host_calls.append((host_start, time.perf_counter_ns(), start,
+        self.host_calls.append((host_start_ns, simulated_clock.host_now_ns(), start,
                                 self.simulation.now_ps))
         return duration
 

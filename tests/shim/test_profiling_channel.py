@@ -137,3 +137,34 @@ def test_a_runs_tracepoints_join_each_models_trace_in_its_simulated_time(tmp_pat
     assert len(loads) == 2 and all(e["dur"] == 0 for e in loads)
     assert [e["ts"] for e in loads] == pytest.approx([s["ts"] + s["dur"] for s in steps[:2]])
     assert (reports / profiling.TRACE_FILE).exists()  # still written on its own too
+
+
+def test_a_tracepoint_inside_a_calls_compute_lies_inside_that_calls_step(tmp_path):
+    """A call's host time starts where the call does, before its micro-batches are
+    computed: a tracepoint in the model's forward maps into its own call's step, with
+    a length, not onto the previous call's end (nor is the first one left out)."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import torch, poptorch\n"
+        "inner = poptorch.profiling.Channel('Model')\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        with inner.tracepoint('forward'):\n"
+        "            return self.linear(x)\n"
+        "model = poptorch.inferenceModel(Model())\n"
+        "for step in range(3):\n"
+        "    model(torch.ones(1, 4))\n")
+    reports = tmp_path / "reports"
+    assert run_script(str(script), [], RunSettings(report_dir=str(reports))) == 0
+    events = json.loads((reports / "inference" / "trace.json").read_text())["traceEvents"]
+    steps = sorted((e for e in events if e.get("cat") == "step"), key=lambda e: e["ts"])
+    forwards = [e for e in events if e.get("cat") == "host" and e["name"] == "Model.forward"]
+    assert len(steps) == 3 and forwards
+    within = {index for e in forwards for index, step in enumerate(steps)
+              if step["ts"] - 1e-6 <= e["ts"] and
+              e["ts"] + e["dur"] <= step["ts"] + step["dur"] + 1e-6}
+    assert within == {0, 1, 2}
+    assert all(e["dur"] > 0 for e in forwards)
