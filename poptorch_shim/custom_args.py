@@ -73,15 +73,26 @@ class _Original:
         return f"{type(self.struct).__name__}({self.tensors} tensors)"
 
 
+def tensors_of(struct: Any) -> list:
+    """The tensors of an object of a registered type, as its parser yields them."""
+    return list(parser_for(type(struct)).yieldTensors(struct))
+
+
+def rebuilt(original: Any, children: Iterable) -> Any:
+    """An object like ``original`` (of a registered type) holding ``children``, as its
+    parser reconstructs it, itself flattened wherever the shim walks it."""
+    out = parser_for(type(original)).reconstruct(original, iter(list(children)))
+    flatten_custom_types(out)   # a parser may rebuild a base class of what it was given
+    return out
+
+
 def _flatten(struct: Any) -> tuple[list, _Original]:
-    tensors = list(parser_for(type(struct)).yieldTensors(struct))
+    tensors = tensors_of(struct)
     return tensors, _Original(struct, len(tensors))
 
 
 def _unflatten(children: Iterable, context: _Original) -> Any:
-    rebuilt = parser_for(type(context.struct)).reconstruct(context.struct, iter(list(children)))
-    flatten_custom_types(rebuilt)   # a parser may rebuild a base class of what it was given
-    return rebuilt
+    return rebuilt(context.struct, children)
 
 
 def flatten_custom_types(value: Any) -> None:

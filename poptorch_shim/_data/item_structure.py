@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from poptorch_shim.custom_args import parser_for
+from poptorch_shim.custom_args import parser_for, rebuilt, tensors_of
 
 # Node kinds of the structure tree. A tree is a nested tuple:
 # (TENSOR, leaf_index) / (SCALAR, leaf_index, python_type) /
@@ -80,14 +80,13 @@ def _walk(item: Any, path: str, leaves: list[Any], paths: list[str],
     if type(item) is dict:
         return (DICT, tuple((key, _walk(child, f"{path}[{key!r}]", leaves, paths, customs))
                             for key, child in item.items()))
-    parser = parser_for(type(item))
-    if parser is not None:
+    if parser_for(type(item)) is not None:
         customs.append(item)
         index = len(customs) - 1
         return (CUSTOM, type(item), index,
                 tuple(_walk(child, f"{path}.<{type(item).__name__} tensor {number}>",
                             leaves, paths, customs)
-                      for number, child in enumerate(parser.yieldTensors(item))))
+                      for number, child in enumerate(tensors_of(item))))
     raise TypeError(
         f"The AsynchronousDataAccessor cannot pass the {type(item).__name__} "
         f"at item{path} through shared memory: items must be tensors, Python "
@@ -114,9 +113,7 @@ def _flatten_all(item: Any) -> tuple[tuple, list[Any], list[str], list[Any]]:
 def _template(custom: Any) -> Any:
     """``custom`` rebuilt by its parser around empty tensors: what the host
     needs to rebuild such objects, without the first item's data."""
-    parser = parser_for(type(custom))
-    return parser.reconstruct(custom, iter([torch.empty(0, dtype=tensor.dtype)
-                                            for tensor in parser.yieldTensors(custom)]))
+    return rebuilt(custom, [torch.empty(0, dtype=tensor.dtype) for tensor in tensors_of(custom)])
 
 
 def describe(item: Any, rebatched_size: int | None) -> ItemLayout:
@@ -202,7 +199,7 @@ def unflatten(tree: tuple, leaves: list[Any], templates: tuple = ()) -> Any:
     if kind == CUSTOM:
         template = templates[tree[2]]
         children = [unflatten(child, leaves, templates) for child in tree[3]]
-        return parser_for(type(template)).reconstruct(template, iter(children))
+        return rebuilt(template, children)
     return {key: unflatten(child, leaves, templates) for key, child in tree[1]}
 
 
