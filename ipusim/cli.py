@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None,
     except (OSError, ValueError) as error:
         parser.exit(1, f"ipusim {args.command}: error: {_cause(error)}\n")
     except Exception as error:  # noqa: BLE001 - a damaged profile: one line, no traceback
-        if args.command not in OWN_COMMANDS:
+        # compare reads its two runs itself, naming the one it cannot read.
+        if args.command not in OWN_COMMANDS or not hasattr(args, "profile_dir"):
             raise
-        where = getattr(args, "profile_dir", None) or f"{args.a} or {args.b}"
-        parser.exit(1, f"ipusim {args.command}: error: {where} cannot be read "
+        parser.exit(1, f"ipusim {args.command}: error: {args.profile_dir} cannot be read "
                        f"back: {type(error).__name__}: {error}\n")
 
 

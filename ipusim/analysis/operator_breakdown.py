@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 
+from ipusim.analysis.metrics import step_spans
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.cost.operator_model import operator_cycles
 from ipusim.engine.event_kinds import BACKWARD, COMPUTE_KINDS, FORWARD, RECOMPUTE, WEIGHT_UPDATE
@@ -78,8 +79,8 @@ def step_times(events: pd.DataFrame) -> StepTimes:
     duration = compute["end_ps"] - compute["start_ps"]
     replica_steps = max(compute.groupby(["replica", "step"]).ngroups, 1)
     grouped = duration.groupby([compute["stage"], compute["kind"].astype(str)])
-    spans = events.groupby("step").agg(start=("start_ps", "min"), end=("end_ps", "max"))
-    step_ps = float((spans["end"] - spans["start"]).mean()) if len(spans) else 0.0
+    spans = step_spans(events)
+    step_ps = float((spans["end_ps"] - spans["start_ps"]).mean()) if len(spans) else 0.0
     return StepTimes(step_ps, float(duration.sum()) / replica_steps,
                      grouped.size() / replica_steps, grouped.sum() / replica_steps)
 

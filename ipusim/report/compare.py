@@ -36,6 +36,7 @@ from ipusim.report.autoreport import (
     profile_names,
 )
 from ipusim.report.files import write_atomically
+from ipusim.report.operators import precision
 from ipusim.report.page import PLOT_CONFIG, page
 
 #: The page ``ipusim compare`` writes beside B's report unless told otherwise.
@@ -348,7 +349,7 @@ def _operators(a: Timeline, b: Timeline) -> pd.DataFrame | None:
 
 def _shape(row) -> str:
     """An operator's size in words: a matmul's m × k × n, another's elements."""
-    width = {1: "8-bit", 2: "fp16", 4: "fp32", 8: "64-bit"}.get(int(row.width), f"{row.width} B")
+    width = precision(row.width)
     if row.m or row.k or row.n:
         groups = f", {int(row.groups)} groups" if row.groups > 1 else ""
         return f"{int(row.m):,} × {int(row.k):,} × {int(row.n):,}{groups} {width}"

@@ -51,13 +51,6 @@ TITLES = {"pareto": "Throughput against memory (fullest IPU)",
           "throughput_vs_ipus": "Throughput against IPUs",
           "bubble_vs_ga": "Pipeline bubble against gradient accumulation"}
 
-_STYLE = """
-.note { color: #555; font-size: 0.9rem; margin: 0.8rem 0 0; }
-.note ul { margin: 0.2rem 0 0; padding-left: 1.4rem; }
-.shared { font-size: 0.9rem; color: #333; }
-.shared code { font-size: 0.8rem; overflow-wrap: anywhere; }
-"""
-
 # A click on a marker opens the point's timeline report where it has one, else its row.
 _OPEN_ON_CLICK = """document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
   gd.on("plotly_click", function (data) {
@@ -248,8 +241,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
                     + table_html("refused", table, table.loc[refused.index], varying,
                                  refusal_columns(refused), links, code)
                     if len(refused) else "")
-    body = f"""<style>{STYLE}{_STYLE}</style>
-{figures_html}
+    body = f"""{figures_html}
 {_left_out_html(left_out(table, names))}
 <h2>Points PopTorch would run ({len(runs)})</h2>
 <p class="sub">Sorted by throughput; click a heading to sort by it. Green: on the Pareto front
@@ -261,7 +253,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
 offline). Simulated timings, not hardware measurements.</footer>
 <pre id="sweep-check" hidden>{html.escape(check)}</pre>
 <script>{sortable_table.SCRIPT}{SCRIPT}{_OPEN_ON_CLICK}</script>"""
-    return page(f"sweep of {title}", summary, body)
+    return page(f"sweep of {title}", summary, body, style=STYLE)
 
 
 def write_sweep_html(table: pd.DataFrame, path: str | Path, **kwargs) -> Path:
