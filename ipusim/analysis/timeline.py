@@ -109,7 +109,13 @@ class Timeline:
     # The analyses of ipusim.analysis.headline, each computed there once.
     def figures(self) -> dict[str, float]:
         """Every headline figure: those of :meth:`summary`, host-link occupancy, the host
-        round trip's share and the steps (see :func:`ipusim.analysis.headline.headline_figures`)."""
+        round trip's share and the steps (see :func:`ipusim.analysis.headline.headline_figures`),
+        worked out once: the verdict, the profile, the HTML and the text summary all read
+        them (each call gets its own copy)."""
+        return dict(self._figures)
+
+    @cached_property
+    def _figures(self) -> dict[str, float]:
         return analysis.headline_figures(self)
 
     def category_times(self) -> pd.DataFrame:
