@@ -145,18 +145,28 @@ def figures(table: pd.DataFrame, links: dict[str, str],
     """The report's figures that say something, by name (see :func:`left_out`
     for the others); ``setting_names`` says which column holds which setting
     (default: each setting's own name)."""
-    names = varying_settings(table)
-    ga = (setting_names or SettingNames()).column("gradient_accumulation")
+    return _drawn(table, _plans(table, _ga(setting_names)), pareto_front(table),
+                  varying_settings(table), links)
+
+
+def _ga(setting_names: SettingNames | None) -> str:
+    """The column of the gradient accumulation."""
+    return (setting_names or SettingNames()).column("gradient_accumulation")
+
+
+def _drawn(table: pd.DataFrame, plans: dict, front: pd.DataFrame, names: list[str],
+           links: dict[str, str]) -> dict[str, go.Figure]:
+    """:func:`figures`, of the table's plans, Pareto front and varying settings."""
     axes = {"pareto": ("MB on the fullest IPU", "items/s"),
             "throughput_vs_ipus": ("IPUs", "items/s"),
             "bubble_vs_ga": ("gradient accumulation", "bubble fraction")}
     out = {}
-    for name, plan in _plans(table, ga).items():
+    for name, plan in plans.items():
         if isinstance(plan, str):
             continue
         part, x, y = plan
-        front = pareto_front(table) if name == "pareto" else None
-        out[name] = _scatter(part, x, y, names, links, TITLES[name], *axes[name], front=front)
+        out[name] = _scatter(part, x, y, names, links, TITLES[name], *axes[name],
+                             front=front if name == "pareto" else None)
     capacity = table["capacity(MB)"].dropna()
     if "pareto" in out and len(capacity):
         sram = float(capacity.min())
@@ -182,8 +192,11 @@ def figures(table: pd.DataFrame, links: dict[str, str],
 
 def left_out(table: pd.DataFrame, setting_names: SettingNames | None = None) -> dict[str, str]:
     """The figures the report leaves out, by name, each with why."""
-    ga = (setting_names or SettingNames()).column("gradient_accumulation")
-    return {name: plan for name, plan in _plans(table, ga).items() if isinstance(plan, str)}
+    return _reasons(_plans(table, _ga(setting_names)))
+
+
+def _reasons(plans: dict) -> dict[str, str]:
+    return {name: plan for name, plan in plans.items() if isinstance(plan, str)}
 
 
 def _left_out_html(reasons: dict[str, str]) -> str:
@@ -210,13 +223,13 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
     address of its timeline report, ``code`` to its settings as code, ``names``
     which column holds which setting (default: each setting's own name)."""
     links, code = links or {}, code or {}
-    drawn = figures(table, links, names)
+    plans, front, varying = _plans(table, _ga(names)), pareto_front(table), \
+        varying_settings(table)
+    drawn, reasons = _drawn(table, plans, front, varying, links), _reasons(plans)
     divs = [pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=name,
                         config=PLOT_CONFIG) for name, figure in drawn.items()]
-    front = pareto_front(table)
     runs, refused = table[accepted(table)], refusals(table)
     out_of_memory = int((refused["refusal"] == OUT_OF_MEMORY).sum())
-    varying = varying_settings(table)
     why = ", ".join(f"{count} {words}" for count, words in (
         (out_of_memory, "out of memory"), (len(refused) - out_of_memory, "by PopTorch's checks"))
         if count)
@@ -224,7 +237,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
                f"the Pareto front; {len(refused)} refused" + (f" ({why})" if why else ""))
     check = json.dumps({"points": len(table), "runs": len(runs), "pareto": len(front),
                         "refused": len(refused), "links": len(links),
-                        "figures": list(drawn), "left_out": list(left_out(table, names))})
+                        "figures": list(drawn), "left_out": list(reasons)})
     figures_html = (f'<div class="row">{"".join(f"<div class=figure>{div}</div>" for div in divs)}'
                     "</div>" if divs else "")
     ordered = runs.sort_values(THROUGHPUT, ascending=False, kind="stable")
@@ -242,7 +255,7 @@ def render_sweep_html(table: pd.DataFrame, links: dict[str, str] | None = None,
                                  refusal_columns(refused), links, code)
                     if len(refused) else "")
     body = f"""{figures_html}
-{_left_out_html(left_out(table, names))}
+{_left_out_html(reasons)}
 <h2>Points PopTorch would run ({len(runs)})</h2>
 <p class="sub">Sorted by throughput; click a heading to sort by it. Green: on the Pareto front
 (no other point is both faster and smaller). Click a marker above to open its point.</p>
