@@ -10,7 +10,6 @@ logger in PopTorch's words; the shim's own messages go to ``poptorch_shim``.
 import logging
 import os
 import sys
-import time
 
 LOG_LEVEL_ENV = "POPTORCH_LOG_LEVEL"
 
@@ -41,12 +40,10 @@ class _Formatter(logging.Formatter):
     """PopTorch's console format: "[12:00:01.123] [poptorch:python] [debug] ...",
     the level in lower case (scripts and PopTorch's tests filter on "[debug]")."""
 
+    default_time_format, default_msec_format = "%H:%M:%S", "%s.%03d"
+
     def __init__(self):
         super().__init__("[%(asctime)s] [poptorch:python] [%(levelname)s] %(message)s")
-
-    def formatTime(self, record, datefmt=None) -> str:
-        return time.strftime("%H:%M:%S", time.localtime(record.created)) + \
-            f".{int(record.msecs):03d}"
 
     def format(self, record) -> str:
         # A copy: other handlers (pytest's caplog) keep the level's own name.
