@@ -95,6 +95,12 @@ def test_tracepoints_that_cannot_be_written_do_not_hide_the_scripts_own_error(tm
     assert "ipusim:" in capsys.readouterr().err
 
 
+def _inference_trace(script, reports):
+    """Run ``script`` with reports in ``reports``: its inference model's Chrome trace."""
+    assert run_script(str(script), [], RunSettings(report_dir=str(reports))) == 0
+    return json.loads((reports / "inference" / "trace.json").read_text())
+
+
 def test_a_runs_tracepoints_join_each_models_trace_in_its_simulated_time(tmp_path):
     """A tracepoint around a call spans that call's step on the model's timeline; one
     around the loop spans them all; one between calls takes no simulated time; one
@@ -113,8 +119,7 @@ def test_a_runs_tracepoints_join_each_models_trace_in_its_simulated_time(tmp_pat
         "        with train.tracepoint('step'):\n"
         "            model(x)\n")
     reports = tmp_path / "reports"
-    assert run_script(str(script), [], RunSettings(report_dir=str(reports))) == 0
-    trace = json.loads((reports / "inference" / "trace.json").read_text())
+    trace = _inference_trace(script, reports)
     events = trace["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in events
                if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1}
@@ -157,9 +162,7 @@ def test_a_tracepoint_inside_a_calls_compute_lies_inside_that_calls_step(tmp_pat
         "model = poptorch.inferenceModel(Model())\n"
         "for step in range(3):\n"
         "    model(torch.ones(1, 4))\n")
-    reports = tmp_path / "reports"
-    assert run_script(str(script), [], RunSettings(report_dir=str(reports))) == 0
-    events = json.loads((reports / "inference" / "trace.json").read_text())["traceEvents"]
+    events = _inference_trace(script, tmp_path / "reports")["traceEvents"]
     steps = sorted((e for e in events if e.get("cat") == "step"), key=lambda e: e["ts"])
     forwards = [e for e in events if e.get("cat") == "host" and e["name"] == "Model.forward"]
     assert len(steps) == 3 and forwards
