@@ -361,8 +361,12 @@ class RayCluster:
                 if self._watchdog is not None:  # Ray starts processes as it goes
                     self._watchdog.watch_descendants(every_s=2.0)
         finally:
-            for reference in pending:
-                ray.cancel(reference, force=True)
+            # A local Ray this sweep started goes down whole with its tasks: cancelling
+            # them first races their replies, which Ray 2.60's driver can abort on
+            # ("Tried to complete task that was not pending"), exit status 1.
+            if self.address:
+                for reference in pending:
+                    ray.cancel(reference, force=True)
             if self._started:
                 ray.shutdown()
                 self._started = False
