@@ -4,15 +4,16 @@ This is the only place that turns work into time. Every constant is a named,
 documented field of :class:`CostModel`. A measured model's operators are
 priced one by one by :mod:`ipusim.cost.operator_model` from their shapes and the
 tile's figures; a hand-written :class:`~ipusim.cost.work.Cost` with FLOPs and
-bytes alone is priced by a roofline. Every field cites its source; the two
-that only the data-loading tutorial's measured table constrains,
-``call_overhead_ps`` and ``host_link_efficiency``, say so (see docs/cost-model.md).
+bytes alone is priced by a roofline. Every field cites its source; the one
+calibrated on a published host-side measurement (``engine_run_ps``) and the
+assumptions no public figure pins say so, with their ranges (docs/cost-model.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ipusim.cost.operator_model import kernel_cycles
+from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_steps
+from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
 from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount, check_type
 from ipusim.hardware import IPUSpec, SystemSpec
 
@@ -94,20 +95,28 @@ class CostModel:
                           "gc-hostsynclatencytest example (Command Line Tools guide): 4,095 "
                           "syncs through the host sync proxy, each followed by 32 delays of "
                           "5 cycles, took 1,485 us (the delays included)"})
-    host_link_efficiency: float = field(
-        default=0.265, metadata={"help": "fraction of the host link's raw bandwidth that stream "
-                                         "copies reach (host-side buffer handling, RDMA through "
-                                         "the gateway)"})
     host_transfer_latency_ps: int = field(
         default=to_ps(2e-6), metadata={"help": "fixed cost of one stream copy or streaming-"
                                                "memory transfer: an assumption, no public "
-                                               "figure found (neither sourced nor calibrated)"})
-    call_overhead_ps: int = field(
-        default=to_ps(15.7e-3), metadata={"help": "calibrated: the host round trip of one call "
-                                                "to the model (PopTorch's call path, the "
-                                                "engine's launch through the gateway, the wait "
-                                                "and the results' fetch), amortised by device "
-                                                "iterations"})
+                                               "figure found (range 0 to 5 us)"})
+    poptorch_call_ps: int = field(
+        default=to_ps(50e-6),
+        metadata={"help": "assumption: PopTorch's own Python path of a call beyond what "
+                          "popxl's session.run also does (PoplarExecutor.__call__: the "
+                          "argument parser, validateInputs, flattening the inputs for "
+                          "poptorch_core.execute, rebuilding the outputs; graphcore/poptorch "
+                          "python/_poplar_executor.py). No published figure: range 10 to 200 us"})
+    engine_run_ps: int = field(
+        default=to_ps(700e-6),
+        metadata={"help": "calibrated: the host's side of one run of the engine (popxl's or "
+                          "PopART's session.run: StepIO set-up, reconnecting the input streams, "
+                          "Poplar's engine.run with the host syncs that start and end it; "
+                          "graphcore/popart willow/src/popx/devicex.cpp). popxl's session.run "
+                          "of a batch-80 MLP takes 0.80 ms with its copies and compute "
+                          "(graphcore/examples 429857d, tutorials/tutorials/popxl/"
+                          "5_remote_variables_and_rts/mnist.ipynb:1170); less the 0.10 ms "
+                          "ipusim prices those at, 0.70 ms (range 0.55 to 0.80 ms: the "
+                          "measurement less at most 0.25 ms of copies and compute)"})
     ipu_link_efficiency: float = field(
         default=1.0, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
                                        "collectives reach (no public figure for less than all)"})
@@ -125,8 +134,7 @@ class CostModel:
         if not isinstance(self.precision, str) or self.precision not in ("fp32", "fp16"):
             raise ValueError(
                 f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
-        for name in ("flops_efficiency", "memory_efficiency", "host_link_efficiency",
-                     "ipu_link_efficiency"):
+        for name in ("flops_efficiency", "memory_efficiency", "ipu_link_efficiency"):
             check_amount("CostModel.", name, getattr(self, name), fraction=True)
         check_type("CostModel.", "half_partials", self.half_partials, bool)
         check_amount("CostModel.", "update_ops_per_tensor", self.update_ops_per_tensor,
@@ -140,7 +148,7 @@ class CostModel:
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             check_amount("CostModel.", name, getattr(self, name))
         for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
-                     "host_transfer_latency_ps", "call_overhead_ps"):
+                     "host_transfer_latency_ps", "poptorch_call_ps", "engine_run_ps"):
             check_amount("CostModel.", name, getattr(self, name), integer=True)
 
     # Compute -------------------------------------------------------------
@@ -185,15 +193,31 @@ class CostModel:
         (lib/poplibs_test/Util.cpp:432-438), so a larger device syncs slower."""
         return (1 + num_ipus // 4) * self.ipu_sync_hop_ps
 
-    def host_transfer_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None) -> int:
-        """One stream copy of ``nbytes`` over a host link (excluding the sync) while
-        ``ipus`` IPUs stream: the link's efficiency-limited rate, or its share of the
-        host servers' NICs where a switched Pod's links divide them, if less."""
+    def host_transfer_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None,
+                         to_device: bool = True) -> int:
+        """One stream copy of ``nbytes`` (excluding the sync) while ``ipus`` IPUs stream.
+
+        A copy crosses two hops that PopART pipelines (its data streams prefetch
+        into the gateway's buffer while the IPU computes): the host link into the
+        gateway's buffer (in a switched Pod, also its share of the host servers'
+        NICs) and the buffer to the IPU's tiles, so it runs at the slower of the
+        two. The machine's host link serves one copy at a time (the schedule's
+        FIFO): an assumption, no public figure says how its IPUs' copies share it.
+        """
         if nbytes <= 0:
             return 0
-        rate = min(system.host_link_bandwidth * self.host_link_efficiency,
-                   system.host_link_share(ipus))
+        if to_device:
+            hops = (system.host_to_gateway_bandwidth, system.gateway_to_ipu_bandwidth)
+        else:
+            hops = (system.gateway_to_host_bandwidth, system.ipu_to_gateway_bandwidth)
+        rate = min(*hops, system.host_link_share(ipus))
         return self.host_transfer_latency_ps + to_ps(nbytes / rate)
+
+    @property
+    def host_call_ps(self) -> int:
+        """The host's side of one call to a model: PopTorch's Python path, then the
+        engine's run (its set-up and the host syncs that start and end it)."""
+        return self.poptorch_call_ps + self.engine_run_ps
 
     def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
         """An inter-IPU copy of ``nbytes`` over one IPU-Link (the GS2 sync that opens
@@ -204,13 +228,18 @@ class CostModel:
 
     def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec,
                       system: SystemSpec | None = None, ipus_per_replica: int = 1) -> int:
-        """A ring all-reduce of ``nbytes`` across ``replicas`` IPUs over all their IPU-Links.
+        """An all-reduce of ``nbytes`` across ``replicas`` as PopLibs' replicated
+        collectives run it: a reduce-scatter, then an all-gather, each a ring over
+        the IPU-Links (:func:`ring_steps`), every step a copy between neighbours
+        on one IPU-Link each way, a sync of the ring and three compute sets (the
+        ring index, the next fragment's slice, and in the reduce-scatter the add,
+        in the gradient's own dtype: its bytes are the buffer's). Replicas of
+        ``ipus_per_replica`` IPUs that fill more than one IPU-Link domain of
+        ``system`` reduce in two levels (:meth:`gw_all_reduce_ps`).
 
-        Each IPU sends 2(n-1)/n of the buffer in 2(n-1) steps, each ending in a
-        sync of the ring's IPUs. Half of it goes round the ring each way, so
-        every full-duplex IPU-Link carries traffic in both directions at once.
-        Replicas of ``ipus_per_replica`` IPUs that fill more than one IPU-Link
-        domain of ``system`` reduce in two levels (:meth:`gw_all_reduce_ps`).
+        graphcore/poplibs f5f9369 (the last public version of the collectives),
+        lib/popops/ReplicatedCollectives.cpp:951-989, 1072-1113, 1761-1795 and
+        lib/popops/CollectivesProgram.hpp:210-221.
         """
         if replicas <= 1 or nbytes <= 0:
             return 0
@@ -219,9 +248,17 @@ class CostModel:
             if replicas > per_domain:
                 return self.gw_all_reduce_ps(nbytes, replicas, per_domain, ipu, system,
                                              ipus_per_replica)
-        volume = 2 * (replicas - 1) / replicas * nbytes
-        rate = 2 * ipu.ipu_links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency
-        return 2 * (replicas - 1) * self.ipu_sync_ps(replicas) + to_ps(volume / rate)
+        link = ipu.ipu_link_bandwidth * self.ipu_link_efficiency
+        step_sets = 3 * compute_set_fixed_cycles(self)
+        total = 0
+        for phase in (REDUCE_SCATTER, ALL_GATHER):
+            steps, step_bytes = ring_steps(phase, nbytes, replicas, ipus_per_replica)
+            add = (kernel_cycles(Kernel(KernelKind.ELEMENTWISE, width=1, elements=int(
+                nbytes / replicas), bytes=int(3 * nbytes / replicas)), ipu, self)
+                if phase is REDUCE_SCATTER else 0)
+            total += steps * (self.ipu_sync_ps(replicas)
+                              + to_ps(step_bytes / link + (step_sets + add) / ipu.clock_hz))
+        return total
 
     def gw_all_reduce_ps(self, nbytes: float, replicas: int, per_domain: int, ipu: IPUSpec,
                          system: SystemSpec, ipus_per_replica: int) -> int:
@@ -235,7 +272,8 @@ class CostModel:
         rate = system.gw_link_bandwidth / system.ipus_per_host_link  # both ways: east and west
         across = (2 * (domains - 1) * self.ipu_sync_ps(replicas * ipus_per_replica)
                   + to_ps(volume / rate))
-        return self.all_reduce_ps(nbytes, per_domain, ipu) + across
+        return self.all_reduce_ps(nbytes, per_domain, ipu,
+                                  ipus_per_replica=ipus_per_replica) + across
 
     def streaming_ps(self, nbytes: float, system: SystemSpec) -> int:
         """Moving ``nbytes`` between an IPU and streaming memory."""
@@ -244,8 +282,9 @@ class CostModel:
         return self.host_transfer_latency_ps + to_ps(nbytes / system.streaming_memory_bandwidth)
 
 
-# The defaults: PopLibs' figures, and the two parameters calibrated on the
-# data-loading tutorial's measured table on a Mk2 IPU-M2000 (see docs/cost-model.md).
+# The defaults: PopLibs' figures, Graphcore's measured host and sync figures, and
+# the one host-side parameter calibrated on popxl's measured session.run (see
+# docs/cost-model.md).
 CALIBRATED_MK2 = CostModel()
 DEFAULT = CALIBRATED_MK2
 

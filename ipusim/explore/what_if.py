@@ -98,7 +98,9 @@ class WhatIfs:
 def _host_link(setup: Setup, plan: EnginePlan) -> Setup | str:
     if setup.run.synthetic_data and not setup.work.output_bytes_per_sample:
         return "no data crosses the host link (synthetic data, no outputs)"
-    system = replace(setup.system, host_link_bandwidth=UNLIMITED_BYTES_PER_S)
+    system = replace(setup.system, **{name: UNLIMITED_BYTES_PER_S for name in (
+        "host_link_bandwidth", "host_to_gateway_bandwidth", "gateway_to_ipu_bandwidth",
+        "gateway_to_host_bandwidth", "ipu_to_gateway_bandwidth")})
     return setup._replace(system=system, cost=replace(setup.cost, host_transfer_latency_ps=0))
 
 

@@ -246,6 +246,21 @@ class SystemSpec:
         default=12.5 * GB,
         metadata={"help": "raw bandwidth of one host link each way, bytes/s "
                           "(IPU-M2000: 100 GbE RoCEv2 to the host)"})
+    # What a stream copy reaches through the gateway, measured: Graphcore's
+    # gc-hosttraffictest example output on an IPU-M2000 (Command Line Tools guide, 9
+    # "gc-hosttraffictest"; its figures are Gbit/s): host to the gateway's buffer
+    # 56.5 Gbit/s (7.06 GB/s), the buffer to an IPU's tiles 26.4 (3.30 GB/s); the
+    # buffer to the host 23.4 (2.93 GB/s), the tiles to the buffer 30.1 (3.76 GB/s).
+    host_to_gateway_bandwidth: float = field(
+        default=7.06 * GB, metadata={"help": "host memory into the gateway's buffer over a "
+                                             "machine's host link, bytes/s (shared by its IPUs)"})
+    gateway_to_ipu_bandwidth: float = field(
+        default=3.30 * GB, metadata={"help": "the gateway's buffer into one IPU's tiles, bytes/s"})
+    gateway_to_host_bandwidth: float = field(
+        default=2.93 * GB, metadata={"help": "the gateway's buffer back to host memory over a "
+                                             "machine's host link, bytes/s (shared by its IPUs)"})
+    ipu_to_gateway_bandwidth: float = field(
+        default=3.76 * GB, metadata={"help": "one IPU's tiles into the gateway's buffer, bytes/s"})
     # Where the host links end: a Pod4 or Pod16 attaches its machines directly to
     # one host server, a port each ("4 Bow-2000 machines directly attach to a single
     # host server", Bow-2000 datasheet 2.1); a larger Pod is switched, its machines
@@ -292,7 +307,9 @@ class SystemSpec:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
             check_amount("SystemSpec.", name, value, integer=True)
-        for name in ("host_link_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
+        for name in ("host_link_bandwidth", "host_to_gateway_bandwidth",
+                     "gateway_to_ipu_bandwidth", "gateway_to_host_bandwidth",
+                     "ipu_to_gateway_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
                      "streaming_memory_bandwidth"):
             check_amount("SystemSpec.", name, getattr(self, name), positive=True)
         check_amount("SystemSpec.", "streaming_memory_bytes", self.streaming_memory_bytes,
@@ -331,6 +348,8 @@ class SystemSpec:
         if co_located == 1:
             return self
         return replace(self, host_link_bandwidth=self.host_link_bandwidth / co_located,
+                       host_to_gateway_bandwidth=self.host_to_gateway_bandwidth / co_located,
+                       gateway_to_host_bandwidth=self.gateway_to_host_bandwidth / co_located,
                        host_server_bandwidth=self.host_server_bandwidth / co_located)
 
 

@@ -65,13 +65,13 @@ def test_non_positive_counts(build, message):
      "output_bytes_per_sample must not be negative, got -1"),
     (lambda: Work(()), "Work needs at least one stage, got none"),
     (lambda: CostModel(host_sync_ps=-1), "CostModel.host_sync_ps must not be negative, got -1"),
-    (lambda: CostModel(call_overhead_ps=-1),
-     "CostModel.call_overhead_ps must not be negative, got -1"),
+    (lambda: CostModel(engine_run_ps=-1),
+     "CostModel.engine_run_ps must not be negative, got -1"),
     (lambda: CostModel(update_bytes_per_weight_byte=-1.0),
      "CostModel.update_bytes_per_weight_byte must not be negative, got -1.0"),
     (lambda: CostModel(flops_efficiency=0), "CostModel.flops_efficiency must be in (0, 1], got 0"),
-    (lambda: CostModel(host_link_efficiency=1.5),
-     "CostModel.host_link_efficiency must be in (0, 1], got 1.5"),
+    (lambda: CostModel(ipu_link_efficiency=1.5),
+     "CostModel.ipu_link_efficiency must be in (0, 1], got 1.5"),
     (lambda: CostModel(precision="fp64"),
      "CostModel.precision must be 'fp32' or 'fp16', got 'fp64'"),
 ])
@@ -148,10 +148,10 @@ def test_errors_come_before_any_simulated_time():
     (lambda: Stage("s", weight_bytes=float("nan")), "Stage 's': weight_bytes must not be negative"),
     (lambda: CostModel(host_sync_ps=float("nan")),
      "CostModel.host_sync_ps must not be negative, got nan"),
-    (lambda: CostModel(call_overhead_ps=float("inf")),
-     "CostModel.call_overhead_ps must be finite, got inf"),
-    (lambda: CostModel(host_link_efficiency=float("nan")),
-     "CostModel.host_link_efficiency must be in (0, 1], got nan"),
+    (lambda: CostModel(poptorch_call_ps=float("inf")),
+     "CostModel.poptorch_call_ps must be finite, got inf"),
+    (lambda: CostModel(ipu_link_efficiency=float("nan")),
+     "CostModel.ipu_link_efficiency must be in (0, 1], got nan"),
 ])
 def test_amounts_that_are_not_finite_numbers_are_refused(build, message):
     """NaN used to pass the checks (NaN < 0 is false) and shorten a step."""

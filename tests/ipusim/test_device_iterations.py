@@ -41,7 +41,7 @@ def test_a_call_is_its_overhead_plus_its_iterations(iterations, training, accumu
     if training:
         per_iteration += (accumulation * cost.compute_ps(BACKWARD, spec.ipu)
                           + cost.compute_ps(cost.update_cost(stage), spec.ipu))
-    assert timeline.duration_ps == cost.call_overhead_ps + iterations * per_iteration
+    assert timeline.duration_ps == cost.host_call_ps + iterations * per_iteration
 
 
 def test_calls_follow_one_another_on_the_same_clock():

@@ -93,7 +93,7 @@ def test_overrides_change_the_simulated_times():
     more_flops = system_spec("mk2", fp32_flops=2 * MK2_GC200.fp32_flops)
     assert cost.compute_ps(flop_bound, more_flops.ipu) * 2 == pytest.approx(
         cost.compute_ps(flop_bound, base.ipu), abs=2)
-    slow_link = system_spec("mk2", host_link_bandwidth=base.host_link_bandwidth / 2)
+    slow_link = system_spec("mk2", gateway_to_ipu_bandwidth=base.gateway_to_ipu_bandwidth / 2)
     assert cost.host_transfer_ps(10**8, slow_link) > cost.host_transfer_ps(10**8, base)
 
 

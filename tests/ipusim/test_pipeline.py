@@ -81,7 +81,7 @@ def test_inference_with_free_syncs_takes_n_plus_f_minus_one_stage_times(forward_
     work = equal_stages(forward_stages, forward_ps=stage_ps)
     sim = simulate(work, pipelined(False, micro_batches), system_spec("mk2", forward_stages),
                    cost_model=ZERO_SYNC)
-    pipeline_ps = sim.duration_ps - ZERO_SYNC.call_overhead_ps
+    pipeline_ps = sim.duration_ps - ZERO_SYNC.host_call_ps
     assert pipeline_ps == (micro_batches + forward_stages - 1) * stage_ps
 
 
@@ -91,7 +91,7 @@ def test_inference_stage_time_comes_from_the_cost_model():
     spec = system_spec("mk2", 4)
     stage_ps = ZERO_SYNC.compute_ps(forward, spec.ipu)
     sim = simulate(work, pipelined(False, 8), spec, cost_model=ZERO_SYNC)
-    assert sim.duration_ps == ZERO_SYNC.call_overhead_ps + (8 + 4 - 1) * stage_ps
+    assert sim.duration_ps == ZERO_SYNC.host_call_ps + (8 + 4 - 1) * stage_ps
 
 
 def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
@@ -117,7 +117,7 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     for stage in stages:
         per_ipu_update[stage.ipu] += cost.compute_ps(cost.update_cost(stage), spec.ipu)
         grads[stage.ipu] += stage.weight_bytes
-    total = cost.call_overhead_ps
+    total = cost.host_call_ps
     updating: dict[int, int] = {}
     for _ in range(runs):
         for pipeline_cycle in range(per_run + len(pipeline) - 1):
@@ -140,7 +140,8 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
             total += max(busy.values(), default=0) + sync + copy
         if run.training:
             if run.replicas > 1:
-                total += sync + max(cost.all_reduce_ps(g, run.replicas, spec.ipu)
+                ipus = max(stage.ipu for stage in stages) + 1
+                total += sync + max(cost.all_reduce_ps(g, run.replicas, spec.ipu, spec, ipus)
                                     for g in grads.values())
             updating = per_ipu_update
     return total + max(updating.values(), default=0)
@@ -188,7 +189,7 @@ def test_stages_sharing_an_ipu_run_one_after_the_other():
     assert on_ipu0["start_ps"].iloc[1] == on_ipu0["end_ps"].iloc[0]
     # Cycles 0 .. 6: IPU 0 runs stage 0 alone, then stages 0 and 2, then stage 2 alone.
     cycles = [100_000, 300_000, 300_000, 300_000, 300_000, 300_000, 150_000]
-    assert events["end_ps"].max() == ZERO_SYNC.call_overhead_ps + sum(cycles)
+    assert events["end_ps"].max() == ZERO_SYNC.host_call_ps + sum(cycles)
 
 
 def test_four_equal_stages_keep_every_ipu_busy_in_the_main_phase():
@@ -225,7 +226,7 @@ def test_pipelining_beats_sharding_on_equal_stages():
     run = pipelined(True, 32)
     sharded = simulate(work, replace(run, execution=Execution.SHARDED), spec)
     pipelined_run = simulate(work, run, spec)
-    overhead = CostModel().call_overhead_ps
+    overhead = CostModel().host_call_ps
     # Ideally 32 x 4 stage times against 32 + 6 cycles of one stage time: 3.4 times faster.
     assert pipelined_run.duration_ps - overhead < (sharded.duration_ps - overhead) / 3
 

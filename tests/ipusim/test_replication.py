@@ -61,7 +61,9 @@ def all_reduce_per_iteration(work: Work, execution: Execution, replicas: int, sp
                              cost: CostModel) -> int:
     """The time one iteration's gradient all-reduce adds (one collective per phase when phased)."""
     sync = cost.ipu_sync_ps(spec.num_ipus)
-    reduce = [cost.all_reduce_ps(s.weight_bytes, replicas, spec.ipu) for s in work.stages]
+    ipus = max(s.ipu for s in work.stages) + 1
+    reduce = [cost.all_reduce_ps(s.weight_bytes, replicas, spec.ipu, ipus_per_replica=ipus)
+              for s in work.stages]
     if execution is Execution.PHASED:
         return sum(sync + r for r in reduce)
     return sync + max(reduce)
@@ -122,7 +124,8 @@ def test_all_reduce_events_last_as_long_as_each_ipus_share():
     reduces = events[events["kind"] == "all_reduce"]
     assert len(reduces) == 8 * 2
     duration = reduces["end_ps"] - reduces["start_ps"]
-    expected = reduces["ipu"].map(lambda ipu: cost.all_reduce_ps(WEIGHTS[ipu % 2], 4, spec.ipu))
+    expected = reduces["ipu"].map(
+        lambda ipu: cost.all_reduce_ps(WEIGHTS[ipu % 2], 4, spec.ipu, ipus_per_replica=2))
     assert (duration == expected).all()
     assert (reduces["bytes"] == reduces["ipu"].map(lambda ipu: WEIGHTS[ipu % 2])).all()
 
@@ -142,7 +145,7 @@ def test_replicas_sharing_a_host_link_queue_for_it():
     work = Work((Stage("s", 0, Cost(time_ps=1 * US)),), micro_batch_size=16,
                 input_bytes_per_sample=10**5)
     run = RunConfig(training=False, device_iterations=10, sync_pattern=SyncPattern.SINGLE_PIPELINE)
-    quick_calls = replace(DEFAULT, call_overhead_ps=300 * US)  # the copies, not the call, dominate
+    quick_calls = replace(DEFAULT, engine_run_ps=250 * US)  # the copies, not the call, dominate
     one = simulate(work, run, system_spec("mk2", 1), quick_calls)
     shared = simulate(work, replace(run, replicas=4), system_spec("mk2", 4), quick_calls)
     separate = simulate(work, replace(run, replicas=4), system_spec("mk2", 4, ipus_per_host_link=1),

@@ -96,7 +96,7 @@ def test_a_call_that_does_not_start_idle_is_simulated():
     template = simulation._replay.template
     # A copy queued on the host link past the host call: the next call waits for it.
     link = simulation.system.host_links[0]
-    past_call = DEFAULT.call_overhead_ps + 1000 * US
+    past_call = DEFAULT.host_call_ps + 1000 * US
     link.h2d_free_at = simulation.system.now_ps + past_call
     reference = Simulation(work(), RUNS["sharded"], spec, replay_steps=False)
     reference.step()

@@ -58,9 +58,9 @@ def expected_inference_ps(pattern: SyncPattern, micro_batches: int, spec, cost: 
     IPU 1 with IPU 3 for the output.
     """
     host_in = cost.host_sync_ps + cost.host_transfer_ps(SAMPLE_BYTES, spec)
-    host_out = cost.host_sync_ps + cost.host_transfer_ps(SAMPLE_BYTES, spec)
+    host_out = cost.host_sync_ps + cost.host_transfer_ps(SAMPLE_BYTES, spec, to_device=False)
     copy = cost.ipu_copy_ps(4096, spec.ipu)
-    total = cost.call_overhead_ps
+    total = cost.host_call_ps
     for pipeline_cycle in range(micro_batches + 3):
         f = [t if 0 <= pipeline_cycle - k < micro_batches else 0 for k, t in enumerate(FORWARD_PS)]
         i = host_in if pipeline_cycle < micro_batches else 0

@@ -295,7 +295,7 @@ def test_counters_give_memory_utilisation_and_host_link_occupancy(timeline):
         (copies["end_ps"] - copies["start_ps"]).sum() / timeline.duration_ps, abs=1e-6)
     rate = counters(trace, "host link 0 bandwidth (GB/s)")[HOST_PID]
     moved = time_average(rate, "host to device") * timeline.duration_ps / 1e3  # GB/s -> bytes
-    assert moved == pytest.approx(copies["bytes"].sum(), rel=1e-6)
+    assert moved == pytest.approx(copies["bytes"].sum(), rel=1e-4)  # times rounded to ns
 
 
 def test_host_slices_get_a_thread_each_on_the_host(tmp_path, pipeline_timeline):

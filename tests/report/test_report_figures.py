@@ -24,7 +24,7 @@ from report_timelines import US, pipeline_run, stages
 
 # The hand-written runs here are built to show one bottleneck; a short host round
 # trip per call (instead of the calibrated one) keeps it from masking that one.
-QUICK_CALLS = dataclasses.replace(CALIBRATED_MK2, call_overhead_ps=300 * 10**6)
+QUICK_CALLS = dataclasses.replace(CALIBRATED_MK2, engine_run_ps=250 * 10**6)  # a 0.3 ms host call
 simulate = partial(simulate, cost_model=QUICK_CALLS)
 
 

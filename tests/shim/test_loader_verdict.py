@@ -22,7 +22,7 @@ class SlowDataset(torch.utils.data.Dataset):
 def test_a_slow_data_loader_is_the_bottleneck_in_the_report(tmp_path):
     opts = poptorch.Options().deviceIterations(4).enableProfiling(str(tmp_path))
     # A short host round trip per call, so that the loader, not the call, is the slow part.
-    opts.Simulation.costModel(call_overhead_ps=300 * 10**6)
+    opts.Simulation.costModel(engine_run_ps=250 * 10**6)  # a 0.3 ms host call
     loader = poptorch.DataLoader(opts, SlowDataset(), batch_size=2)
     model = poptorch.trainingModel(LinearClassifier(4, 2), opts)
     for x, y in loader:

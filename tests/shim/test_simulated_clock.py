@@ -23,7 +23,7 @@ SCRIPT = """\
 import logging, time
 import torch, poptorch
 opts = poptorch.Options().deviceIterations(4)
-opts.Simulation.costModel(call_overhead_ps=20 * 10**9)
+opts.Simulation.costModel(engine_run_ps=20 * 10**9, poptorch_call_ps=0)
 model = poptorch.inferenceModel(torch.nn.Linear(16, 8), opts)
 x = torch.ones(4 * 2, 16)
 model(x)

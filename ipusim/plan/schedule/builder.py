@@ -147,7 +147,7 @@ class ProgramBuilder:
     # Host ------------------------------------------------------------------
     def host_call(self) -> None:
         """The host's round trip that starts every call: all IPUs wait for it."""
-        overhead = self.cost.call_overhead_ps
+        overhead = self.cost.host_call_ps
         self._collective(HOST_CALL, overhead, [overhead] * self.ipus_per_replica,
                          [0] * self.ipus_per_replica, -1, sync=0)
 
@@ -171,7 +171,7 @@ class ProgramBuilder:
         active = set(self._physical[logical_ipu])
         streaming = self.run.total_replicas * self.ipus_per_replica  # share the host servers
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec, streaming)
-        d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec, streaming)
+        d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec, streaming, to_device=False)
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
             # The I/O tiles meet the host alone: no sync holds the compute tiles.
             prefetch = h2d_bytes > 0 and micro_batch < self.plan.micro_batches_per_step - 1
