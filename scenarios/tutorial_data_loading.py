@@ -22,9 +22,9 @@ import poptorch
 # global 1-replica synthetic-data training_model.
 SEED = {(1, True): 34306.55, (1, False): 21901.16, (4, True): 136452.36, (4, False): 36512.13}
 SEED_WHY = {(1, True): "measures the device",
-            (1, False): "not the device: the loader inside the timed loop, no input streamed",
-            (4, True): "not 4 replicas: the 1-replica program, 4x the items counted",
-            (4, False): "neither: the 1-replica program and the loader in the loop"}
+            (1, False): "not the device, the loader inside the timed loop and no input streamed",
+            (4, True): "not 4 replicas, the 1-replica program with 4x the items counted",
+            (4, False): "neither, the 1-replica program and the loader in the loop"}
 # The fixed tutorial at SDK 3.0 (7536e40, README L627-711), which builds each case's own
 # model: (items/s, the loader's items/s it printed beside the cell).
 SDK3 = {(1, True): (31971.0, 33503.0), (1, False): (19779.0, 33366.0),

@@ -19,9 +19,10 @@ same parameters serve a CNN with five channels and BERT-Large:
 - **Vector operators** run popops' vertices: six workers each take a share of
   the tile's elements and pay the vertex's fixed cycles, then the cycles of the
   inner loop per 64-bit vector (PCE:63-84, 1493-1632).
-- **Normalisations and softmax** are popnn's two-stage reductions of their
-  statistics, then the element-wise whitening; **gathers and copies** move their
-  bytes through the exchange and a copy vertex.
+- **Normalisations and softmax**, forward and backward, are the passes popnn's
+  and poplin's programs make over the tensor (:data:`MULTI_PASS`); **max pooling**
+  is popnn's pooling vertex; **gathers and copies** move their bytes through the
+  exchange and a copy vertex.
 - **Every compute set** ends in an on-chip sync and opens an exchange phase:
   :attr:`CostModel.sync_cycles` and :attr:`CostModel.exchange_overhead_cycles`.
 
@@ -81,14 +82,34 @@ class OperatorCycles:
 #: loop for the natural-width asm codelets (PCE:63-84, popopsCycleEstimators.hpp:
 #: 310-311, 371-372); exp: 4 per 4 halves and 6 per 2 floats, plus 4 of loop
 #: (popopsCycleEstimators.hpp:142-144, PCE:1493-1507); divide, sqrt, rsqrt: sqrt's
-#: 23 and 10, plus 4 (popopsCycleEstimators.hpp:193-211). A normalisation or
-#: softmax makes six element-wise passes (sum and sum of squares, subtract, scale,
-#: then gamma and beta), each an add or multiply.
+#: 23 and 10, plus 4 (popopsCycleEstimators.hpp:193-211).
 CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
     KernelKind.ELEMENTWISE: (3, 3),
     KernelKind.TRANSCENDENTAL: (8, 10),
     KernelKind.DIVIDE: (27, 14),
-    KernelKind.NORMALISE: (18, 18),
+}
+
+#: The passes over the whole tensor of popnn's multi-pass operators, as (add or
+#: multiply passes, exp passes, compute sets), each pass a vertex on every tile:
+#:
+#: - normalisation forward (lib/poplin/Norms.cpp:126-249, 333-373 at 7eac0f2; popnn's
+#:   group, layer and batch norms call it): one reduceMany of the sum and the sum of
+#:   squares (two passes' work, two stages), the inverse standard deviation (a small
+#:   compute set), then subtract, scale, gamma and beta: 6 passes, 7 compute sets;
+#: - its backward (Norms.cpp:375-530, popart's GroupNormGradOpx): the whitening again
+#:   (2), gamma's product (1), the statistics' gradients (a product, a reduction over
+#:   twice the data, a copy, a product, an add, a scaled add, a scale: 8) and the
+#:   parameters' (a product and a reduction over twice the data: 3): 14 passes, 14 sets;
+#: - softmax (lib/popnn/NonLinearity.cpp:71-148): the max's reduction, the subtraction,
+#:   exp, the sum's reduction, its reciprocal and the scale: 4 passes and an exp, 8 sets
+#:   (log-softmax the same, with a log of the sums instead of their reciprocal);
+#: - its backward (NonLinearity.cpp:152-181): a product, a reduction, a product and a
+#:   subtraction: 4 passes, 5 compute sets.
+MULTI_PASS: dict[KernelKind, tuple[int, int, int]] = {
+    KernelKind.NORMALISE: (6, 0, 7),
+    KernelKind.NORMALISE_GRAD: (14, 0, 14),
+    KernelKind.SOFTMAX: (4, 1, 8),
+    KernelKind.SOFTMAX_GRAD: (4, 0, 5),
 }
 
 #: Worker cycles a vector vertex pays besides its loop, for every vector kind:
@@ -98,16 +119,16 @@ CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
 VECTOR_WORKER_OVERHEAD = 29
 VECTOR_SUPERVISOR_OVERHEAD = 11
 
-#: Compute sets of the vector kinds: one mapped vertex per tile, except popnn's
-#: normalisations and softmax: a two-stage reduction of the statistics, their
-#: combination (mean, inverse standard deviation), whitening, then scale and shift.
+#: Compute sets of the single-pass kinds: one mapped vertex per tile.
 VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
     KernelKind.ELEMENTWISE: 1,
     KernelKind.TRANSCENDENTAL: 1,
     KernelKind.DIVIDE: 1,
-    KernelKind.NORMALISE: 5,
     KernelKind.DATA: 1,
     KernelKind.GATHER: 1,
+    KernelKind.POOL: 1,
+    KernelKind.POOL_GRAD: 1,
+    **{kind: sets for kind, (_, _, sets) in MULTI_PASS.items()},
 }
 
 #: Float activations zero their partials on an output group's first pass: 2 cycles and
@@ -147,6 +168,13 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
         return fixed + _copy_cycles(kernel, ipu)
     if kernel.kind is KernelKind.GATHER:
         return fixed + _gather_cycles(kernel, ipu)
+    if kernel.kind in (KernelKind.POOL, KernelKind.POOL_GRAD):
+        return fixed + OperatorCycles(vector=_pool_cycles(kernel, ipu))
+    if kernel.kind in MULTI_PASS:
+        passes, exps, _ = MULTI_PASS[kernel.kind]
+        return fixed + OperatorCycles(vector=passes * _vector_cycles(
+            kernel, ipu, KernelKind.ELEMENTWISE) + exps * _vector_cycles(
+            kernel, ipu, KernelKind.TRANSCENDENTAL))
     return fixed + OperatorCycles(vector=_vector_cycles(kernel, ipu))
 
 
@@ -321,16 +349,47 @@ def _reduction(stages: tuple[int, ...], partials: np.ndarray, partial_width: int
     return vector, exchange, len(stages)
 
 
-def _vector_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
-    """Tile cycles of a vector operator's vertex on its busiest tile: each worker's
-    overhead and its share of the vectors at the kind's cycles per vector."""
+def _vector_cycles(kernel: Kernel, ipu: IPUSpec, kind: KernelKind | None = None) -> float:
+    """Tile cycles of one pass of a vector vertex (of ``kind``, the kernel's own by
+    default) on its busiest tile: each worker's overhead and its share of the
+    vectors at the kind's cycles per vector."""
     width = min(kernel.width, 4)
     vectors = ceil(kernel.elements * width / ipu.vector_bytes_per_cycle)
     tiles = max(1, min(ipu.tiles, ceil(vectors / ipu.workers)))  # one vector a worker at least
-    half, full = CYCLES_PER_VECTOR[kernel.kind]
+    half, full = CYCLES_PER_VECTOR[kind or kernel.kind]
     per_worker = ceil(ceil(vectors / tiles) / ipu.workers)
     return VECTOR_SUPERVISOR_OVERHEAD + ipu.workers * (
         VECTOR_WORKER_OVERHEAD + per_worker * (half if width <= 2 else full))
+
+
+#: popnn's pooling vertex estimate, getPoolingCycles (lib/popnn/PerformanceEstimation.hpp:
+#: 127-245 at 7eac0f2), per worker: a fixed 41 cycles (with the output's, the start
+#: positions' and the work list's unpacking at the planner's 2 each; 51 for the
+#: gradient, which unpacks two more pointers and sets up 6 more), 4 and one per
+#: output it zeroes, 15 per output row and, per row and kernel position (a work
+#: item), 28 plus the repeat loop along the row: 4 + 3 per further output for the
+#: maximum, 7 + 5 for the gradient (MaxPoolingGrad). Six worker cycles to a tile
+#: cycle, and 13 of supervisor around them.
+POOL_WORKER_FIXED = (41, 51)
+POOL_CYCLES_PER_ROW = 15
+POOL_CYCLES_PER_ITEM = 28
+POOL_LOOP = ((4, 3), (7, 5))   # (set-up, per further output) of the max and the gradient
+POOL_SUPERVISOR = 13
+
+
+def _pool_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
+    """Max pooling (or its gradient) on its busiest tile: ``kernel.m`` output rows of
+    ``kernel.n`` outputs, ``kernel.k`` kernel positions, its rows spread over the
+    tiles and each tile's over its six workers. Channels are not vectorised: a
+    PyTorch tensor keeps them outermost (an assumption for channel counts that
+    popnn would group)."""
+    gradient = kernel.kind is KernelKind.POOL_GRAD
+    rows = ceil(ceil(kernel.m / ipu.tiles) / ipu.workers)
+    setup, per_output = POOL_LOOP[gradient]
+    item = POOL_CYCLES_PER_ITEM + setup + per_output * max(kernel.n - 1, 0)
+    worker = POOL_WORKER_FIXED[gradient] + 4 + rows * kernel.n \
+        + rows * (POOL_CYCLES_PER_ROW + kernel.k * item)
+    return POOL_SUPERVISOR + ipu.workers * worker
 
 
 def _copy_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:

@@ -25,6 +25,11 @@ class KernelKind(str, enum.Enum):
     TRANSCENDENTAL = "transcendental"  # vector unit: exp, log, tanh, sigmoid, GELU, softmax
     DIVIDE = "divide"                  # vector unit: divide, sqrt, rsqrt
     NORMALISE = "normalise"            # batch/group/layer norm: statistics, then whitening
+    NORMALISE_GRAD = "normalise_grad"  # their backward: the statistics' and parameters' gradients
+    SOFTMAX = "softmax"                # softmax and log-softmax: max, exp, sum, scale
+    SOFTMAX_GRAD = "softmax_grad"      # their backward
+    POOL = "pool"                      # max pooling: popnn's pooling vertex (m rows of n, k taps)
+    POOL_GRAD = "pool_grad"            # its backward: popnn's MaxPoolingGrad
     GATHER = "gather"                  # embedding lookups and their gradients: multi-slice
     DATA = "data"                      # other gathers, scatters, copies: exchange-bound
 
@@ -36,7 +41,8 @@ class Kernel:
     A matmul is ``groups`` independent products of an (m x k) by a (k x n)
     matrix; a convolution is one in implicit-GEMM form (m output positions, k
     input channels times kernel taps, n output channels). The other kinds work
-    on ``elements`` elements. ``width`` is the bytes of one input element: 2
+    on ``elements`` elements; pooling on ``m`` output rows of ``n`` outputs with
+    ``k`` kernel positions. ``width`` is the bytes of one input element: 2
     for fp16/bf16, 4 for fp32. ``bytes`` is everything read and written.
     ``regroup`` is the bytes of a matmul operand rearranged into the AMP's
     layout first: in a backward pass, the transposed weights or activations.

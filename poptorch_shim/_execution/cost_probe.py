@@ -39,16 +39,16 @@ _VECTOR_KINDS = {
         "silu_backward", "tanh_backward", "sigmoid_backward", "log1p", "expm1", "pow"},
     KernelKind.DIVIDE: {"div", "sqrt", "rsqrt", "reciprocal"},
     KernelKind.NORMALISE: {
-        "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
-        "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-        "native_group_norm_backward", "_softmax", "_log_softmax", "_softmax_backward_data",
-        "_log_softmax_backward_data", "_safe_softmax"},
+        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training", "native_layer_norm", "native_group_norm"},
+    KernelKind.NORMALISE_GRAD: {
+        "native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward"},
+    KernelKind.SOFTMAX: {"_softmax", "_log_softmax", "_safe_softmax"},
+    KernelKind.SOFTMAX_GRAD: {"_softmax_backward_data", "_log_softmax_backward_data"},
     KernelKind.DATA: {
         "index_select", "gather", "scatter",
         "scatter_add", "index_add", "index", "index_put", "cat", "stack", "copy", "_to_copy",
-        "constant_pad_nd", "zeros_like", "ones_like", "new_zeros", "fill", "zero", "full_like",
-        "max_pool2d_with_indices_backward"},
+        "constant_pad_nd", "zeros_like", "ones_like", "new_zeros", "fill", "zero", "full_like"},
 }
 _KIND_OF = {name: kind for kind, names in _VECTOR_KINDS.items() for name in names}
 
@@ -102,6 +102,23 @@ def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     return kernels
 
 
+def _pool_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
+    """Max pooling as popnn runs it: its pooling vertex over the output's rows, one
+    work item a row and kernel position; the gradient first copies the incoming
+    gradient into the layout of the forward's output (lib/popnn/Pooling.cpp:976-982)."""
+    kernel_size = args[1] if name == "max_pool2d_with_indices" else args[2]
+    taps = _prod(kernel_size) if len(kernel_size) > 1 else int(kernel_size[0]) ** 2
+    pooled = _tensors(out)[0] if name == "max_pool2d_with_indices" else args[0]
+    rows, row = pooled.numel() // max(pooled.shape[-1], 1), pooled.shape[-1]
+    kind = KernelKind.POOL if name == "max_pool2d_with_indices" else KernelKind.POOL_GRAD
+    pool = Kernel(kind, width, m=rows, n=row, k=taps, elements=pooled.numel(),
+                  bytes=tensor_bytes(args[:2]) + tensor_bytes(out))
+    if kind is KernelKind.POOL:
+        return [pool]
+    grad_bytes = pooled.numel() * width
+    return [Kernel(KernelKind.DATA, width, elements=pooled.numel(), bytes=grad_bytes), pool]
+
+
 def _fused_attention(name: str) -> bool:
     """Whether an aten operator is a fused scaled-dot-product attention (the
     math variant decomposes into matmuls the probe sees one by one)."""
@@ -119,13 +136,13 @@ def _attention_kernels(name: str, args: tuple, width: int) -> list[Kernel]:
 
     def product(m: int, inner: int, n: int) -> Kernel:
         return Kernel(KernelKind.MATMUL, width, m=m, k=inner, n=n, groups=heads)
-    softmax = Kernel(KernelKind.NORMALISE, width, elements=heads * length * source,
-                     bytes=2 * heads * length * source * width)
+    scores = heads * length * source
+    softmax = Kernel(KernelKind.SOFTMAX, width, elements=scores, bytes=2 * scores * width)
     if not backward:
         return [product(length, embed, source), softmax, product(length, source, value)]
     return [product(length, embed, source), softmax,            # the scores again
             product(source, length, value), product(length, value, source),  # dV, dP
-            softmax,                                            # the softmax's backward
+            replace(softmax, kind=KernelKind.SOFTMAX_GRAD),     # the softmax's backward
             product(length, source, embed), product(source, length, embed)]  # dQ, dK
 
 
@@ -142,6 +159,8 @@ def kernels_of(func, args: tuple, kwargs: dict, out) -> list[Kernel]:
                        groups=groups)]
     if name in ("convolution", "convolution_backward"):
         return _conv_kernels(name, args, out, width)
+    if name in ("max_pool2d_with_indices", "max_pool2d_with_indices_backward"):
+        return _pool_kernels(name, args, out, width)
     if name in ("embedding", "embedding_dense_backward"):
         # A lookup reads only the rows it returns; its gradient zeroes a dense table
         # and adds each row back into it: popops' multi-slice and multi-update-add.

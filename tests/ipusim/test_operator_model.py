@@ -278,3 +278,40 @@ def test_a_kernels_operator_name_is_reported_and_takes_no_part_in_its_price():
     assert timeline.operator_breakdown()["op"].tolist() == ["aten::addmm"]
     with pytest.raises(ValueError, match="Kernel.op must be a str"):
         Kernel(KernelKind.DATA, op=3)
+
+
+def test_max_pooling_is_popnns_pooling_vertex_worked_by_hand():
+    """The tutorial's pool: 16 x 5 x 63 rows of 63 outputs, 2x2 kernel, fp32, on a Mk2.
+    3.4 rows a tile, so a busy worker has one row; per worker 41 + 4 + 63 zeroed +
+    15 + 4 x (28 + 4 + 3 x 62) for the max, 51 + ... + 4 x (28 + 7 + 5 x 62) for the
+    gradient (lib/popnn/PerformanceEstimation.hpp:127-245); six to a tile cycle, 13 of
+    supervisor; one compute set."""
+    ipu, fixed = ipusim.MK2_GC200, compute_set_fixed_cycles(CALIBRATED_MK2)
+    pool = Kernel(KernelKind.POOL, 4, m=16 * 5 * 63, n=63, k=4, elements=16 * 5 * 63 * 63)
+    assert kernel_cycles(pool, ipu, CALIBRATED_MK2) == (
+        13 + 6 * (41 + 4 + 63 + 15 + 4 * (28 + 4 + 3 * 62)) + fixed)
+    grad = replace(pool, kind=KernelKind.POOL_GRAD)
+    assert kernel_cycles(grad, ipu, CALIBRATED_MK2) == (
+        13 + 6 * (51 + 4 + 63 + 15 + 4 * (28 + 7 + 5 * 62)) + fixed)
+
+
+@pytest.mark.parametrize("kind, passes, exps, sets", [
+    (KernelKind.NORMALISE, 6, 0, 7),         # lib/poplin/Norms.cpp:126-249, 333-373
+    (KernelKind.NORMALISE_GRAD, 14, 0, 14),  # Norms.cpp:375-530 via popart's GroupNormGradOpx
+    (KernelKind.SOFTMAX, 4, 1, 8),           # lib/popnn/NonLinearity.cpp:71-148
+    (KernelKind.SOFTMAX_GRAD, 4, 0, 5),      # NonLinearity.cpp:152-181
+])
+def test_normalisations_and_softmax_are_their_programs_passes(kind, passes, exps, sets):
+    ipu, elements = ipusim.MK2_GC200, 668_352
+    one = operator_cycles(Kernel(KernelKind.ELEMENTWISE, 4, elements=elements), ipu, HALF)
+    exp = operator_cycles(Kernel(KernelKind.TRANSCENDENTAL, 4, elements=elements), ipu, HALF)
+    cycles = operator_cycles(Kernel(kind, 4, elements=elements), ipu, HALF)
+    assert cycles.vector == passes * one.vector + exps * exp.vector
+    assert cycles.compute_sets == sets == VECTOR_COMPUTE_SETS[kind]
+    assert cycles.sync == sets * compute_set_fixed_cycles(HALF)
+
+
+def test_a_norms_backward_costs_more_than_its_forward():
+    ipu, norm = ipusim.MK2_GC200, Kernel(KernelKind.NORMALISE, 2, elements=1 << 20)
+    backward = replace(norm, kind=KernelKind.NORMALISE_GRAD)
+    assert kernel_cycles(backward, ipu, HALF) > 2 * kernel_cycles(norm, ipu, HALF)

@@ -463,3 +463,23 @@ def test_the_matmul_kernels_do_the_multiply_accumulates_torch_counts(module, sha
     macs = sum(c * k.groups * k.m * k.k * k.n for k, c in result.cost.kernels
                if k.kind is KernelKind.MATMUL)
     assert macs == result.cost.flops / 2 > 0
+
+
+def test_pooling_norms_and_softmax_are_recorded_as_popnn_runs_them():
+    """Max pooling, a group norm and a log-softmax, forward and backward, reach the
+    cost model as popnn's operators: the pool by its output rows, row width and kernel
+    positions, its gradient behind a copy of the incoming gradient."""
+    conv_out = torch.randn(2, 5, 12, 12, requires_grad=True)
+    with measure() as forward:
+        pooled = nn.functional.max_pool2d(conv_out, 2)
+        normed = nn.functional.group_norm(pooled, 1)
+        out = torch.log_softmax(normed.flatten(1), dim=-1)
+    with measure() as backward:
+        out.sum().backward()
+    kinds = [k.kind for k, _ in forward.cost.kernels]
+    assert {KernelKind.POOL, KernelKind.NORMALISE, KernelKind.SOFTMAX} <= set(kinds)
+    pool = next(k for k, _ in forward.cost.kernels if k.kind is KernelKind.POOL)
+    assert (pool.m, pool.n, pool.k) == (2 * 5 * 6, 6, 4)
+    back = [k.kind for k, _ in backward.cost.kernels]
+    assert {KernelKind.POOL_GRAD, KernelKind.NORMALISE_GRAD, KernelKind.SOFTMAX_GRAD} <= set(back)
+    assert back.index(KernelKind.DATA) < back.index(KernelKind.POOL_GRAD)
