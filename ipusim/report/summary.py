@@ -118,6 +118,14 @@ def _execution(timeline: Timeline) -> str:
     return text
 
 
+def _host_side(timeline: Timeline) -> str:
+    """The host's part of every call, as the cost model prices it (docs/cost-model.md)."""
+    cost = timeline.plan.cost
+    return (f"{cost.host_call_ps / 1e6:,.0f} µs (PopTorch's Python path "
+            f"{cost.poptorch_call_ps / 1e6:,.0f} µs, the engine's run "
+            f"{cost.engine_run_ps / 1e6:,.0f} µs)")
+
+
 def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tuple[str, str]]:
     """The headline figures as (name, formatted value), for the text and HTML reports."""
     f = timeline.figures()
@@ -130,6 +138,7 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
         ("Host I/O share", f"{f['host_io_share']:.1%}"),
         ("Host link occupancy (busiest link)", f"{f['host_link_occupancy']:.1%}"),
         ("Host round trip share", f"{f['host_round_trip_share']:.1%}"),
+        ("Host side of a call", _host_side(timeline)),
         ("Sync wait share", f"{f['sync_wait_share']:.1%}"),
         ("Simulated duration", f"{f['duration(ms)']:,.3f} ms"),
         ("Items", f"{int(f['items']):,}"),

@@ -3,6 +3,7 @@ import torch
 
 import poptorch_shim as poptorch
 from ipusim.cost.cost_model import DEFAULT, PS_PER_US
+from ipusim.report.summary import figure_rows
 
 
 class PopxlMnist(torch.nn.Module):
@@ -54,3 +55,9 @@ def test_without_the_host_side_a_call_is_device_work_alone():
     quick = run_once(poptorch_call_ps=0, engine_run_ps=0).timeline
     full = run_once().timeline
     assert full.duration_ps - quick.duration_ps == DEFAULT.host_call_ps
+
+
+def test_the_summary_gives_the_host_side_of_a_call_part_by_part():
+    rows = dict(figure_rows(run_once().timeline, None))
+    assert rows["Host side of a call"] == (
+        "750 µs (PopTorch's Python path 50 µs, the engine's run 700 µs)")
