@@ -52,24 +52,45 @@ class CostModel:
                                          "AMP's conv units (PopTorch's default is fp32 partials: "
                                          "half of them on Mk2)"})
     amp_worker_overhead_cycles: float = field(
-        default=26, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
-                                      "rows: 38 for 3 rows at 4 a row after that "
-                                      "(ConvPartial1x1Out, PerformanceEstimation.hpp:428-477)"})
+        default=19, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
+                                      "rows, half inputs: 38 for 3 rows at 4 a row after that, "
+                                      "less the 7 that state retention saves "
+                                      "(ConvPartial1x1Out, PerformanceEstimation.hpp:404, "
+                                      "460-466, 50-59)"})
+    amp_worker_retention_cycles: float = field(
+        default=7, metadata={"help": "worker cycles of state set-up that retention saves a "
+                                     "half AMP pass (PerformanceEstimation.hpp:50-59): a "
+                                     "vertex's first pass has no state to retain and pays "
+                                     "them, as the tile benchmark's one-pass vertices show "
+                                     "(benchmarks: tile_amp rows)"})
     amp_worker_overhead_cycles_float: float = field(
         default=22, metadata={"help": "the same for float activations: 46 for 3 rows at 8 a "
-                                      "row after that (PerformanceEstimation.hpp:457-460)"})
+                                      "row after that, no retention savings "
+                                      "(PerformanceEstimation.hpp:457-460, 50-59)"})
     amp_pass_overhead_cycles: float = field(
         default=26, metadata={"help": "supervisor cycles per AMP pass besides loading the "
                                       "weights: 19 per output group and 7 per pass "
                                       "(PerformanceEstimation.hpp:574-615)"})
     amp_vertex_overhead_cycles: float = field(
-        default=83, metadata={"help": "supervisor cycles of one AMP vertex per conv group: "
-                                      "50 + 6 x (7 - 3) to start the workers, 13 + 11 - 15 "
-                                      "around the passes (PerformanceEstimation.hpp:574-615)"})
+        default=74, metadata={"help": "supervisor cycles once per AMP vertex, half inputs: 50 "
+                                      "and 6 workers x 7 of retained state, less the first "
+                                      "input-channel group's 6 x 3 "
+                                      "(PerformanceEstimation.hpp:598-602)"})
+    amp_vertex_overhead_cycles_float: float = field(
+        default=50, metadata={"help": "the same for float activations, which retain no state "
+                                      "(PerformanceEstimation.hpp:50-59, 598)"})
+    amp_conv_group_overhead_cycles: float = field(
+        default=9, metadata={"help": "supervisor cycles per conv group of an AMP vertex: "
+                                     "12 + 1 to start it, 10 + 1 around its last input-channel "
+                                     "group, less the 15 + 1 - 1 counted per input-channel "
+                                     "group (PerformanceEstimation.hpp:603-614)"})
     amp_in_group_overhead_cycles: float = field(
         default=33, metadata={"help": "supervisor cycles per input-channel group of an AMP "
-                                      "vertex: 6 x 3 to start the workers and 15 for its loop "
-                                      "(PerformanceEstimation.hpp:574-615)"})
+                                      "vertex, half inputs: 6 x 3 of retained state and 15 for "
+                                      "its loop (PerformanceEstimation.hpp:601-607)"})
+    amp_in_group_overhead_cycles_float: float = field(
+        default=15, metadata={"help": "the same for float activations: the loop's 15 "
+                                      "(PerformanceEstimation.hpp:605-607)"})
     amp_weight_load_bytes_per_cycle: float = field(
         default=8, metadata={"help": "bytes a cycle the weights load into the conv units: "
                                      "the target's 16 halved unless use128BitConvUnitLoad, "
@@ -77,10 +98,11 @@ class CostModel:
                                      "ConvOptions.hpp:42)"})
     sync_cycles: float = field(
         default=90, metadata={"help": "the on-chip sync that ends each compute set (poplibs' "
-                                      "planners: syncCycles, lib/popnn/CTCLossPlan.cpp:312)"})
+                                      "planners: syncCycles, lib/popnn/CTCLossPlan.cpp:349-351)"})
     exchange_overhead_cycles: float = field(
         default=100, metadata={"help": "fixed cycles of the exchange phase each compute set "
-                                       "opens, beyond its bytes (lib/popnn/CTCLossPlan.cpp:351)"})
+                                       "opens, beyond its bytes (fixedOverheadExchangeCycles, "
+                                       "lib/popnn/CTCLossPlan.cpp:309-312)"})
     op_overhead_cycles: int = field(
         default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
                                         "hand-written cost"})
@@ -143,8 +165,10 @@ class CostModel:
                      self.amp_weight_load_bytes_per_cycle, positive=True)
         for name in ("sync_cycles", "exchange_overhead_cycles",
                      "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
+                     "amp_worker_retention_cycles",
                      "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
-                     "amp_in_group_overhead_cycles",
+                     "amp_vertex_overhead_cycles_float", "amp_conv_group_overhead_cycles",
+                     "amp_in_group_overhead_cycles", "amp_in_group_overhead_cycles_float",
                      "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
             check_amount("CostModel.", name, getattr(self, name))
         for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",

@@ -190,8 +190,9 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
     over the six workers) for each pass of ``in_groups`` x ``out_groups`` weight
     blocks, per conv group (numbers, or numpy arrays of them).
 
-    The supervisor's fixed cycles, per conv group, input-channel group and pass
-    (PE:574-615), the
+    The supervisor's fixed cycles, once per vertex and per conv group, input-channel
+    group and pass (PE:574-615), the first pass's state set-up that retention saves
+    the others (PE:50-59), the
     weights' load into the conv units (PE:558-572), and each worker's overhead
     plus ``amp_cycles_per_output`` a row, six tile cycles to a worker cycle
     (PE:397-491). Float activations also zero their partials on the first
@@ -208,9 +209,14 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
     per_pass = model.amp_pass_overhead_cycles + loads + ipu.workers * worker
     zeroing = 0 if width <= 2 else ipu.workers * (
         FLOAT_ZEROING_CYCLES + FLOAT_ZEROING_CYCLES_PER_ROW * rows_per_worker)
-    cycles = conv_groups * (model.amp_vertex_overhead_cycles
-                            + in_groups * model.amp_in_group_overhead_cycles
-                            + out_groups * (in_groups * per_pass + zeroing))
+    half = width <= 2
+    vertex = model.amp_vertex_overhead_cycles if half else model.amp_vertex_overhead_cycles_float
+    in_group = model.amp_in_group_overhead_cycles if half \
+        else model.amp_in_group_overhead_cycles_float
+    first_pass = ipu.workers * model.amp_worker_retention_cycles if half else 0
+    cycles = vertex + first_pass + conv_groups * (model.amp_conv_group_overhead_cycles
+                                     + in_groups * in_group
+                                     + out_groups * (in_groups * per_pass + zeroing))
     cycles = np.where(np.asarray(rows) > 0, cycles, 0)
     return cycles if np.ndim(cycles) else float(cycles)
 
@@ -268,6 +274,11 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
         chosen = kk == depth
         reduce_vector[chosen], reduce_exchange[chosen], stages[chosen] = _reduction(
             reduce_stages(int(depth)), partials[chosen], partial_width, ipu)
+    # Unsplit, the tile's results still cross the exchange once, into the output's
+    # layout: poplin charges the first stage's exchange of the partial sums on every
+    # plan (ConvModel.cpp:1088-1097), the reduction's stages only where k is split.
+    unsplit = kk == 1
+    reduce_exchange[unsplit] = partials[unsplit] * partial_width / ipu.exchange_bytes_per_cycle
     cast = partial_width != width
     total = amp + received + reduce_vector + reduce_exchange \
         + (stages + 1) * compute_set_fixed_cycles(model)
