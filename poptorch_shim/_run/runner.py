@@ -36,9 +36,11 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     ``settings``: where reports go, timing-only, the progress bar and the
     simulated clock (see :mod:`poptorch_shim._core.run_settings`); None: as the
     ``IPUSIM_*`` environment variables say (checked before the script starts).
-    Returns 0, or 1 when a report could not be written (said in one line on
-    stderr, naming the file); the reports written are in
-    ``profiling.reports_written``.
+    Returns the status the script gave ``sys.exit`` (0 when it ends without
+    one), or 1 when a report could not be written (said in one line on stderr,
+    naming the file); the reports written are in ``profiling.reports_written``.
+    A script that ends in ``sys.exit(...)`` has finished: its reports and
+    figures are written and printed as for one that returns.
     """
     script = Path(path)
     if not script.is_file():
@@ -58,7 +60,10 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     try:
         with run_settings.given(settings), _script_is_mp_main(), \
                 watching_clock(script, simulated_clock):
-            runpy.run_path(str(script), run_name="__main__")
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                status = _exit_status(exit_)
         finished = True
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
@@ -71,13 +76,23 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
         except (ReportsNotWritten, OSError) as error:
             # After the script's own error, if any, which keeps its traceback.
             print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)
-            status = 1
+            status = status or 1
         finally:
             profiling.collecting = False
             if finished:
                 profiling.print_simulated_figures(simulated_clock=simulated_clock,
                                                   computed_before_s=computed_before_s)
     return status
+
+
+def _exit_status(exit_: SystemExit) -> int:
+    """The process status ``sys.exit(code)`` gives under plain python: None is 0, an
+    integer itself, anything else (a message) is printed on stderr and is 1."""
+    code = exit_.code
+    if code is None or isinstance(code, int):
+        return int(code or 0)
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _one_line(error: Exception) -> str:
