@@ -56,6 +56,7 @@ collecting = False  # set by the runner while it runs a script
 # The directory each executor was given, and every directory given so far.
 _given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _taken: set[Path] = set()
+_reported: weakref.WeakSet = weakref.WeakSet()  # executors whose report is written
 # The report folders this process holds a lock on (their descriptors), and
 # the reports written since the runner started the script.
 _locks: dict[Path, int] = {}
@@ -88,7 +89,10 @@ def report_directory(executor) -> Path | None:
     while directory in _taken or (distributed.num_processes == 1 and not _claim(directory)):
         count += 1
         directory = Path(root) / f"{name}-{count}"
-    if count > 1:
+    if count > 1 and executor in _reported:
+        print(f"ipusim: {name} was destroyed and compiled again: its earlier report is "
+              f"in {Path(root) / name}, this one writes to {directory}", file=sys.stderr)
+    elif count > 1:
         print(f"ipusim: another model or run already writes its report to "
               f"{Path(root) / name}; this one writes to {directory} (name models with "
               f"Options.modelName)", file=sys.stderr)
@@ -234,6 +238,9 @@ def write_report(executor) -> Path | None:
     finally:
         _release(directory)
     reports_written.append(done)
+    # A model destroyed and compiled again writes its next report to a folder of its own.
+    _given.pop(executor, None)
+    _reported.add(executor)
     traces_written.append((done / TRACE, list(executor.device.host_calls)))
     if options.Distributed.num_processes > 1:
         write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)

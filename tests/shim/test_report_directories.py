@@ -3,6 +3,7 @@ model folder, a model name stays inside the report directory, the closing
 lines name what the run wrote, and a full disk ends the run in one line."""
 import errno
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -132,3 +133,28 @@ def test_two_runs_at_once_on_one_report_directory(tmp_path):
                                for name in ("inference", "inference-2")]
     assert all((reports / name / "profile.json").is_file()
                for name in ("inference", "inference-2"))
+
+
+DESTROYED_AND_REUSED = """
+import torch, poptorch
+model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+for _ in range(5):
+    model(torch.ones(2, 4))
+model.destroy()
+model(torch.ones(2, 4))
+"""
+
+
+def test_a_model_destroyed_then_called_again_keeps_its_first_report(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(DESTROYED_AND_REUSED)
+    reports = tmp_path / "reports"
+    assert commands.main(["run", "--report", str(reports), "--no-progress", str(script)]) == 0
+    err = capsys.readouterr().err
+    steps = {name: json.loads((reports / name / "profile.json").read_text())["steps"]
+             for name in ("inference", "inference-2")}
+    assert steps == {"inference": 5, "inference-2": 1}
+    closing = [line for line in err.splitlines() if line.startswith("ipusim: profile written")]
+    assert closing == [f"ipusim: profile written to {reports / name}"
+                       for name in ("inference", "inference-2")]
+    assert "was destroyed and compiled again" in err
