@@ -33,6 +33,7 @@ from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
+from ipusim.engine.recorder import COLUMNS
 from ipusim.hardware import SystemSpec
 from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
@@ -193,6 +194,11 @@ def load_autoreport(directory: str | Path) -> Timeline:
     source = Path(directory) / PROFILE
     try:
         dtypes = profile["event_dtypes"]
+        missing = [c for c in COLUMNS if c not in dtypes
+                   and not (c == "pipeline_cycle" and "cycle" in dtypes)]  # an older name
+        if missing:
+            raise ValueError(f"its event_dtypes name no {', '.join(missing)} column "
+                             f"(the events' columns are {', '.join(COLUMNS)})")
         columns = {c: t for c, t in dtypes.items() if c != "kind"}
         configs = (decode(Work, profile["work"]), decode(RunConfig, profile["run"]),
                    decode(SystemSpec, profile["system"]))
@@ -221,10 +227,35 @@ def load_autoreport(directory: str | Path) -> Timeline:
         raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
     try:
         plan = EnginePlan.build(*configs, cost) if cost is not None else None
-        return Timeline(events, *configs, steps, instance, plan)
+        timeline = Timeline(events, *configs, steps, instance, plan)
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ValueError(f"{directory} holds a profile and events that do not go together: "
                          f"{type(error).__name__}: {error}") from None
+    contradiction = _contradiction(timeline)
+    if contradiction:
+        raise ValueError(f"{directory} contradicts itself: {contradiction}")
+    return timeline
+
+
+def _contradiction(timeline: Timeline) -> str | None:
+    """Why a loaded profile and its events cannot be one run (None if they can): no
+    step, no event, or events on other IPUs than the run's replicas use."""
+    if timeline.steps < 1:
+        return f"{PROFILE} records {timeline.steps} steps; a report is written after one"
+    events = timeline.events
+    if events.empty:
+        return f"{EVENTS} holds no events, though {PROFILE} records {timeline.steps} steps"
+    used, found = timeline.num_ipus, set(events["ipu"].unique().tolist())
+    outside = sorted(ipu for ipu in found if not 0 <= ipu < used)
+    if outside:
+        return (f"{EVENTS} has events on IPU {outside[0]}, but the run uses IPUs 0 to "
+                f"{used - 1} ({timeline.run.replicas} replica(s) of "
+                f"{timeline.plan.ipus_per_replica})")
+    if len(found) < used:
+        return (f"{PROFILE} records {timeline.run.replicas} replica(s) of "
+                f"{timeline.plan.ipus_per_replica} IPU(s), {used} in all, but {EVENTS} has "
+                f"events on {len(found)} of them")
+    return None
 
 
 def saved_verdict(profile: dict) -> Verdict | None:
