@@ -229,7 +229,7 @@ def _load(directory: str):
 
 def _report(args: argparse.Namespace) -> int:
     from ipusim.report import write_html
-    from ipusim.report.autoreport import profile_names, saved_verdict
+    from ipusim.report.autoreport import profile_names, saved_loader_spread, saved_verdict
     from ipusim.report.figures import MAX_EVENTS_PER_LANE
 
     if args.index:
@@ -241,6 +241,7 @@ def _report(args: argparse.Namespace) -> int:
     timeline, profile = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
+               loader_spread=saved_loader_spread(profile),
                title=Path(args.profile_dir).resolve().name,
                max_events_per_lane=limit, detail=_detail(args),
                names=profile_names(profile), verdict=saved_verdict(profile))
@@ -270,11 +271,12 @@ def _index(args: argparse.Namespace) -> int:
 
 def _summary(args: argparse.Namespace) -> int:
     from ipusim.report import text_summary
-    from ipusim.report.autoreport import profile_names, saved_verdict
+    from ipusim.report.autoreport import profile_names, saved_loader_spread, saved_verdict
 
     timeline, profile = _load(args.profile_dir)
     print(text_summary(timeline, profile.get("loader_items_per_s"), profile.get("options"),
-                       verdict=saved_verdict(profile), names=profile_names(profile)), end="")
+                       verdict=saved_verdict(profile), names=profile_names(profile),
+                       loader_spread=saved_loader_spread(profile)), end="")
     return 0
 
 

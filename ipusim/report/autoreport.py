@@ -96,13 +96,15 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      outputs: set[str] | None = None,
                      loader_items_per_s: float | None = None,
                      names: SettingNames | None = None,
-                     verdict: Verdict | None = None) -> Path:
+                     verdict: Verdict | None = None,
+                     loader_spread: tuple[float, float] | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
     ``options`` are the engine's options, recorded as given; ``names`` how the
     verdict's advice names the settings (default: ipusim's names), recorded so
-    that a report rendered again from the profile words them the same way.
+    that a report rendered again from the profile words them the same way;
+    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -116,6 +118,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     if PROFILE in outputs:
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
+        profile["loader_spread"] = None if loader_spread is None else list(loader_spread)
         profile["files"] = sorted(outputs)
         write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
@@ -125,9 +128,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
-                   title=directory.name, verdict=verdict)
+                   title=directory.name, verdict=verdict, loader_spread=loader_spread)
     if SUMMARY in outputs:
-        text = text_summary(timeline, loader_items_per_s, options, verdict)
+        text = text_summary(timeline, loader_items_per_s, options, verdict,
+                            loader_spread=loader_spread)
         write_atomically(directory / SUMMARY, text)
     return directory
 
@@ -179,6 +183,19 @@ def profile_names(profile: dict) -> SettingNames:
         return SettingNames.from_dict(profile.get("setting_names"))
     except (TypeError, ValueError, AttributeError) as error:
         raise ValueError(f"the {PROFILE}'s setting_names are damaged: {error}") from None
+
+
+def saved_loader_spread(profile: dict) -> tuple[float, float] | None:
+    """The lowest and highest rate of the measured loader's windows of steps that a
+    profile recorded (None: no loader, or its rate was given)."""
+    spread = profile.get("loader_spread")
+    if spread is None:
+        return None
+    if not (isinstance(spread, list) and len(spread) == 2 and all(
+            isinstance(rate, (int, float)) and 0 < rate < float("inf") for rate in spread)):
+        raise ValueError(f"the {PROFILE}'s loader_spread is damaged: expected two positive "
+                         f"rates, got {spread!r}")
+    return spread[0], spread[1]
 
 
 def load_autoreport(directory: str | Path) -> Timeline:

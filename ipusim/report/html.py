@@ -77,7 +77,8 @@ table.operators tr.clicked { background: #fff4e5; }
 def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 title: str | None = None, verdict: Verdict | None = None,
                 max_events_per_lane: int = MAX_EVENTS_PER_LANE,
-                detail: Detail | None = None, names: SettingNames | None = None) -> str:
+                detail: Detail | None = None, names: SettingNames | None = None,
+                loader_spread: tuple[float, float] | None = None) -> str:
     """The report as one HTML string with plotly.js embedded.
 
     The timeline draws the events ``detail`` shows (default
@@ -101,7 +102,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
 <section><h2>Bottleneck</h2>
 {_verdict_html(verdict)}</section>
 <section><h2>Figures</h2>
-{_figures_html(timeline, loader_items_per_s)}</section>
+{_figures_html(timeline, loader_items_per_s, loader_spread)}</section>
 </div>
 <h2>{timeline_name(timeline)}</h2>
 <div class="figure">{divs["timeline"]}</div>
@@ -198,8 +199,9 @@ def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> 
 <div class="figure">{memory}</div>""")
 
 
-def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:
-    rows = figure_rows(timeline, loader_items_per_s)
+def _figures_html(timeline: Timeline, loader_items_per_s: float | None,
+                  loader_spread: tuple[float, float] | None) -> str:
+    rows = figure_rows(timeline, loader_items_per_s, loader_spread)
     body = "".join(f'<tr><th>{html.escape(name)}</th>'
                    f'<td class="value">{html.escape(value)}</td></tr>' for name, value in rows)
     return f'<table class="figures">{body}</table>'

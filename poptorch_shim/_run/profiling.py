@@ -30,6 +30,7 @@ from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._data.data_loader import measured_loader_rate
+from poptorch_shim._data.loader_rate import LoaderRate
 from poptorch_shim.options import Options
 
 JOB_ID_FILE = "job-id.txt"
@@ -164,11 +165,24 @@ def _figures_line(entry: _Figures) -> str | None:
         return None
     timeline = device.timeline
     executor = entry.executor()
-    verdict = device.verdict(loader_rate(executor) if executor is not None else None)
+    rate = loader_rate(executor) if executor is not None else None
+    verdict = device.verdict(_items_per_s(rate))
     where = f"; report {entry.directory}" if entry.directory is not None else ""
-    return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
+    return (f"  {entry.name}: {_throughput(timeline.throughput(), rate)}, latency "
             f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
             f"{verdict.kind}{_gain(verdict)}{where}")
+
+
+def _throughput(device_items_per_s: float, rate: LoaderRate | None) -> str:
+    """The run's throughput as the exit line gives it: fed by its data loader, as the
+    what-ifs and the summary count it, and the loader's rate with its spread."""
+    if rate is None:
+        return f"{device_items_per_s:,.0f} items/s"
+    fed = min(device_items_per_s, rate.items_per_s)
+    how = (f"measured, windows of steps {rate.low:,.0f} to {rate.high:,.0f}" if rate.measured
+           else "given")
+    return (f"{fed:,.0f} items/s (the IPUs {device_items_per_s:,.0f}, the data loader "
+            f"{rate.items_per_s:,.0f} {how})")
 
 
 def _gain(verdict) -> str:
@@ -179,14 +193,18 @@ def _gain(verdict) -> str:
     return f" ({proof['change']}: {proof['speedup']:.2f}x)"
 
 
-def loader_rate(executor) -> float | None:
+def _items_per_s(rate: LoaderRate | None) -> float | None:
+    return None if rate is None else rate.items_per_s
+
+
+def loader_rate(executor) -> LoaderRate | None:
     """The data loader's rate for ``executor``'s verdict: the one the script gave
     (``Options.Simulation.loaderRate``), else the one measured on the loader whose
     steps the model received, else on a loader built with its options that fed no
     other model."""
     given = executor.options.sim_loader_rate
     if given:
-        return given
+        return LoaderRate.given(given)
     if executor.fed_loader_rate is not None:
         return executor.fed_loader_rate
     # The model has its own copy of the options; loaders know the user's.
@@ -231,10 +249,12 @@ def write_report(executor) -> Path | None:
     outputs = outputs_from_engine_options(options.engine_options) or None
     rate = loader_rate(executor)
     plain = user_options(options)
+    spread = (rate.low, rate.high) if rate is not None and rate.measured else None
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                                loader_items_per_s=rate, names=REPORT_NAMES,
-                                verdict=executor.device.verdict(rate))
+                                loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
+                                verdict=executor.device.verdict(_items_per_s(rate)),
+                                loader_spread=spread)
     finally:
         _release(directory)
     reports_written.append(done)
@@ -245,7 +265,7 @@ def write_report(executor) -> Path | None:
     if options.Distributed.num_processes > 1:
         write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
-                          rate)
+                          _items_per_s(rate))
     return done
 
 
