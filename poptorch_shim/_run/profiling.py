@@ -83,7 +83,7 @@ def report_directory(executor) -> Path | None:
     root = options.profile_dir or run_settings.current().report_dir
     if not root:
         return None
-    name = model_name(options, executor.training)
+    name = folder_name(options, executor.training)
     distributed = options.Distributed
     directory, count = Path(root) / name, 1
     # A poprun job's instances share their folder; any other run locks its own.
@@ -130,8 +130,15 @@ def _release(directory: Path) -> None:
 
 
 def model_name(options, training: bool) -> str:
-    """A model's name in reports: ``Options.modelName``, else training or inference.
-    Raises ValueError for a name that is not one folder (a path separator, ``..``)."""
+    """A model's name in reports and the exit line: ``Options.modelName``, else
+    training or inference."""
+    return options.model_name or ("training" if training else "inference")
+
+
+def folder_name(options, training: bool) -> str:
+    """A model's folder in the report directory: its :func:`model_name`. PopTorch uses
+    the name for this folder alone, so only a model that writes a report is held to
+    it: raises ValueError for a name that is not one folder (a path separator, ``..``)."""
     name = options.model_name
     if name is not None and (not name or name in (".", "..") or "\0" in name
                              or any(sep and sep in name for sep in ("/", os.sep, os.altsep))):

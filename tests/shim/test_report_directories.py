@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support.reports import fresh_report_registry, profiled_inference
 
+import poptorch_shim as poptorch
 from poptorch_shim import commands
 from poptorch_shim._run import profiling
 from poptorch_shim.commands import RunSettings, run_script
@@ -158,3 +159,20 @@ def test_a_model_destroyed_then_called_again_keeps_its_first_report(tmp_path, ca
     assert closing == [f"ipusim: profile written to {reports / name}"
                        for name in ("inference", "inference-2")]
     assert "was destroyed and compiled again" in err
+
+
+def test_a_name_with_a_slash_is_refused_only_where_its_folder_is_made(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.replace("poptorch.inferenceModel(torch.nn.Linear(4, 2))",
+                                     "poptorch.inferenceModel(torch.nn.Linear(4, 2), "
+                                     "poptorch.Options().modelName('a/b'))"))
+    assert commands.main(["run", "--no-progress", str(script)]) == 0  # no report asked for
+    assert "  a/b: " in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"Options\.modelName: model_name .* one folder name"):
+        commands.main(["run", "--no-progress", "--report", str(tmp_path / "r"), str(script)])
+
+
+def test_a_name_too_long_for_a_folder_is_refused_when_it_is_set():
+    with pytest.raises(ValueError, match=r"Options\.modelName: .* at most 255 bytes; got 256"):
+        poptorch.Options().modelName("é" * 128)
+    assert poptorch.Options().modelName("x" * 255).model_name == "x" * 255
