@@ -203,6 +203,11 @@ def load_autoreport(directory: str | Path) -> Timeline:
     Raises FileNotFoundError for a missing file, ValueError naming the file and
     the cause for a damaged one."""
     profile = load_profile(directory)
+    if "out_of_memory" in profile:
+        cause = (str(profile["out_of_memory"]).splitlines() or [""])[0]
+        raise ValueError(f"{directory} is the report of a model that did not fit in memory "
+                         f"({cause}): nothing was simulated, so it has no timeline; its "
+                         f"{SUMMARY} and {HTML} show each IPU's memory")
     path = Path(directory) / EVENTS
     if not path.is_file():
         raise FileNotFoundError(

@@ -7,8 +7,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from ipusim import cli
-from ipusim.report import write_autoreport
+from ipusim import Cost, RunConfig, Stage, Work, cli, system_spec
+from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
+from ipusim.report import write_autoreport, write_out_of_memory_report
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +67,18 @@ def test_summary_and_compare_refuse_a_profile_that_contradicts_itself(good, tmp_
 def test_the_good_profile_is_read(good, capsys):
     assert cli.main(["summary", str(good)]) in (0, None)
     assert "Throughput" in capsys.readouterr().out
+
+
+def test_summary_and_trace_of_a_model_that_did_not_fit_say_so(tmp_path, capsys):
+    work = Work((Stage("huge", 0, Cost(time_ps=1), Cost(time_ps=1),
+                       weight_bytes=4 * 10**9),), micro_batch_size=1)
+    memory = memory_per_ipu(work, RunConfig(), system_spec("mk2", 1))
+    with pytest.raises(OutOfMemoryError) as error:
+        check_fits(memory, work.stages)
+    folder = write_out_of_memory_report(tmp_path / "big", error.value)
+    for argv in (["summary", str(folder)], ["trace", str(folder)]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert f"{folder} is the report of a model that did not fit in memory" in err
+        assert "outputExecutionProfile" not in err
