@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,10 +78,10 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
                               "(it holds profile.json and events.csv.gz)")
         if name != "summary":
             default = "report.html" if name == "report" else "trace.json"
-            sub.add_argument("--output", "-o", metavar="FILE",
+            sub.add_argument("--output", "-o", metavar="FILE", type=path_argument,
                              help=f"where to write it (default: PROFILE_DIR/{default})")
         if name == "trace":
-            sub.add_argument("--hta", metavar="DIR",
+            sub.add_argument("--hta", metavar="DIR", type=path_argument,
                              help="also write a PyTorch profiler trace per IPU (rank-N.json) "
                                   "to DIR, for HolisticTraceAnalysis: "
                                   "hta.trace_analysis.TraceAnalysis(trace_dir=DIR)")
@@ -132,10 +133,31 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
                        ("b", "the run compared (the later one)")):
         sub.add_argument(name, metavar=name.upper(),
                          help=f"{what}: an autoReport directory, or its profile.json")
-    sub.add_argument("--output", "-o", metavar="FILE",
-                     help="where to write the page (a folder: FILE/compare.html; "
-                          "default: B/compare.html)")
+    sub.add_argument("--output", "-o", metavar="FILE", type=path_argument,
+                     help="where to write the page (a folder, or a name ending in /: "
+                          "FILE/compare.html; default: B/compare.html)")
     sub.set_defaults(handler=_compare)
+
+
+def path_argument(text: str) -> str:
+    """An argparse type: a path, which an empty string is not (argparse names the option)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
+def output_file(given: str, default_name: str) -> Path:
+    """The file an ``--output`` names: ``given`` itself, or ``given/default_name`` where
+    ``given`` is a folder or ends in a slash. Raises ValueError where a file stands in
+    the way of a folder the path needs."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        path = path / default_name
+    blocking = next((parent for parent in path.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ValueError(f"--output {given}: {blocking} is a file, not a folder to write "
+                         f"{path.name} into")
+    return path
 
 
 def main(argv: list[str] | None = None,
@@ -239,7 +261,8 @@ def _report(args: argparse.Namespace) -> int:
     if limit < 1:
         raise ValueError(f"--max-events-per-lane must be a positive integer, got {limit}")
     timeline, profile = _load(args.profile_dir)
-    output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
+    output = output_file(args.output, "report.html") if args.output else \
+        Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
                loader_spread=saved_loader_spread(profile),
                title=Path(args.profile_dir).resolve().name,
@@ -288,7 +311,8 @@ def _trace(args: argparse.Namespace) -> int:
         raise ValueError(f"--hta needs a folder to write a trace per IPU into (rank-N.json, "
                          f"as HolisticTraceAnalysis reads them): {args.hta} is a file")
     timeline, _ = _load(args.profile_dir)
-    output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
+    output = output_file(args.output, "trace.json") if args.output else \
+        Path(args.profile_dir) / "trace.json"
     detail = _detail(args)
     # The run's tracepoints are in the trace it wrote, not in the profile: keep them.
     kept = host_slices_in(Path(args.profile_dir) / "trace.json")
@@ -318,10 +342,9 @@ def _compare(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as error:  # bad input: named, exit status 2
             print(f"ipusim compare: error: {label}: {_cause(error)}", file=sys.stderr)
             return 2
+    output = output_file(args.output, COMPARE_HTML) if args.output else \
+        runs[1].path / COMPARE_HTML
     comparison = compare(*runs)
-    output = Path(args.output) if args.output else runs[1].path / COMPARE_HTML
-    if output.is_dir():  # -o DIR: the page in it, named as by default
-        output = output / COMPARE_HTML
     print(comparison_text(comparison), end="", flush=True)
     write_comparison_html(comparison, output)
     print(f"\nPage: {output}")
