@@ -261,8 +261,7 @@ def _report(args: argparse.Namespace) -> int:
     if limit < 1:
         raise ValueError(f"--max-events-per-lane must be a positive integer, got {limit}")
     timeline, profile = _load(args.profile_dir)
-    output = output_file(args.output, "report.html") if args.output else \
-        Path(args.profile_dir) / "report.html"
+    output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
                loader_spread=saved_loader_spread(profile),
                title=Path(args.profile_dir).resolve().name,
@@ -311,8 +310,7 @@ def _trace(args: argparse.Namespace) -> int:
         raise ValueError(f"--hta needs a folder to write a trace per IPU into (rank-N.json, "
                          f"as HolisticTraceAnalysis reads them): {args.hta} is a file")
     timeline, _ = _load(args.profile_dir)
-    output = output_file(args.output, "trace.json") if args.output else \
-        Path(args.profile_dir) / "trace.json"
+    output = Path(args.output) if args.output else Path(args.profile_dir) / "trace.json"
     detail = _detail(args)
     # The run's tracepoints are in the trace it wrote, not in the profile: keep them.
     kept = host_slices_in(Path(args.profile_dir) / "trace.json")

@@ -245,7 +245,11 @@ def load_autoreport(directory: str | Path) -> Timeline:
         events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
         # Profiles written before the column was named for what it counts.
         events = events[list(dtypes)].rename(columns={"cycle": "pipeline_cycle"})
-    except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
+    except OSError as error:
+        if error.errno is not None:  # it cannot be read (permissions, a folder), not damaged
+            raise
+        raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+    except (EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
     try:
         plan = EnginePlan.build(*configs, cost) if cost is not None else None

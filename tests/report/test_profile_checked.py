@@ -82,3 +82,16 @@ def test_summary_and_trace_of_a_model_that_did_not_fit_say_so(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"{folder} is the report of a model that did not fit in memory" in err
         assert "outputExecutionProfile" not in err
+
+
+def test_events_that_cannot_be_read_are_not_called_damaged(good, capsys, monkeypatch):
+    import ipusim.report.autoreport as autoreport
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(autoreport.pd, "read_csv", denied)
+    with pytest.raises(SystemExit):
+        cli.main(["summary", str(good)])
+    err = capsys.readouterr().err
+    assert f"{good / 'events.csv.gz'}: Permission denied" in err and "damaged" not in err
