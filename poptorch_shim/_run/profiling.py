@@ -122,6 +122,14 @@ def _claim(directory: Path) -> bool:
     return True
 
 
+def _remove_if_empty(directory: Path) -> None:
+    """Remove the report folder this process made for a model that wrote nothing."""
+    try:
+        directory.rmdir()
+    except OSError:  # not empty, or not there
+        pass
+
+
 def _release(directory: Path) -> None:
     """Let other runs have ``directory`` again (its report is written)."""
     descriptor = _locks.pop(directory, None)
@@ -245,7 +253,11 @@ def write_report(executor) -> Path | None:
     if executor in _pending:
         _pending.remove(executor)
     directory = report_directory(executor)
-    if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
+    if directory is None:
+        return None
+    if not executor.isCompiled() or executor.device.simulation.steps == 0:
+        _release(directory)
+        _remove_if_empty(directory)  # claimed when compiled; nothing ran to report
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
     from ipusim.report.autoreport import TRACE

@@ -8,7 +8,9 @@ asked for.
 from __future__ import annotations
 
 import runpy
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -58,7 +60,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     status = 0
     simulated_clock = settings.simulated_clock
     try:
-        with run_settings.given(settings), _script_is_mp_main(), \
+        with run_settings.given(settings), _script_is_mp_main(), _terminated_as_exit(), \
                 watching_clock(script, simulated_clock):
             try:
                 runpy.run_path(str(script), run_name="__main__")
@@ -100,6 +102,28 @@ def _one_line(error: Exception) -> str:
     if isinstance(error, OSError) and error.filename and error.strerror:
         return f"{error.filename}: {error.strerror}"
     return " ".join(str(error).split())
+
+
+@contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """While the script runs, SIGTERM ends it as ``sys.exit(128 + SIGTERM)`` would, so
+    that the reports of its models so far are written (no empty report folder is left)
+    and the run exits with the status a shell gives a terminated process. Only where
+    nobody handles SIGTERM yet, and only in the main thread, where Python runs handlers."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one is not caught
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager

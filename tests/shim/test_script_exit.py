@@ -1,6 +1,11 @@
 """A script that ends in ``sys.exit(...)`` has finished: ``ipusim run`` prints its
 simulated figures and the reports it wrote, compares them, and exits with the
 script's own status."""
+import json
+import signal
+import subprocess
+import sys
+
 import pytest
 from support.reports import fresh_report_registry
 
@@ -52,3 +57,39 @@ def test_compare_with_compares_a_script_that_ends_in_sys_exit(tmp_path, capsys):
     assert run(tmp_path, "0", "--report", str(second), "--compare-with", str(first)) == 0
     assert (second / "inference" / "compare.html").is_file()
     assert "Page: " in capsys.readouterr().out
+
+
+LONG = """
+import sys, time
+import torch, poptorch
+model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+model(torch.ones(2, 4))
+print("called", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow  # a script in a process of its own, stopped by a signal
+def test_sigterm_writes_the_report_so_far_and_exits_143(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(LONG)
+    reports = tmp_path / "reports"
+    run = subprocess.Popen([sys.executable, "-m", "poptorch_shim.commands", "run",
+                            "--no-progress", "--report", str(reports), str(script)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout.readline().strip() == "called"
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert json.loads((reports / "inference" / "profile.json").read_text())["steps"] == 1
+    assert f"ipusim: profile written to {reports / 'inference'}" in err
+
+
+def test_a_model_that_never_ran_leaves_no_empty_report_folder(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text("import torch, poptorch\n"
+                      "model = poptorch.inferenceModel(torch.nn.Linear(4, 2))\n"
+                      "model.compile(torch.ones(2, 4))\n")
+    reports = tmp_path / "reports"
+    assert commands.main(["run", "--no-progress", "--report", str(reports), str(script)]) == 0
+    assert list(reports.iterdir()) == []
