@@ -109,9 +109,10 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
 
 _COMPARE_EPILOG = """\
 examples:
-  ipusim compare reports/tutorial_r1_real reports/tutorial_r4_real
+  ipusim compare reports/tutorial_data_loading/tutorial_r1_real \
+                 reports/tutorial_data_loading/tutorial_r4_real
         one replica against four: prints the comparison, writes
-        reports/tutorial_r4_real/compare.html
+        reports/tutorial_data_loading/tutorial_r4_real/compare.html
   ipusim compare old/training/profile.json new/training -o /tmp/compare.html
   ipusim run --report new/ --compare-with old/ train.py
         the same, at the end of a run, for each model the run wrote
