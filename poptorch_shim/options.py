@@ -86,6 +86,11 @@ class Options(OptionsGroup):
     ``opts.model_name``, ``opts.use_model``, ``opts.ipu_id`` and the derived
     properties below.
     """
+
+    _ENGINE_OPTIONS = ("Engine options are set with opts._Popart.setEngineOptions({...}) "
+                       "(or opts._Popart.set(\"engineOptions\", {...})); "
+                       "opts.engine_options reads them.")
+    _elsewhere = {"engineOptions": _ENGINE_OPTIONS, "setEngineOptions": _ENGINE_OPTIONS}
     _path = "Options"
     _specs = (count("device_iterations", "deviceIterations"),
               count("replication_factor", "replicationFactor"),
