@@ -50,6 +50,7 @@ class _Figures:
     directory: Path | None
     executor: weakref.ref
     line: str | None = None
+    whose: str = ""  # under poprun: which instance's replicas the figures are
 
 
 _compiled: list[_Figures] = []
@@ -161,8 +162,12 @@ def register(executor) -> None:
     for one, for the report the runner must write at the end."""
     if collecting:
         name = model_name(executor.options, executor.training)
+        distributed = executor.options.Distributed
+        whose = "" if distributed.num_processes == 1 else (
+            f" (instance {distributed.process_id} of {distributed.num_processes}: its own "
+            f"replicas; the last instance to finish gives the whole job's figure)")
         _compiled.append(_Figures(name, executor.device, report_directory(executor),
-                                  weakref.ref(executor)))
+                                  weakref.ref(executor), whose=whose))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -183,7 +188,7 @@ def _figures_line(entry: _Figures) -> str | None:
     rate = loader_rate(executor) if executor is not None else None
     verdict = device.verdict(_items_per_s(rate))
     where = f"; report {entry.directory}" if entry.directory is not None else ""
-    return (f"  {entry.name}: {_throughput(timeline.throughput(), rate)}, latency "
+    return (f"  {entry.name}{entry.whose}: {_throughput(timeline.throughput(), rate)}, latency "
             f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
             f"{verdict.kind}{_gain(verdict)}{where}")
 
@@ -325,6 +330,8 @@ def _write_job_report(directory: Path, instances: int, options: dict,
         write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate,
                          names=REPORT_NAMES)
         write_atomically(directory / JOB_ID_FILE, job)
+        print(f"ipusim: {directory.name}, the whole job ({instances} instances): "
+              f"{timeline.throughput():,.0f} items/s; report {directory}", file=sys.stderr)
     finally:
         os.close(lock)
 
