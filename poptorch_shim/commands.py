@@ -234,7 +234,9 @@ def _run(args: argparse.Namespace) -> int:
             path.parent for path in Path(settings.report_dir).glob("*/profile.json")
             if path.stat().st_mtime >= started)
         for directory in written:
-            print(f"ipusim: profile written to {directory}", file=sys.stderr)
+            replaced = (" (over the report an earlier run left there)"
+                        if directory in profiling.reports_replaced else "")
+            print(f"ipusim: profile written to {directory}{replaced}", file=sys.stderr)
         if not written:
             print(f"ipusim: no model wrote a profile under {settings.report_dir} (did the "
                   "script run a poptorch model?)", file=sys.stderr)

@@ -63,6 +63,8 @@ _reported: weakref.WeakSet = weakref.WeakSet()  # executors whose report is writ
 # the reports written since the runner started the script.
 _locks: dict[Path, int] = {}
 reports_written: list[Path] = []
+# The reports written over one an earlier run left in the same folder.
+reports_replaced: set[Path] = set()
 # The Chrome trace each report wrote, with its model's calls (host and simulated
 # times), for the tracepoints the runner adds to it at the end of the script.
 traces_written: list[tuple[Path, list[tuple[int, int, int, int]]]] = []
@@ -274,6 +276,8 @@ def write_report(executor) -> Path | None:
     rate = loader_rate(executor)
     plain = user_options(options)
     spread = (rate.low, rate.high) if rate is not None and rate.measured else None
+    if (directory / "profile.json").is_file():  # an earlier run's, in the folder it names
+        reports_replaced.add(directory)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,

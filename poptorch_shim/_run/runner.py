@@ -56,6 +56,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     computed_before_s = host_calls_s()  # another script's, run earlier in this process
     profiling.reports_written.clear()
+    profiling.reports_replaced.clear()
     profiling.traces_written.clear()
     status = 0
     simulated_clock = settings.simulated_clock

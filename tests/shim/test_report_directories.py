@@ -176,3 +176,18 @@ def test_a_name_too_long_for_a_folder_is_refused_when_it_is_set():
     with pytest.raises(ValueError, match=r"Options\.modelName: .* at most 255 bytes; got 256"):
         poptorch.Options().modelName("é" * 128)
     assert poptorch.Options().modelName("x" * 255).model_name == "x" * 255
+
+
+def test_a_second_run_into_the_same_folder_says_it_replaced_the_first(tmp_path, capsys,
+                                                                      monkeypatch):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    reports = tmp_path / "reports"
+    for run in range(2):
+        fresh_report_registry(monkeypatch)
+        assert commands.main(["run", "--report", str(reports), "--no-progress",
+                              str(script)]) == 0
+        closing = [line for line in capsys.readouterr().err.splitlines()
+                   if line.startswith("ipusim: profile written to")]
+        replaced = " (over the report an earlier run left there)" if run else ""
+        assert closing == [f"ipusim: profile written to {reports / 'inference'}{replaced}"]
