@@ -39,3 +39,22 @@ def test_a_round_trip_bound_inference_pipeline_is_called_host_round_trip(tmp_pat
     assert cli.main(["summary", str(folder)]) == 0
     assert "Bottleneck: host_round_trip" in capsys.readouterr().out
     assert "host_round_trip" in (folder / "report.html").read_text()
+
+
+def test_its_report_opens_on_the_pipeline_not_the_host_round_trip(tmp_path, monkeypatch,
+                                                                    capsys):
+    from ipusim.report import load_autoreport
+    from ipusim.report.figures import initial_view
+
+    fresh_report_registry(monkeypatch)
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    reports = tmp_path / "reports"
+    assert commands.main(["run", "--no-progress", "--report", str(reports), str(script)]) == 0
+    timeline = load_autoreport(reports / "inference")
+    x0, x1, note = initial_view(timeline, timeline.events)
+    run = timeline.pipeline_phases().groupby(["step", "run"]).agg(
+        start=("start_ps", "min"), end=("end_ps", "max")).iloc[0] / 10**6
+    assert note == "the first pipeline run"
+    assert x0 <= run["start"] and x1 >= run["end"]
+    assert (run["end"] - run["start"]) / (x1 - x0) > 0.9  # the pipeline fills the view
