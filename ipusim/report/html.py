@@ -183,7 +183,22 @@ def _what_if_html(verdict: Verdict) -> str:
                 f"<ul>{left}</ul></details>") if left else ""
     return ('<table class="what-if"><caption>What if: the same calls simulated again with '
             "one change</caption><tr><th>change</th><th>setting</th><th>items/s</th>"
-            f"<th>step (ms)</th><th>speed-up</th></tr>{rows}</table>{left_out}")
+            f"<th>step (ms)</th><th>speed-up</th></tr>{rows}</table>{_why_highlighted(verdict)}"
+            f"{left_out}")
+
+
+def _why_highlighted(verdict: Verdict) -> str:
+    """The rule that picked the highlighted row, said where it is not the fastest."""
+    proof = verdict.proof
+    if proof is None or proof is verdict.what_if[0]:
+        return ""
+    return (f'<p class="why-highlighted">The highlighted row ({html.escape(proof["change"])}) '
+            f"proves the verdict, {html.escape(verdict.kind)}: the verdict names the limit of "
+            "the largest gain among the changes to how the model runs. More replicas on idle "
+            "IPUs count only when none of those gains 5%, four times the gradient accumulation "
+            "yields to four times the device iterations where it gains no more than 5% beyond "
+            "them, and what no setting changes (compute, the IPU-Links) only when no setting "
+            "gains 5%; so a faster row above it may not be the verdict's.</p>")
 
 
 def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> str:

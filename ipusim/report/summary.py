@@ -131,7 +131,9 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None,
     f = timeline.figures()
     rows = [
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
-        ("Latency of a micro-batch (mean)", f"{f['latency(us)']:,.1f} µs"),
+        ("Latency of a micro-batch (mean)",
+         f"{f['latency(us)']:,.1f} µs (over every micro-batch, from its input to its output; "
+         f"the timeline's arrow is one micro-batch's)"),
         ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
         ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"
          if timeline.run.execution is Execution.PIPELINED else "— (not pipelined)"),
