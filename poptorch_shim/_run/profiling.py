@@ -164,14 +164,20 @@ def register(executor) -> None:
     for one, for the report the runner must write at the end."""
     if collecting:
         name = model_name(executor.options, executor.training)
-        distributed = executor.options.Distributed
-        whose = "" if distributed.num_processes == 1 else (
-            f" (instance {distributed.process_id} of {distributed.num_processes}: its own "
-            f"replicas; the last instance to finish gives the whole job's figure)")
-        _compiled.append(_Figures(name, executor.device, report_directory(executor),
-                                  weakref.ref(executor), whose=whose))
+        directory = report_directory(executor)
+        _compiled.append(_Figures(name, executor.device, directory, weakref.ref(executor),
+                                  whose=_whose(executor.options.Distributed, directory)))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
+
+
+def _whose(distributed, directory: Path | None) -> str:
+    """Under poprun, whose figures an instance's exit line gives: its own replicas'."""
+    if distributed.num_processes == 1:
+        return ""
+    job = "" if directory is None else "; the last instance to finish gives the whole job's"
+    return (f" (instance {distributed.process_id} of {distributed.num_processes}: its own "
+            f"replicas{job})")
 
 
 def keep_figures(executor) -> None:

@@ -415,7 +415,7 @@ def test_each_instance_says_its_figure_is_its_own_and_the_job_gets_its_own(tmp_p
                         str(script), "2"]) == 0
     err = capsys.readouterr().err
     for instance in range(2):
-        assert f"inference (instance {instance} of 2: its own replicas;" in err
+        assert f"inference (instance {instance} of 2: its own replicas; the last" in err
     whole = load_autoreport(tmp_path / "reports" / "inference")
     assert (f"ipusim: inference, the whole job (2 instances): {whole.throughput():,.0f} "
             f"items/s; report {tmp_path / 'reports' / 'inference'}") in err
