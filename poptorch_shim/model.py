@@ -290,6 +290,7 @@ class PoplarExecutor:
         if self._device is None:
             self._compile(micro_batches[0])
             self._attached = True
+        self._device.fed_loader_rate = self._loader_rate
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:

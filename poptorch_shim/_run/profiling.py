@@ -51,6 +51,8 @@ class _Figures:
     executor: weakref.ref
     line: str | None = None
     whose: str = ""  # under poprun: which instance's replicas the figures are
+    options: object = None        # the model's options and the user's, for its loader's rate
+    given_options: object = None
 
 
 _compiled: list[_Figures] = []
@@ -166,7 +168,9 @@ def register(executor) -> None:
         name = model_name(executor.options, executor.training)
         directory = report_directory(executor)
         _compiled.append(_Figures(name, executor.device, directory, weakref.ref(executor),
-                                  whose=_whose(executor.options.Distributed, directory)))
+                                  whose=_whose(executor.options.Distributed, directory),
+                                  options=executor.options,
+                                  given_options=executor._given_options))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -192,8 +196,8 @@ def _figures_line(entry: _Figures) -> str | None:
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
-    executor = entry.executor()
-    rate = loader_rate(executor) if executor is not None else None
+    rate = (_rate(entry.options, device.fed_loader_rate, entry.given_options)
+            if entry.options is not None else None)
     verdict = device.verdict(_items_per_s(rate))
     where = f"; report {entry.directory}" if entry.directory is not None else ""
     return (f"  {entry.name}{entry.whose}: {_throughput(timeline.throughput(), rate)}, latency "
@@ -230,13 +234,18 @@ def loader_rate(executor) -> LoaderRate | None:
     (``Options.Simulation.loaderRate``), else the one measured on the loader whose
     steps the model received, else on a loader built with its options that fed no
     other model."""
-    given = executor.options.sim_loader_rate
+    return _rate(executor.options, executor.fed_loader_rate, executor._given_options)
+
+
+def _rate(options, fed: LoaderRate | None, given_options) -> LoaderRate | None:
+    """:func:`loader_rate` from a model's options, its loader's rate and the user's
+    options (the model has its own copy; loaders know the user's)."""
+    given = options.sim_loader_rate
     if given:
         return LoaderRate.given(given)
-    if executor.fed_loader_rate is not None:
-        return executor.fed_loader_rate
-    # The model has its own copy of the options; loaders know the user's.
-    return measured_loader_rate(executor._given_options)
+    if fed is not None:
+        return fed
+    return measured_loader_rate(given_options)
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False,

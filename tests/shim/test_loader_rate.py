@@ -4,6 +4,7 @@ median of windows of steps, with their spread, or given with
 change all count the run as fed by it, so a what-if gives what that run gets."""
 import json
 import re
+import textwrap
 
 import pytest
 from support.reports import fresh_report_registry
@@ -102,3 +103,14 @@ def test_a_measured_rate_is_reported_with_its_spread(tmp_path, capsys):
                                     profile["loader_items_per_s"]), abs=0.05)
     assert re.search(r"the data loader [\d,]+ measured, windows of steps [\d,]+ to [\d,]+",
                      err), err
+
+
+def test_the_exit_line_keeps_the_loader_of_a_model_gone_before_the_end(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    body = SCRIPT.format(rate="opts.Simulation.loaderRate(20000)")
+    # Everything inside a function: the model is gone when the runner prints its line.
+    script.write_text("def main():\n" + textwrap.indent(body, "    ") + "\nmain()\n")
+    assert commands.main(["run", "--no-progress", "--timing-only", str(script), "4"]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("  training: "))
+    assert "the data loader 20,000 given" in line
