@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,10 +78,10 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
                               "(it holds profile.json and events.csv.gz)")
         if name != "summary":
             default = "report.html" if name == "report" else "trace.json"
-            sub.add_argument("--output", "-o", metavar="FILE",
+            sub.add_argument("--output", "-o", metavar="FILE", type=path_argument,
                              help=f"where to write it (default: PROFILE_DIR/{default})")
         if name == "trace":
-            sub.add_argument("--hta", metavar="DIR",
+            sub.add_argument("--hta", metavar="DIR", type=path_argument,
                              help="also write a PyTorch profiler trace per IPU (rank-N.json) "
                                   "to DIR, for HolisticTraceAnalysis: "
                                   "hta.trace_analysis.TraceAnalysis(trace_dir=DIR)")
@@ -108,9 +109,10 @@ def build_parser(extensions: Sequence[CommandsExtension] = ()) -> argparse.Argum
 
 _COMPARE_EPILOG = """\
 examples:
-  ipusim compare reports/tutorial_r1_real reports/tutorial_r4_real
+  ipusim compare reports/tutorial_data_loading/tutorial_r1_real \
+                 reports/tutorial_data_loading/tutorial_r4_real
         one replica against four: prints the comparison, writes
-        reports/tutorial_r4_real/compare.html
+        reports/tutorial_data_loading/tutorial_r4_real/compare.html
   ipusim compare old/training/profile.json new/training -o /tmp/compare.html
   ipusim run --report new/ --compare-with old/ train.py
         the same, at the end of a run, for each model the run wrote
@@ -132,10 +134,31 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
                        ("b", "the run compared (the later one)")):
         sub.add_argument(name, metavar=name.upper(),
                          help=f"{what}: an autoReport directory, or its profile.json")
-    sub.add_argument("--output", "-o", metavar="FILE",
-                     help="where to write the page (a folder: FILE/compare.html; "
-                          "default: B/compare.html)")
+    sub.add_argument("--output", "-o", metavar="FILE", type=path_argument,
+                     help="where to write the page (a folder, or a name ending in /: "
+                          "FILE/compare.html; default: B/compare.html)")
     sub.set_defaults(handler=_compare)
+
+
+def path_argument(text: str) -> str:
+    """An argparse type: a path, which an empty string is not (argparse names the option)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
+def output_file(given: str, default_name: str) -> Path:
+    """The file an ``--output`` names: ``given`` itself, or ``given/default_name`` where
+    ``given`` is a folder or ends in a slash. Raises ValueError where a file stands in
+    the way of a folder the path needs."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        path = path / default_name
+    blocking = next((parent for parent in path.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ValueError(f"--output {given}: {blocking} is a file, not a folder to write "
+                         f"{path.name} into")
+    return path
 
 
 def main(argv: list[str] | None = None,
@@ -229,7 +252,7 @@ def _load(directory: str):
 
 def _report(args: argparse.Namespace) -> int:
     from ipusim.report import write_html
-    from ipusim.report.autoreport import profile_names, saved_verdict
+    from ipusim.report.autoreport import profile_names, saved_loader_spread, saved_verdict
     from ipusim.report.figures import MAX_EVENTS_PER_LANE
 
     if args.index:
@@ -241,6 +264,7 @@ def _report(args: argparse.Namespace) -> int:
     timeline, profile = _load(args.profile_dir)
     output = Path(args.output) if args.output else Path(args.profile_dir) / "report.html"
     write_html(timeline, output, loader_items_per_s=profile.get("loader_items_per_s"),
+               loader_spread=saved_loader_spread(profile),
                title=Path(args.profile_dir).resolve().name,
                max_events_per_lane=limit, detail=_detail(args),
                names=profile_names(profile), verdict=saved_verdict(profile))
@@ -270,11 +294,12 @@ def _index(args: argparse.Namespace) -> int:
 
 def _summary(args: argparse.Namespace) -> int:
     from ipusim.report import text_summary
-    from ipusim.report.autoreport import profile_names, saved_verdict
+    from ipusim.report.autoreport import profile_names, saved_loader_spread, saved_verdict
 
     timeline, profile = _load(args.profile_dir)
     print(text_summary(timeline, profile.get("loader_items_per_s"), profile.get("options"),
-                       verdict=saved_verdict(profile), names=profile_names(profile)), end="")
+                       verdict=saved_verdict(profile), names=profile_names(profile),
+                       loader_spread=saved_loader_spread(profile)), end="")
     return 0
 
 
@@ -316,10 +341,9 @@ def _compare(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as error:  # bad input: named, exit status 2
             print(f"ipusim compare: error: {label}: {_cause(error)}", file=sys.stderr)
             return 2
+    output = output_file(args.output, COMPARE_HTML) if args.output else \
+        runs[1].path / COMPARE_HTML
     comparison = compare(*runs)
-    output = Path(args.output) if args.output else runs[1].path / COMPARE_HTML
-    if output.is_dir():  # -o DIR: the page in it, named as by default
-        output = output / COMPARE_HTML
     print(comparison_text(comparison), end="", flush=True)
     write_comparison_html(comparison, output)
     print(f"\nPage: {output}")

@@ -52,10 +52,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                "        of its name in old/ (ipusim compare), a page beside the new report",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_script(run, "the PopTorch script (.py) to run")
-    run.add_argument("--report", metavar="DIR",
+    run.add_argument("--report", metavar="DIR", type=cli.path_argument,
                      help="write an autoReport directory per model under DIR "
                           f"(or set {REPORT_DIR_ENV})")
-    run.add_argument("--compare-with", metavar="DIR",
+    run.add_argument("--compare-with", metavar="DIR", type=cli.path_argument,
                      help="at the end, compare the report the run wrote with DIR, an earlier "
                           "report folder (or an earlier --report directory: each model with "
                           "the one of its name): prints the comparison and writes "
@@ -114,7 +114,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         epilog="example: .venv/bin/ipusim alias install && .venv/bin/python -m pytest tests/",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     alias.add_argument("action", choices=("install", "remove", "status"))
-    alias.add_argument("--site-packages", metavar="DIR", default=None,
+    alias.add_argument("--site-packages", metavar="DIR", default=None, type=cli.path_argument,
                        help="the site-packages folder (default: this interpreter's, "
                             "the venv's in a venv)")
     alias.set_defaults(handler=_alias)
@@ -215,6 +215,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as error:  # an IPUSIM_* variable, refused before the script runs
         print(f"ipusim run: error: {error}", file=sys.stderr)
         return 2
+    given = Path(args.compare_with or "")
+    if given.name == "profile.json" and given.is_file():  # as `ipusim compare` takes it
+        args.compare_with = str(given.parent)
     if args.compare_with is not None:
         problem = _compare_with_problem(args)
         if problem:
@@ -231,7 +234,9 @@ def _run(args: argparse.Namespace) -> int:
             path.parent for path in Path(settings.report_dir).glob("*/profile.json")
             if path.stat().st_mtime >= started)
         for directory in written:
-            print(f"ipusim: profile written to {directory}", file=sys.stderr)
+            replaced = (" (over the report an earlier run left there)"
+                        if directory in profiling.reports_replaced else "")
+            print(f"ipusim: profile written to {directory}{replaced}", file=sys.stderr)
         if not written:
             print(f"ipusim: no model wrote a profile under {settings.report_dir} (did the "
                   "script run a poptorch model?)", file=sys.stderr)
@@ -316,6 +321,9 @@ def _alias(args: argparse.Namespace) -> int:
             removed = _aliases.remove_from_site(site)
             print(f"ipusim alias: removed {removed}" if removed else
                   f"ipusim alias: no alias was installed in {site}")
+        elif pth.is_file() and not _aliases.ours(pth):
+            print(f"ipusim alias: not installed in {site}: {pth.name} there was not written "
+                  "by `ipusim alias install`")
         else:
             print(f"ipusim alias: installed ({pth})" if pth.is_file() else
                   f"ipusim alias: not installed in {site}")

@@ -93,7 +93,7 @@ class PoplarExecutor:
         # The options as given: DataLoaders built with them are found by identity.
         self._given_options = options
         # What the DataLoader whose steps it received measured (None: none seen yet).
-        self._loader_rate: float | None = None
+        self._loader_rate = None
         options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
@@ -167,9 +167,10 @@ class PoplarExecutor:
                              f"attribute {name!r}.{hint}", name=None) from None
 
     @property
-    def fed_loader_rate(self) -> float | None:
-        """Items per second the ``poptorch.DataLoader`` whose steps this model received
-        delivered, as last measured (None: no loader's steps seen)."""
+    def fed_loader_rate(self):
+        """The rate (a ``LoaderRate``: items per second and their spread) the
+        ``poptorch.DataLoader`` whose steps this model received delivered, as last
+        measured (None: no loader's steps seen)."""
         return self._loader_rate
 
     def isCompiled(self) -> bool:
@@ -284,11 +285,12 @@ class PoplarExecutor:
         flatten_custom_types((args, kwargs))
         fed_by = loader_feed.feeder((args, kwargs))
         if fed_by is not None:  # the loader may be gone by the report: keep its rate
-            self._loader_rate = fed_by.measured_items_per_s or self._loader_rate
+            self._loader_rate = fed_by.measured_rate or self._loader_rate
         micro_batches = split((args, kwargs), self._shape)
         if self._device is None:
             self._compile(micro_batches[0])
             self._attached = True
+        self._device.fed_loader_rate = self._loader_rate
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:

@@ -51,6 +51,8 @@ from poptorch_shim.strategies import PipelinedExecution
 
 #: PopTorch's executable cache directory, applied to every new ``Options``.
 CACHE_DIR_ENV = "POPTORCH_CACHE_DIR"
+#: The longest name, in bytes, a folder may have (the model name names its profile's).
+NAME_MAX = 255
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,11 @@ class Options(OptionsGroup):
     ``opts.model_name``, ``opts.use_model``, ``opts.ipu_id`` and the derived
     properties below.
     """
+
+    _ENGINE_OPTIONS = ("Engine options are set with opts._Popart.setEngineOptions({...}) "
+                       "(or opts._Popart.set(\"engineOptions\", {...})); "
+                       "opts.engine_options reads them.")
+    _elsewhere = {"engineOptions": _ENGINE_OPTIONS, "setEngineOptions": _ENGINE_OPTIONS}
     _path = "Options"
     _specs = (count("device_iterations", "deviceIterations"),
               count("replication_factor", "replicationFactor"),
@@ -287,7 +294,13 @@ class Options(OptionsGroup):
 
     @setter
     def modelName(self, name: str) -> "Options":
-        """Name of the model: names its profile sub-directory."""
+        """Name of the model: names its profile sub-directory, so a name longer than a
+        folder's name may be (255 bytes) is refused here, not when the report is
+        written at the end of the script."""
+        size = len(name.encode("utf-8", "surrogatepass")) if isinstance(name, str) else 0
+        if size > NAME_MAX:
+            raise ValueError(f"Options.modelName: model_name names the model's profile folder, "
+                             f"at most {NAME_MAX} bytes; got {size} bytes ({name[:32]!r}...)")
         self._set("model_name", name)
         return self
 

@@ -56,3 +56,22 @@ def test_every_link_between_the_pages_leads_to_a_file_and_a_heading():
 def test_every_page_of_the_docs_is_linked_from_the_readme():
     linked = {(ROOT / target.partition("#")[0]).resolve() for target in LINK.findall(README)}
     assert set(PAGES[1:]) <= linked
+
+
+def test_the_compare_example_names_folders_the_main_job_writes():
+    """`reports/SCENARIO/MODEL`: the main job writes each scenario's models under its name."""
+    import sys
+
+    from ipusim.cli import _COMPARE_EPILOG
+    sys.path.insert(0, str(ROOT))
+    from scenarios.main import SCENARIOS
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    for text in (guide, _COMPARE_EPILOG):
+        named = re.findall(r"ipusim compare (reports/\S+) \\?\s*(reports/\S+)", text)
+        assert named, text[:80]
+        for path in named[0]:
+            scenario, model = path.split("/")[1:3]
+            assert scenario in SCENARIOS, path
+            script = (ROOT / "scenarios" / SCENARIOS[scenario][0]).read_text()
+            prefix = re.match(r"\D+", model).group(0)  # tutorial_r, before the replicas
+            assert f'modelName(f"{prefix}' in script, path

@@ -218,8 +218,13 @@ def _loader(setup: Setup, plan: EnginePlan) -> Setup:
     return setup  # the loader is not simulated: the device's own rate is the change
 
 
-def changes(run: RunConfig) -> tuple[Change, ...]:
-    """The changes :func:`what_ifs` tries on ``run``, in the order it tries them."""
+def changes(run: RunConfig, round_trip_over_bubble: bool = False) -> tuple[Change, ...]:
+    """The changes :func:`what_ifs` tries on ``run``, in the order it tries them.
+
+    More device iterations shrink an inference pipeline's bubble and spread its host
+    round trip alike: the limit they lift is the one the run's figures show larger
+    (``round_trip_over_bubble``: the host round trip's share of the time over the
+    bubble's)."""
     optimizer = "on chip" if run.offload.optimizer else "off chip"
     return (
         Change("an infinitely fast host link", None, "host_link", _host_link),
@@ -235,7 +240,7 @@ def changes(run: RunConfig) -> tuple[Change, ...]:
         # An inference pipeline runs a call's micro-batches through one fill and drain.
         Change("four times the device iterations", "device_iterations",
                "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
-               else "host_round_trip", _device_iterations),
+               and not round_trip_over_bubble else "host_round_trip", _device_iterations),
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
         Change("twice the replicas", "replicas", "unused_ipus", _replicas,
@@ -282,7 +287,8 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
 
     recorded, recorded_ms = delivered(base)
     tried, left_out = [], []
-    for change in changes(timeline.run):
+    round_trip_over_bubble = timeline.host_round_trip_share() > timeline.bubble_fraction()
+    for change in changes(timeline.run, round_trip_over_bubble):
         if change.limit == "data_loader" and loader_items_per_s is None:
             left_out.append(LeftOut(change.change, "the data loader's rate was not measured"))
             continue

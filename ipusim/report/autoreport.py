@@ -33,6 +33,7 @@ from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Work
 from ipusim.engine.event_kinds import KINDS
+from ipusim.engine.recorder import COLUMNS
 from ipusim.hardware import SystemSpec
 from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
@@ -95,13 +96,15 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      outputs: set[str] | None = None,
                      loader_items_per_s: float | None = None,
                      names: SettingNames | None = None,
-                     verdict: Verdict | None = None) -> Path:
+                     verdict: Verdict | None = None,
+                     loader_spread: tuple[float, float] | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
     ``options`` are the engine's options, recorded as given; ``names`` how the
     verdict's advice names the settings (default: ipusim's names), recorded so
-    that a report rendered again from the profile words them the same way.
+    that a report rendered again from the profile words them the same way;
+    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -115,6 +118,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     if PROFILE in outputs:
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
+        profile["loader_spread"] = None if loader_spread is None else list(loader_spread)
         profile["files"] = sorted(outputs)
         write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
@@ -124,9 +128,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
-                   title=directory.name, verdict=verdict)
+                   title=directory.name, verdict=verdict, loader_spread=loader_spread)
     if SUMMARY in outputs:
-        text = text_summary(timeline, loader_items_per_s, options, verdict)
+        text = text_summary(timeline, loader_items_per_s, options, verdict,
+                            loader_spread=loader_spread)
         write_atomically(directory / SUMMARY, text)
     return directory
 
@@ -180,11 +185,29 @@ def profile_names(profile: dict) -> SettingNames:
         raise ValueError(f"the {PROFILE}'s setting_names are damaged: {error}") from None
 
 
+def saved_loader_spread(profile: dict) -> tuple[float, float] | None:
+    """The lowest and highest rate of the measured loader's windows of steps that a
+    profile recorded (None: no loader, or its rate was given)."""
+    spread = profile.get("loader_spread")
+    if spread is None:
+        return None
+    if not (isinstance(spread, list) and len(spread) == 2 and all(
+            isinstance(rate, (int, float)) and 0 < rate < float("inf") for rate in spread)):
+        raise ValueError(f"the {PROFILE}'s loader_spread is damaged: expected two positive "
+                         f"rates, got {spread!r}")
+    return spread[0], spread[1]
+
+
 def load_autoreport(directory: str | Path) -> Timeline:
     """Rebuild the :class:`Timeline` of an autoReport directory, without simulating.
     Raises FileNotFoundError for a missing file, ValueError naming the file and
     the cause for a damaged one."""
     profile = load_profile(directory)
+    if "out_of_memory" in profile:
+        cause = (str(profile["out_of_memory"]).splitlines() or [""])[0]
+        raise ValueError(f"{directory} is the report of a model that did not fit in memory "
+                         f"({cause}): nothing was simulated, so it has no timeline; its "
+                         f"{SUMMARY} and {HTML} show each IPU's memory")
     path = Path(directory) / EVENTS
     if not path.is_file():
         raise FileNotFoundError(
@@ -193,6 +216,11 @@ def load_autoreport(directory: str | Path) -> Timeline:
     source = Path(directory) / PROFILE
     try:
         dtypes = profile["event_dtypes"]
+        missing = [c for c in COLUMNS if c not in dtypes
+                   and not (c == "pipeline_cycle" and "cycle" in dtypes)]  # an older name
+        if missing:
+            raise ValueError(f"its event_dtypes name no {', '.join(missing)} column "
+                             f"(the events' columns are {', '.join(COLUMNS)})")
         columns = {c: t for c, t in dtypes.items() if c != "kind"}
         configs = (decode(Work, profile["work"]), decode(RunConfig, profile["run"]),
                    decode(SystemSpec, profile["system"]))
@@ -217,14 +245,43 @@ def load_autoreport(directory: str | Path) -> Timeline:
         events["kind"] = pd.Categorical(events["kind"], categories=KINDS)
         # Profiles written before the column was named for what it counts.
         events = events[list(dtypes)].rename(columns={"cycle": "pipeline_cycle"})
-    except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
+    except OSError as error:
+        if error.errno is not None:  # it cannot be read (permissions, a folder), not damaged
+            raise
+        raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+    except (EOFError, zlib.error, ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{path} is damaged: {type(error).__name__}: {error}") from None
     try:
         plan = EnginePlan.build(*configs, cost) if cost is not None else None
-        return Timeline(events, *configs, steps, instance, plan)
+        timeline = Timeline(events, *configs, steps, instance, plan)
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ValueError(f"{directory} holds a profile and events that do not go together: "
                          f"{type(error).__name__}: {error}") from None
+    contradiction = _contradiction(timeline)
+    if contradiction:
+        raise ValueError(f"{directory} contradicts itself: {contradiction}")
+    return timeline
+
+
+def _contradiction(timeline: Timeline) -> str | None:
+    """Why a loaded profile and its events cannot be one run (None if they can): no
+    step, no event, or events on other IPUs than the run's replicas use."""
+    if timeline.steps < 1:
+        return f"{PROFILE} records {timeline.steps} steps; a report is written after one"
+    events = timeline.events
+    if events.empty:
+        return f"{EVENTS} holds no events, though {PROFILE} records {timeline.steps} steps"
+    used, found = timeline.num_ipus, set(events["ipu"].unique().tolist())
+    outside = sorted(ipu for ipu in found if not 0 <= ipu < used)
+    if outside:
+        return (f"{EVENTS} has events on IPU {outside[0]}, but the run uses IPUs 0 to "
+                f"{used - 1} ({timeline.run.replicas} replica(s) of "
+                f"{timeline.plan.ipus_per_replica})")
+    if len(found) < used:
+        return (f"{PROFILE} records {timeline.run.replicas} replica(s) of "
+                f"{timeline.plan.ipus_per_replica} IPU(s), {used} in all, but {EVENTS} has "
+                f"events on {len(found)} of them")
+    return None
 
 
 def saved_verdict(profile: dict) -> Verdict | None:

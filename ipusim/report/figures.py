@@ -35,6 +35,11 @@ _PHASE_TEXT = {"ramp-up": "#a02020", "main": "#217a21", "ramp-down": "#1a5a8a"}
 MAX_BOXES_PER_ROW = 32  # at most this many boxes in a row of the opening view, and
 BOXES_ACROSS = 40  # a box of the median length at least 1/40 of its width: room for "B12"
 _MAX_PHASE_LABELS = 24
+# How much of the run the opening view shows before a pipeline run's first box.
+RUN_MARGIN = 0.05
+# A phase is labelled only if it spans at least this share of the view, so that the
+# labels, centred on their phases, never print over each other.
+MIN_LABELLED_SHARE = 1 / 6
 _BAR_WIDTH = {**{kind: 0.8 for kind in COMPUTE_KINDS}, SYNC_WAIT: 0.3}  # of a row
 SYNC_OPACITY = 0.5
 _MEMORY_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#7f7f7f", "#8c564b")
@@ -85,7 +90,9 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
     read and label; None when everything drawn is that already.
 
     A pipelined run opens on its first pipeline run (Fig 4.1's picture: ramp-up,
-    main and ramp-down, up to where the next run starts); any other run, or a
+    main and ramp-down, up to where the next run starts), from shortly before its
+    first box (:data:`RUN_MARGIN` of the run), so that a long host round trip before
+    it does not shrink the pipeline to a sliver; any other run, or a
     pipeline run cut short by the window, on its first whole steps, else on its
     first microseconds of boxes, holding at most ``max_boxes_per_row`` compute
     boxes on each IPU with a box of the median length at least 1 /
@@ -98,12 +105,15 @@ def initial_view(timeline: Timeline, events: pd.DataFrame,
         runs = phases.groupby(["step", "run"]).agg(start=("start_ps", "min"),
                                                    end=("end_ps", "max")).sort_index()
         if runs["end"].iloc[0] <= last:  # the first run is whole
-            if len(runs) == 1:
-                return None
-            step = runs.index[0][0]
-            end = min(float(events.loc[events["step"] == step, "end_ps"].max()),
-                      float(runs["start"].iloc[1]))
-            return first / PS_PER_US, end / PS_PER_US, "the first pipeline run"
+            begin, end = float(runs["start"].iloc[0]), float(runs["end"].iloc[0])
+            if len(runs) > 1:
+                step = runs.index[0][0]
+                end = min(float(events.loc[events["step"] == step, "end_ps"].max()),
+                          float(runs["start"].iloc[1]))
+            start = max(first, begin - RUN_MARGIN * (end - begin))
+            if len(runs) == 1 and end - begin >= (last - first) / 2:
+                return None  # the run is most of what there is: all of it is readable
+            return start / PS_PER_US, end / PS_PER_US, "the first pipeline run"
     compute = events[events["kind"].isin(COMPUTE_KINDS)].sort_values("start_ps")
     if compute.empty:
         return None
@@ -276,12 +286,16 @@ def _phases(timeline: Timeline, events: pd.DataFrame, traces: list, shapes: list
     phases = phases[phases["step"].isin(set(events["step"]))
                     & (phases["start_ps"] < events["end_ps"].max())]
     labelled = 0
+    shown = (view[0], view[1]) if view else (events["start_ps"].min() / PS_PER_US,
+                                               events["end_ps"].max() / PS_PER_US)
+    narrowest = MIN_LABELLED_SHARE * (shown[1] - shown[0])
     for row in phases.itertuples():
         x0, x1 = row.start_ps / PS_PER_US, row.end_ps / PS_PER_US
         shapes.append({"type": "rect", "xref": "x", "x0": x0, "x1": x1, "yref": "paper",
                        "y0": 0, "y1": 1, "fillcolor": _PHASE_FILL[row.phase], "line": {"width": 0},
                        "layer": "below"})
-        if labelled < _MAX_PHASE_LABELS and (view is None or x1 <= view[1]):
+        if labelled < _MAX_PHASE_LABELS and (view is None or x1 <= view[1]) and \
+                x1 - x0 >= narrowest:
             labelled += 1
             notes.append({"x": (x0 + x1) / 2, "y": 1.0, "xref": "x", "yref": "paper",
                           "yanchor": "bottom", "showarrow": False,

@@ -77,7 +77,8 @@ table.operators tr.clicked { background: #fff4e5; }
 def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 title: str | None = None, verdict: Verdict | None = None,
                 max_events_per_lane: int = MAX_EVENTS_PER_LANE,
-                detail: Detail | None = None, names: SettingNames | None = None) -> str:
+                detail: Detail | None = None, names: SettingNames | None = None,
+                loader_spread: tuple[float, float] | None = None) -> str:
     """The report as one HTML string with plotly.js embedded.
 
     The timeline draws the events ``detail`` shows (default
@@ -101,7 +102,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
 <section><h2>Bottleneck</h2>
 {_verdict_html(verdict)}</section>
 <section><h2>Figures</h2>
-{_figures_html(timeline, loader_items_per_s)}</section>
+{_figures_html(timeline, loader_items_per_s, loader_spread)}</section>
 </div>
 <h2>{timeline_name(timeline)}</h2>
 <div class="figure">{divs["timeline"]}</div>
@@ -182,7 +183,22 @@ def _what_if_html(verdict: Verdict) -> str:
                 f"<ul>{left}</ul></details>") if left else ""
     return ('<table class="what-if"><caption>What if: the same calls simulated again with '
             "one change</caption><tr><th>change</th><th>setting</th><th>items/s</th>"
-            f"<th>step (ms)</th><th>speed-up</th></tr>{rows}</table>{left_out}")
+            f"<th>step (ms)</th><th>speed-up</th></tr>{rows}</table>{_why_highlighted(verdict)}"
+            f"{left_out}")
+
+
+def _why_highlighted(verdict: Verdict) -> str:
+    """The rule that picked the highlighted row, said where it is not the fastest."""
+    proof = verdict.proof
+    if proof is None or proof is verdict.what_if[0]:
+        return ""
+    return (f'<p class="why-highlighted">The highlighted row ({html.escape(proof["change"])}) '
+            f"proves the verdict, {html.escape(verdict.kind)}: the verdict names the limit of "
+            "the largest gain among the changes to how the model runs. More replicas on idle "
+            "IPUs count only when none of those gains 5%, four times the gradient accumulation "
+            "yields to four times the device iterations where it gains no more than 5% beyond "
+            "them, and what no setting changes (compute, the IPU-Links) only when no setting "
+            "gains 5%; so a faster row above it may not be the verdict's.</p>")
 
 
 def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> str:
@@ -198,8 +214,9 @@ def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> 
 <div class="figure">{memory}</div>""")
 
 
-def _figures_html(timeline: Timeline, loader_items_per_s: float | None) -> str:
-    rows = figure_rows(timeline, loader_items_per_s)
+def _figures_html(timeline: Timeline, loader_items_per_s: float | None,
+                  loader_spread: tuple[float, float] | None) -> str:
+    rows = figure_rows(timeline, loader_items_per_s, loader_spread)
     body = "".join(f'<tr><th>{html.escape(name)}</th>'
                    f'<td class="value">{html.escape(value)}</td></tr>' for name, value in rows)
     return f'<table class="figures">{body}</table>'

@@ -11,8 +11,10 @@ reports' style (:mod:`ipusim.report.html`) and needs no plotly.js.
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from urllib.parse import quote
 
 from ipusim.report.autoreport import HTML, PROFILE, SUMMARY, load_profile
 from ipusim.report.files import write_atomically
@@ -68,17 +70,26 @@ def _entry(root: Path, directory: Path) -> IndexEntry:
         kind, headline = "out_of_memory", (str(profile["out_of_memory"]).splitlines() or [""])[0]
     else:
         kind, headline = str(verdict.get("kind", "")), str(verdict.get("headline", ""))
-    ipus = _number(figures, "ipus")
-    return IndexEntry(relative, relative / page, _number(figures, "throughput(items/s)"),
-                      _number(figures, "step_time(ms)"), None if ipus is None else int(ipus),
-                      kind, headline)
+    try:
+        numbers = [_number(figures, name) for name in ("throughput(items/s)", "step_time(ms)",
+                                                       "ipus")]
+    except ValueError as error:
+        return IndexEntry(relative, relative / page, None, None, None, "unreadable",
+                          f"{directory / PROFILE} is damaged: {error}")
+    throughput, step_time, ipus = numbers
+    return IndexEntry(relative, relative / page, throughput, step_time,
+                      None if ipus is None else int(ipus), kind, headline)
 
 
 def _number(figures: dict, name: str) -> float | None:
-    """A figure of the profile, None where it has none (or something else in its place)."""
+    """A figure of the profile, None where it has none (or something else in its place).
+    Raises ValueError for a number that is not finite (NaN, Infinity)."""
     value = figures.get(name)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if not math.isfinite(value):
+        raise ValueError(f"figures.{name} is {value}")
+    return float(value)
 
 
 def render_index(folder: str | Path, title: str | None = None) -> str:
@@ -113,7 +124,7 @@ def _row(entry: IndexEntry) -> str:
     def number(value: float | None, digits: int) -> str:
         return "—" if value is None else f"{value:,.{digits}f}"
 
-    link = html.escape(str(entry.link), quote=True)
+    link = html.escape(quote(str(entry.link)), quote=True)  # a '#' or '?' in a name, too
     badge = f'<span class="badge">{html.escape(entry.verdict_kind)}</span>' \
         if entry.verdict_kind else ""
     # The indexed folder may be a report itself: its path is ".", named by its page.

@@ -21,15 +21,17 @@ MAX_STEP_ROWS = 20
 
 def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
                  options: dict | None = None, verdict: Verdict | None = None,
-                 names: SettingNames | None = None) -> str:
+                 names: SettingNames | None = None,
+                 loader_spread: tuple[float, float] | None = None) -> str:
     """The whole summary as text; the verdict's advice names the settings by
-    ``names`` (default: ipusim's names)."""
+    ``names`` (default: ipusim's names); ``loader_spread``: the lowest and highest
+    rate of the loader's measured windows of steps (see :func:`figure_rows`)."""
     verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     sections = [
         "ipusim profile summary (simulated timings, not measured on hardware)",
         _target(timeline), _engine(timeline, options), _memory(timeline),
-        _execution(timeline), _figures(timeline, loader_items_per_s), _time_per_ipu(timeline),
-        _verdict(verdict),
+        _execution(timeline), _figures(timeline, loader_items_per_s, loader_spread),
+        _time_per_ipu(timeline), _verdict(verdict),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -126,12 +128,20 @@ def _host_side(timeline: Timeline) -> str:
             f"{cost.engine_run_ps / 1e6:,.0f} µs)")
 
 
-def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tuple[str, str]]:
-    """The headline figures as (name, formatted value), for the text and HTML reports."""
+def figure_rows(timeline: Timeline, loader_items_per_s: float | None,
+                loader_spread: tuple[float, float] | None = None) -> list[tuple[str, str]]:
+    """The headline figures as (name, formatted value), for the text and HTML reports.
+
+    With the data loader's rate, the run's throughput fed by it: the IPUs' own, or
+    the loader's where that is lower, the figure the what-ifs and a run made with a
+    change are compared by. ``loader_spread`` is the lowest and highest rate of the
+    loader's windows of steps, when it was measured rather than given."""
     f = timeline.figures()
     rows = [
         ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
-        ("Latency of a micro-batch (mean)", f"{f['latency(us)']:,.1f} µs"),
+        ("Latency of a micro-batch (mean)",
+         f"{f['latency(us)']:,.1f} µs (over every micro-batch, from its input to its output; "
+         f"the timeline's arrow is one micro-batch's)"),
         ("Utilisation (mean over IPUs)", f"{f['utilisation']:.1%}"),
         ("Pipeline bubble", f"{f['bubble_fraction']:.1%}"
          if timeline.run.execution is Execution.PIPELINED else "— (not pipelined)"),
@@ -144,12 +154,18 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None) -> list[tu
         ("Items", f"{int(f['items']):,}"),
     ]
     if loader_items_per_s is not None:
-        rows.append(("Data loader throughput", f"{loader_items_per_s:,.1f} items/s"))
+        fed = min(f["throughput(items/s)"], loader_items_per_s)
+        rows.insert(1, ("Throughput fed by the data loader", f"{fed:,.1f} items/s"))
+        spread = ("" if loader_spread is None else
+                  f" (measured on this host: its windows of steps {loader_spread[0]:,.0f} to "
+                  f"{loader_spread[1]:,.0f}; Simulation.loaderRate sets it)")
+        rows.append(("Data loader throughput", f"{loader_items_per_s:,.1f} items/s{spread}"))
     return rows
 
 
-def _figures(timeline: Timeline, loader_items_per_s: float | None) -> str:
-    return "Figures:\n" + _rows(figure_rows(timeline, loader_items_per_s))
+def _figures(timeline: Timeline, loader_items_per_s: float | None,
+             loader_spread: tuple[float, float] | None) -> str:
+    return "Figures:\n" + _rows(figure_rows(timeline, loader_items_per_s, loader_spread))
 
 
 def _time_per_ipu(timeline: Timeline, most: int = 16) -> str:

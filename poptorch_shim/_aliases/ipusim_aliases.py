@@ -109,8 +109,19 @@ def install_in_site(site_dir: str | os.PathLike | None = None) -> Path:
             f"a real PopTorch is installed ({real}): the alias would hide it. "
             "Run the shim in another environment, or uninstall PopTorch first.")
     pth = site / PTH_NAME
+    if pth.is_file() and not ours(pth):
+        raise FileExistsError(f"{pth} was not written by `ipusim alias install`; left as is "
+                              "(move it away to install the alias)")
     pth.write_text(f"{_PTH_HEADER}\n{ALIASES}\n")
     return pth
+
+
+def ours(pth: Path) -> bool:
+    """Whether the ``.pth`` file at ``pth`` is one :func:`install_in_site` wrote."""
+    try:
+        return pth.read_text().startswith(_PTH_HEADER)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def remove_from_site(site_dir: str | os.PathLike | None = None) -> Path | None:
@@ -120,7 +131,7 @@ def remove_from_site(site_dir: str | os.PathLike | None = None) -> Path | None:
     pth = site / PTH_NAME
     if not pth.is_file():
         return None
-    if not pth.read_text().startswith(_PTH_HEADER):
+    if not ours(pth):
         raise FileExistsError(f"{pth} was not written by `ipusim alias install`; left as is")
     pth.unlink()
     return pth

@@ -13,6 +13,7 @@ import torch
 from poptorch_shim._core import loader_feed
 from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
+from poptorch_shim._data.loader_rate import LoaderRate, measured_rate, queued_s
 from poptorch_shim._data.shard_sampler import ShardSampler
 from poptorch_shim.custom_args import parser_for
 from poptorch_shim.enums import DataLoaderMode
@@ -165,8 +166,7 @@ class DataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             drop_last=drop_last and self._rebatched_size is None,
             persistent_workers=persistent_workers, **kwargs)
-        self._steps_timed = 0
-        self._seconds_waited = 0.0
+        self._waits: list[float] = []  # the caller's wait for each step after the first
         _loaders.add(self)
         self._accessor: AsynchronousDataAccessor | None = None
         if mode != DataLoaderMode.Sync:
@@ -218,17 +218,17 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _timed(self, source: Iterator) -> Iterator:
         """Yield from ``source``, timing how long the caller waits for each
-        step after the first (which pays for starting workers)."""
+        step after the first (which pays for starting workers), less the time
+        other processes held the CPU it was ready to run on."""
         first = True
         while True:
-            start = time.perf_counter()
+            start, queued = time.perf_counter(), queued_s()
             try:
                 batch = next(source)
             except StopIteration:
                 return
-            if not first:
-                self._seconds_waited += time.perf_counter() - start
-                self._steps_timed += 1
+            if not first:  # less the time other processes held the CPU
+                self._waits.append(time.perf_counter() - start - (queued_s() - queued))
             first = False
             loader_feed.yielded(self, batch)
             yield batch
@@ -236,12 +236,17 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def measured_items_per_s(self) -> float | None:
         """Items per second the caller received, timed on the host's wall clock
-        while it waited for steps; None before two steps were read. With an
-        asynchronous loader that keeps up, the wait (and so the bottleneck)
-        is small and this figure large, as it should be."""
-        if self._steps_timed == 0 or self._seconds_waited == 0:
-            return None
-        return self._steps_timed * self._combined_batch_size / self._seconds_waited
+        while it waited for steps (the median of windows of steps: see
+        :mod:`poptorch_shim._data.loader_rate`); None before two steps were read.
+        With an asynchronous loader that keeps up, the wait (and so the
+        bottleneck) is small and this figure large, as it should be."""
+        rate = self.measured_rate
+        return None if rate is None else rate.items_per_s
+
+    @property
+    def measured_rate(self) -> LoaderRate | None:
+        """The measured rate with its spread over the windows of steps."""
+        return measured_rate(self._waits, self._combined_batch_size)
 
     def __getstate__(self) -> dict:
         # What the accessor's worker process receives: a plain synchronous
@@ -333,11 +338,11 @@ class DataLoader(torch.utils.data.DataLoader):
         return rebatched_worker_size, combined
 
 
-def measured_loader_rate(options: Options) -> float | None:
+def measured_loader_rate(options: Options) -> LoaderRate | None:
     """The measured rate of the latest DataLoader built with ``options`` whose steps
     reached no model (a model a loader fed takes that loader's rate), if any."""
-    rates = [loader.measured_items_per_s for loader in list(_loaders)
-             if loader.options is options and loader.measured_items_per_s is not None
+    rates = [loader.measured_rate for loader in list(_loaders)
+             if loader.options is options and loader.measured_rate is not None
              and not loader_feed.feeds_a_model(loader)]
     return rates[-1] if rates else None
 

@@ -58,6 +58,9 @@ class SimulatedDevice:
         else:
             check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
         self.step_durations: list[int] = []
+        # What the DataLoader feeding the model measured (a LoaderRate; the model sets it),
+        # kept here for the exit line, which may come after the model is gone.
+        self.fed_loader_rate = None
         # Each call's host perf_counter at its start and end, and its simulated start
         # and end: how a tracepoint's host time maps onto this model's timeline.
         self.host_calls: list[tuple[int, int, int, int]] = []

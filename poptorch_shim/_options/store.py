@@ -195,6 +195,8 @@ class OptionsGroup:
     """
     _path = "Options"
     _specs: tuple[OptionSpec, ...] = ()
+    # Names a user guesses for what another group sets, with where it is set.
+    _elsewhere: dict[str, str] = {}
 
     def __init__(self) -> None:
         self._store = OptionsStore(self._path, self._specs)
@@ -233,6 +235,8 @@ class OptionsGroup:
             known += [spec.key for spec in store._specs.values()]
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
+        if name in self._elsewhere:
+            hint = f" {self._elsewhere[name]}"
         return f"{self._path} has no option or method {name!r}.{hint}"
 
     def _set_popart_flag(self, method: str, key: str, value: bool, name: str = "enabled"):

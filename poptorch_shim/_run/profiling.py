@@ -30,6 +30,7 @@ from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._data.data_loader import measured_loader_rate
+from poptorch_shim._data.loader_rate import LoaderRate
 from poptorch_shim.options import Options
 
 JOB_ID_FILE = "job-id.txt"
@@ -49,6 +50,9 @@ class _Figures:
     directory: Path | None
     executor: weakref.ref
     line: str | None = None
+    whose: str = ""  # under poprun: which instance's replicas the figures are
+    options: object = None        # the model's options and the user's, for its loader's rate
+    given_options: object = None
 
 
 _compiled: list[_Figures] = []
@@ -56,10 +60,13 @@ collecting = False  # set by the runner while it runs a script
 # The directory each executor was given, and every directory given so far.
 _given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _taken: set[Path] = set()
+_reported: weakref.WeakSet = weakref.WeakSet()  # executors whose report is written
 # The report folders this process holds a lock on (their descriptors), and
 # the reports written since the runner started the script.
 _locks: dict[Path, int] = {}
 reports_written: list[Path] = []
+# The reports written over one an earlier run left in the same folder.
+reports_replaced: set[Path] = set()
 # The Chrome trace each report wrote, with its model's calls (host and simulated
 # times), for the tracepoints the runner adds to it at the end of the script.
 traces_written: list[tuple[Path, list[tuple[int, int, int, int]]]] = []
@@ -81,14 +88,17 @@ def report_directory(executor) -> Path | None:
     root = options.profile_dir or run_settings.current().report_dir
     if not root:
         return None
-    name = model_name(options, executor.training)
+    name = folder_name(options, executor.training)
     distributed = options.Distributed
     directory, count = Path(root) / name, 1
     # A poprun job's instances share their folder; any other run locks its own.
     while directory in _taken or (distributed.num_processes == 1 and not _claim(directory)):
         count += 1
         directory = Path(root) / f"{name}-{count}"
-    if count > 1:
+    if count > 1 and executor in _reported:
+        print(f"ipusim: {name} was destroyed and compiled again: its earlier report is "
+              f"in {Path(root) / name}, this one writes to {directory}", file=sys.stderr)
+    elif count > 1:
         print(f"ipusim: another model or run already writes its report to "
               f"{Path(root) / name}; this one writes to {directory} (name models with "
               f"Options.modelName)", file=sys.stderr)
@@ -117,6 +127,14 @@ def _claim(directory: Path) -> bool:
     return True
 
 
+def _remove_if_empty(directory: Path) -> None:
+    """Remove the report folder this process made for a model that wrote nothing."""
+    try:
+        directory.rmdir()
+    except OSError:  # not empty, or not there
+        pass
+
+
 def _release(directory: Path) -> None:
     """Let other runs have ``directory`` again (its report is written)."""
     descriptor = _locks.pop(directory, None)
@@ -125,8 +143,15 @@ def _release(directory: Path) -> None:
 
 
 def model_name(options, training: bool) -> str:
-    """A model's name in reports: ``Options.modelName``, else training or inference.
-    Raises ValueError for a name that is not one folder (a path separator, ``..``)."""
+    """A model's name in reports and the exit line: ``Options.modelName``, else
+    training or inference."""
+    return options.model_name or ("training" if training else "inference")
+
+
+def folder_name(options, training: bool) -> str:
+    """A model's folder in the report directory: its :func:`model_name`. PopTorch uses
+    the name for this folder alone, so only a model that writes a report is held to
+    it: raises ValueError for a name that is not one folder (a path separator, ``..``)."""
     name = options.model_name
     if name is not None and (not name or name in (".", "..") or "\0" in name
                              or any(sep and sep in name for sep in ("/", os.sep, os.altsep))):
@@ -141,10 +166,22 @@ def register(executor) -> None:
     for one, for the report the runner must write at the end."""
     if collecting:
         name = model_name(executor.options, executor.training)
-        _compiled.append(_Figures(name, executor.device, report_directory(executor),
-                                  weakref.ref(executor)))
+        directory = report_directory(executor)
+        _compiled.append(_Figures(name, executor.device, directory, weakref.ref(executor),
+                                  whose=_whose(executor.options.Distributed, directory),
+                                  options=executor.options,
+                                  given_options=executor._given_options))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
+
+
+def _whose(distributed, directory: Path | None) -> str:
+    """Under poprun, whose figures an instance's exit line gives: its own replicas'."""
+    if distributed.num_processes == 1:
+        return ""
+    job = "" if directory is None else "; the last instance to finish gives the whole job's"
+    return (f" (instance {distributed.process_id} of {distributed.num_processes}: its own "
+            f"replicas{job})")
 
 
 def keep_figures(executor) -> None:
@@ -159,12 +196,25 @@ def _figures_line(entry: _Figures) -> str | None:
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
-    executor = entry.executor()
-    verdict = device.verdict(loader_rate(executor) if executor is not None else None)
+    rate = (_rate(entry.options, device.fed_loader_rate, entry.given_options)
+            if entry.options is not None else None)
+    verdict = device.verdict(_items_per_s(rate))
     where = f"; report {entry.directory}" if entry.directory is not None else ""
-    return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
+    return (f"  {entry.name}{entry.whose}: {_throughput(timeline.throughput(), rate)}, latency "
             f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
             f"{verdict.kind}{_gain(verdict)}{where}")
+
+
+def _throughput(device_items_per_s: float, rate: LoaderRate | None) -> str:
+    """The run's throughput as the exit line gives it: fed by its data loader, as the
+    what-ifs and the summary count it, and the loader's rate with its spread."""
+    if rate is None:
+        return f"{device_items_per_s:,.0f} items/s"
+    fed = min(device_items_per_s, rate.items_per_s)
+    how = (f"measured, windows of steps {rate.low:,.0f} to {rate.high:,.0f}" if rate.measured
+           else "given")
+    return (f"{fed:,.0f} items/s (the IPUs {device_items_per_s:,.0f}, the data loader "
+            f"{rate.items_per_s:,.0f} {how})")
 
 
 def _gain(verdict) -> str:
@@ -175,18 +225,27 @@ def _gain(verdict) -> str:
     return f" ({proof['change']}: {proof['speedup']:.2f}x)"
 
 
-def loader_rate(executor) -> float | None:
+def _items_per_s(rate: LoaderRate | None) -> float | None:
+    return None if rate is None else rate.items_per_s
+
+
+def loader_rate(executor) -> LoaderRate | None:
     """The data loader's rate for ``executor``'s verdict: the one the script gave
     (``Options.Simulation.loaderRate``), else the one measured on the loader whose
     steps the model received, else on a loader built with its options that fed no
     other model."""
-    given = executor.options.sim_loader_rate
+    return _rate(executor.options, executor.fed_loader_rate, executor._given_options)
+
+
+def _rate(options, fed: LoaderRate | None, given_options) -> LoaderRate | None:
+    """:func:`loader_rate` from a model's options, its loader's rate and the user's
+    options (the model has its own copy; loaders know the user's)."""
+    given = options.sim_loader_rate
     if given:
-        return given
-    if executor.fed_loader_rate is not None:
-        return executor.fed_loader_rate
-    # The model has its own copy of the options; loaders know the user's.
-    return measured_loader_rate(executor._given_options)
+        return LoaderRate.given(given)
+    if fed is not None:
+        return fed
+    return measured_loader_rate(given_options)
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False,
@@ -216,7 +275,11 @@ def write_report(executor) -> Path | None:
     if executor in _pending:
         _pending.remove(executor)
     directory = report_directory(executor)
-    if directory is None or not executor.isCompiled() or executor.device.simulation.steps == 0:
+    if directory is None:
+        return None
+    if not executor.isCompiled() or executor.device.simulation.steps == 0:
+        _release(directory)
+        _remove_if_empty(directory)  # claimed when compiled; nothing ran to report
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
     from ipusim.report.autoreport import TRACE
@@ -227,18 +290,25 @@ def write_report(executor) -> Path | None:
     outputs = outputs_from_engine_options(options.engine_options) or None
     rate = loader_rate(executor)
     plain = user_options(options)
+    spread = (rate.low, rate.high) if rate is not None and rate.measured else None
+    if (directory / "profile.json").is_file():  # an earlier run's, in the folder it names
+        reports_replaced.add(directory)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                                loader_items_per_s=rate, names=REPORT_NAMES,
-                                verdict=executor.device.verdict(rate))
+                                loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
+                                verdict=executor.device.verdict(_items_per_s(rate)),
+                                loader_spread=spread)
     finally:
         _release(directory)
     reports_written.append(done)
+    # A model destroyed and compiled again writes its next report to a folder of its own.
+    _given.pop(executor, None)
+    _reported.add(executor)
     traces_written.append((done / TRACE, list(executor.device.host_calls)))
     if options.Distributed.num_processes > 1:
         write_atomically(directory / JOB_ID_FILE, run_settings.current().job_id)
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
-                          rate)
+                          _items_per_s(rate))
     return done
 
 
@@ -279,6 +349,8 @@ def _write_job_report(directory: Path, instances: int, options: dict,
         write_autoreport(directory, timeline, options=options, loader_items_per_s=loader_rate,
                          names=REPORT_NAMES)
         write_atomically(directory / JOB_ID_FILE, job)
+        print(f"ipusim: {directory.name}, the whole job ({instances} instances): "
+              f"{timeline.throughput():,.0f} items/s; report {directory}", file=sys.stderr)
     finally:
         os.close(lock)
 

@@ -8,7 +8,9 @@ asked for.
 from __future__ import annotations
 
 import runpy
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -36,9 +38,11 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     ``settings``: where reports go, timing-only, the progress bar and the
     simulated clock (see :mod:`poptorch_shim._core.run_settings`); None: as the
     ``IPUSIM_*`` environment variables say (checked before the script starts).
-    Returns 0, or 1 when a report could not be written (said in one line on
-    stderr, naming the file); the reports written are in
-    ``profiling.reports_written``.
+    Returns the status the script gave ``sys.exit`` (0 when it ends without
+    one), or 1 when a report could not be written (said in one line on stderr,
+    naming the file); the reports written are in ``profiling.reports_written``.
+    A script that ends in ``sys.exit(...)`` has finished: its reports and
+    figures are written and printed as for one that returns.
     """
     script = Path(path)
     if not script.is_file():
@@ -52,13 +56,17 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
     computed_before_s = host_calls_s()  # another script's, run earlier in this process
     profiling.reports_written.clear()
+    profiling.reports_replaced.clear()
     profiling.traces_written.clear()
     status = 0
     simulated_clock = settings.simulated_clock
     try:
-        with run_settings.given(settings), _script_is_mp_main(), \
+        with run_settings.given(settings), _script_is_mp_main(), _terminated_as_exit(), \
                 watching_clock(script, simulated_clock):
-            runpy.run_path(str(script), run_name="__main__")
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                status = _exit_status(exit_)
         finished = True
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
@@ -71,7 +79,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
         except (ReportsNotWritten, OSError) as error:
             # After the script's own error, if any, which keeps its traceback.
             print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)
-            status = 1
+            status = status or 1
         finally:
             profiling.collecting = False
             if finished:
@@ -80,11 +88,43 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     return status
 
 
+def _exit_status(exit_: SystemExit) -> int:
+    """The process status ``sys.exit(code)`` gives under plain python: None is 0, an
+    integer itself, anything else (a message) is printed on stderr and is 1."""
+    code = exit_.code
+    if code is None or isinstance(code, int):
+        return int(code or 0)
+    print(code, file=sys.stderr)
+    return 1
+
+
 def _one_line(error: Exception) -> str:
     """An error as one line: an OSError as the file and what went wrong with it."""
     if isinstance(error, OSError) and error.filename and error.strerror:
         return f"{error.filename}: {error.strerror}"
     return " ".join(str(error).split())
+
+
+@contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """While the script runs, SIGTERM ends it as ``sys.exit(128 + SIGTERM)`` would, so
+    that the reports of its models so far are written (no empty report folder is left)
+    and the run exits with the status a shell gives a terminated process. Only where
+    nobody handles SIGTERM yet, and only in the main thread, where Python runs handlers."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one is not caught
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from importlib.util import find_spec
 
 from ipusim.explore.design_point import DesignPoint, evaluate, evaluate_parts
 
@@ -297,6 +298,10 @@ class RayCluster:
             import ray
         except ImportError:
             raise RuntimeError("the Ray backend needs Ray: pip install 'ipusim[ray]'") from None
+        if address and address.startswith("ray://") and find_spec("grpc") is None:
+            raise RuntimeError(f"--ray {address} connects through Ray Client, which needs "
+                               "ray[client] (grpcio): pip install 'ipusim[ray-client]'; or "
+                               "give the cluster as HOST:PORT from one of its nodes")
         self._ray = ray
         self.address, self.num_cpus = address, num_cpus
         self._started = False

@@ -121,16 +121,17 @@ def from_script(source: ModelSource) -> ModelCase:
 
     handle = registerPreCompileHook(capture)   # PopTorch's own hook: the shim is untouched
     settings = replace(RunSettings.from_environment(), timing_only=True)
-    try:
-        run_script(source.script, list(source.args), settings)
+    try:  # a script's sys.exit comes back as run_script's status
+        status = run_script(source.script, list(source.args), settings)
+        if status and not captured:
+            raise ModelError(f"[model] script {source.script} exited (status {status}) "
+                             "before compiling a poptorch model")
     except _Captured:
         pass
     except FileNotFoundError:
         raise ModelError(f"[model] script {source.script}: no such file") from None
-    except SystemExit as error:
-        if not captured:
-            raise ModelError(f"[model] script {source.script} exited (status {error.code}) "
-                             "before compiling a poptorch model") from None
+    except ModelError:
+        raise
     except Exception as error:
         raise ModelError(f"[model] script {source.script} raised {type(error).__name__}: "
                          f"{error}") from None

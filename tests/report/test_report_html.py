@@ -36,3 +36,19 @@ def test_render_check_waits_for_the_browser(pipeline_timeline, tmp_path):
     done = page.replace('data-status="pending"></pre>',
                         'data-status="done">{&quot;errors&quot;: []}</pre>')
     assert render_check_json(done) == {"errors": []}
+
+
+def test_the_page_says_why_the_highlighted_what_if_is_not_the_fastest(pipeline_timeline):
+    verdict = bottleneck(pipeline_timeline)
+    assert verdict.what_if[0]["limit"] == "compute" != verdict.kind  # faster, but physical
+    page = render_html(pipeline_timeline, verdict=verdict)
+    highlighted = re.findall(r'<tr class="limit"><td>([^<]+)</td>', page)
+    assert highlighted == [verdict.proof["change"]]
+    why = re.search(r'<p class="why-highlighted">(.*?)</p>', page).group(1)
+    assert f"({verdict.proof['change']}) proves the verdict, {verdict.kind}" in why
+
+
+def test_the_page_explains_its_two_latency_figures(pipeline_timeline):
+    page = render_html(pipeline_timeline)
+    assert "over every micro-batch, from its input to its output; the timeline&#x27;s arrow " \
+           "is one micro-batch&#x27;s" in page

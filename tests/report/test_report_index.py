@@ -1,6 +1,8 @@
 """The index page of a folder of reports: every autoReport directory, its figures and a link."""
 import json
 import re
+import shutil
+from urllib.parse import unquote
 
 import pytest
 
@@ -139,3 +141,27 @@ def test_a_report_folder_indexed_itself_is_listed_by_a_link_with_a_name(tmp_path
     page = render_index(tmp_path / "training")
     assert set(rows(page)) == {"report.html"}
     assert '<a href="report.html">report.html</a>' in page
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_figure_that_is_not_finite_lists_its_profile_as_unreadable(tmp_path, folder, value,
+                                                                     capsys):
+    shutil.copytree(folder / "pipelined", tmp_path / "good")
+    damaged = tmp_path / "bad" / "training"
+    shutil.copytree(folder / "pipelined" / "training", damaged)
+    text = (damaged / "profile.json").read_text()
+    (damaged / "profile.json").write_text(re.sub(r'"ipus": [\d.]+', f'"ipus": {value}', text))
+    assert main(["report", "--index", str(tmp_path)]) == 0
+    listed = rows((tmp_path / INDEX).read_text())
+    assert listed["good/training/report.html"][3] == "4"
+    assert listed["bad/training/report.html"][4] == (
+        f"unreadable{damaged / 'profile.json'} is damaged: figures.ipus is "
+        f"{float(value)}")
+
+
+def test_a_link_to_a_model_named_with_hash_or_question_mark_leads_to_it(tmp_path,
+                                                                       pipeline_timeline):
+    write_autoreport(tmp_path / "v1#2?x" / "training", pipeline_timeline)
+    (link,) = rows(render_index(tmp_path))
+    assert link == "v1%232%3Fx/training/report.html"
+    assert (tmp_path / unquote(link)).is_file()

@@ -603,3 +603,9 @@ def test_a_misspelt_option_is_hinted_once_in_the_traceback():
                             timeout=120)
     last = result.stderr.strip().splitlines()[-1]
     assert last.count("Did you mean") == 1 and "'deviceIterations'" in last, last
+
+
+@pytest.mark.parametrize("guess", ["engineOptions", "setEngineOptions"])
+def test_a_guess_at_setting_engine_options_says_where_they_are_set(guess):
+    with pytest.raises(AttributeError, match=r"set with opts\._Popart\.setEngineOptions"):
+        getattr(Options(), guess)({"autoReport.all": "true"})

@@ -403,3 +403,19 @@ def test_a_second_run_replaces_the_job_report_of_the_first(tmp_path, capsys, mon
         assert whole.steps == steps and all(part.steps == steps for part in parts)
         assert len(whole.events) == sum(len(part.events) for part in parts)
     assert sorted(p.name for p in job.iterdir() if p.name.startswith(".")) == []
+
+
+def test_each_instance_says_its_figure_is_its_own_and_the_job_gets_its_own(tmp_path, capsys,
+                                                                          monkeypatch):
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS)
+    monkeypatch.setenv("IPUSIM_REPORT_DIR", str(tmp_path / "reports"))
+    from ipusim.report import load_autoreport
+    assert poprun.main(["--num-replicas", "2", "--num-instances", "2", "python",
+                        str(script), "2"]) == 0
+    err = capsys.readouterr().err
+    for instance in range(2):
+        assert f"inference (instance {instance} of 2: its own replicas; the last" in err
+    whole = load_autoreport(tmp_path / "reports" / "inference")
+    assert (f"ipusim: inference, the whole job (2 instances): {whole.throughput():,.0f} "
+            f"items/s; report {tmp_path / 'reports' / 'inference'}") in err

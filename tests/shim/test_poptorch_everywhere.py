@@ -136,11 +136,22 @@ def test_alias_install_refuses_to_hide_a_real_poptorch(tmp_path, capsys, real):
     assert not (tmp_path / _aliases.PTH_NAME).exists()
 
 
-def test_alias_remove_leaves_a_file_it_did_not_write(tmp_path, capsys):
-    (tmp_path / _aliases.PTH_NAME).write_text("/somewhere/else\n")
-    assert alias("remove", "--site-packages", str(tmp_path)) == 1
-    assert "not written by `ipusim alias install`" in capsys.readouterr().err
-    assert (tmp_path / _aliases.PTH_NAME).exists()
+def test_alias_leaves_a_file_of_its_name_it_did_not_write(tmp_path, capsys):
+    foreign = tmp_path / _aliases.PTH_NAME
+    foreign.write_text("/somewhere/else\n")
+    assert alias("status", "--site-packages", str(tmp_path)) == 0
+    assert "not installed in" in capsys.readouterr().out
+    for action in ("remove", "install"):
+        assert alias(action, "--site-packages", str(tmp_path)) == 1
+        assert "not written by `ipusim alias install`" in capsys.readouterr().err
+        assert foreign.read_text() == "/somewhere/else\n"
+
+
+def test_alias_refuses_an_empty_site_packages(capsys):
+    with pytest.raises(SystemExit) as refused:
+        alias("status", "--site-packages", "")
+    assert refused.value.code == 2
+    assert "--site-packages: expected a path, got an empty string" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ model folder, a model name stays inside the report directory, the closing
 lines name what the run wrote, and a full disk ends the run in one line."""
 import errno
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from support.reports import fresh_report_registry, profiled_inference
 
+import poptorch_shim as poptorch
 from poptorch_shim import commands
 from poptorch_shim._run import profiling
 from poptorch_shim.commands import RunSettings, run_script
@@ -132,3 +134,60 @@ def test_two_runs_at_once_on_one_report_directory(tmp_path):
                                for name in ("inference", "inference-2")]
     assert all((reports / name / "profile.json").is_file()
                for name in ("inference", "inference-2"))
+
+
+DESTROYED_AND_REUSED = """
+import torch, poptorch
+model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+for _ in range(5):
+    model(torch.ones(2, 4))
+model.destroy()
+model(torch.ones(2, 4))
+"""
+
+
+def test_a_model_destroyed_then_called_again_keeps_its_first_report(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(DESTROYED_AND_REUSED)
+    reports = tmp_path / "reports"
+    assert commands.main(["run", "--report", str(reports), "--no-progress", str(script)]) == 0
+    err = capsys.readouterr().err
+    steps = {name: json.loads((reports / name / "profile.json").read_text())["steps"]
+             for name in ("inference", "inference-2")}
+    assert steps == {"inference": 5, "inference-2": 1}
+    closing = [line for line in err.splitlines() if line.startswith("ipusim: profile written")]
+    assert closing == [f"ipusim: profile written to {reports / name}"
+                       for name in ("inference", "inference-2")]
+    assert "was destroyed and compiled again" in err
+
+
+def test_a_name_with_a_slash_is_refused_only_where_its_folder_is_made(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.replace("poptorch.inferenceModel(torch.nn.Linear(4, 2))",
+                                     "poptorch.inferenceModel(torch.nn.Linear(4, 2), "
+                                     "poptorch.Options().modelName('a/b'))"))
+    assert commands.main(["run", "--no-progress", str(script)]) == 0  # no report asked for
+    assert "  a/b: " in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"Options\.modelName: model_name .* one folder name"):
+        commands.main(["run", "--no-progress", "--report", str(tmp_path / "r"), str(script)])
+
+
+def test_a_name_too_long_for_a_folder_is_refused_when_it_is_set():
+    with pytest.raises(ValueError, match=r"Options\.modelName: .* at most 255 bytes; got 256"):
+        poptorch.Options().modelName("é" * 128)
+    assert poptorch.Options().modelName("x" * 255).model_name == "x" * 255
+
+
+def test_a_second_run_into_the_same_folder_says_it_replaced_the_first(tmp_path, capsys,
+                                                                      monkeypatch):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    reports = tmp_path / "reports"
+    for run in range(2):
+        fresh_report_registry(monkeypatch)
+        assert commands.main(["run", "--report", str(reports), "--no-progress",
+                              str(script)]) == 0
+        closing = [line for line in capsys.readouterr().err.splitlines()
+                   if line.startswith("ipusim: profile written to")]
+        replaced = " (over the report an earlier run left there)" if run else ""
+        assert closing == [f"ipusim: profile written to {reports / 'inference'}{replaced}"]

@@ -13,6 +13,7 @@ def fresh_report_registry(monkeypatch) -> None:
     monkeypatch.setattr(profiling, "_pending", [])
     monkeypatch.setattr(profiling, "_taken", set())
     monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(profiling, "_reported", profiling.weakref.WeakSet())
     monkeypatch.setattr(profiling, "_locks", {}, raising=False)
 
 

@@ -1,0 +1,116 @@
+"""The data loader's rate is an input of the run that holds still: measured as the
+median of windows of steps, with their spread, or given with
+``opts.Simulation.loaderRate``; the headline, the what-ifs and a run made with a
+change all count the run as fed by it, so a what-if gives what that run gets."""
+import json
+import re
+import textwrap
+
+import pytest
+from support.reports import fresh_report_registry
+
+from poptorch_shim import commands
+from poptorch_shim._data.loader_rate import WINDOWS, measured_rate
+
+SCRIPT = """
+import sys
+import torch, poptorch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, self.loss(out, y)
+
+class Data(torch.utils.data.Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return self.items
+
+    def __getitem__(self, i):
+        return torch.full((16,), float(i % 7)), i % 4
+
+iterations = int(sys.argv[1])
+opts = poptorch.Options().deviceIterations(iterations)
+opts.Training.gradientAccumulation(8)
+{rate}
+net = Net()
+model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.01))
+for x, y in poptorch.DataLoader(opts, Data(3 * iterations * 8 * 4), batch_size=4):
+    model(x, y)
+"""
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    fresh_report_registry(monkeypatch)
+
+
+def test_a_window_the_host_spent_elsewhere_moves_the_spread_not_the_rate():
+    waits = [0.001] * 32
+    steady = measured_rate(waits, 100)
+    waits[5] = 0.050  # one step the host was busy with something else
+    disturbed = measured_rate(waits, 100)
+    assert steady.items_per_s == pytest.approx(100_000)
+    assert disturbed.items_per_s == steady.items_per_s
+    per_window = 32 // WINDOWS
+    assert disturbed.low == pytest.approx(per_window * 100 / (0.001 * (per_window - 1) + 0.050))
+    assert disturbed.high == pytest.approx(100_000)
+
+
+def test_a_loader_that_never_kept_the_caller_waiting_has_no_rate():
+    assert measured_rate([0.0] * 10, 100) is None and measured_rate([], 100) is None
+
+
+def run(tmp_path, name, iterations, rate_line, capsys):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(rate=rate_line))
+    reports = tmp_path / name
+    assert commands.main(["run", "--no-progress", "--timing-only", "--report", str(reports),
+                          str(script), str(iterations)]) == 0
+    err = capsys.readouterr().err
+    folder = reports / "training"
+    summary = (folder / "summary.txt").read_text()
+    fed = re.search(r"Throughput fed by the data loader:\s+([\d,.]+) items/s", summary)
+    return (json.loads((folder / "profile.json").read_text()),
+            float(fed.group(1).replace(",", "")), err)
+
+
+@pytest.mark.slow  # two runs of a script
+def test_a_what_if_capped_by_a_given_loader_rate_is_what_the_changed_run_gets(tmp_path, capsys):
+    given = "opts.Simulation.loaderRate(20000)"  # between the IPUs' 8,000 and 31,000 items/s
+    profile, fed, err = run(tmp_path, "first", 4, given, capsys)
+    assert fed < 20000 and "the data loader 20,000 given" in err
+    what_if = next(w for w in profile["verdict"]["what_if"] if w["option"] ==
+                   "opts.deviceIterations")
+    assert what_if["value"] == 16 and what_if["items_per_s"] == pytest.approx(20000)
+    changed, fed_changed, _ = run(tmp_path, "second", 16, given, capsys)
+    assert changed["figures"]["throughput(items/s)"] > 20000  # the IPUs alone, uncapped
+    assert fed_changed == pytest.approx(what_if["items_per_s"], abs=0.05)
+
+
+def test_a_measured_rate_is_reported_with_its_spread(tmp_path, capsys):
+    profile, fed, err = run(tmp_path, "measured", 4, "", capsys)
+    low, high = profile["loader_spread"]
+    assert low <= profile["loader_items_per_s"] <= high
+    assert fed == pytest.approx(min(profile["figures"]["throughput(items/s)"],
+                                    profile["loader_items_per_s"]), abs=0.05)
+    assert re.search(r"the data loader [\d,]+ measured, windows of steps [\d,]+ to [\d,]+",
+                     err), err
+
+
+def test_the_exit_line_keeps_the_loader_of_a_model_gone_before_the_end(tmp_path, capsys):
+    script = tmp_path / "script.py"
+    body = SCRIPT.format(rate="opts.Simulation.loaderRate(20000)")
+    # Everything inside a function: the model is gone when the runner prints its line.
+    script.write_text("def main():\n" + textwrap.indent(body, "    ") + "\nmain()\n")
+    assert commands.main(["run", "--no-progress", "--timing-only", str(script), "4"]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("  training: "))
+    assert "the data loader 20,000 given" in line
