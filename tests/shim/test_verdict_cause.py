@@ -31,7 +31,7 @@ def test_a_round_trip_bound_inference_pipeline_is_called_host_round_trip(tmp_pat
     exit_line = capsys.readouterr().err
     folder = reports / "inference"
     profile = json.loads((folder / "profile.json").read_text())
-    assert profile["verdict"]["host_call_share"] > 0.9
+    assert profile["verdict"]["host_call_share"] > 0.8
     assert profile["figures"]["bubble_fraction"] < 0.1
     assert profile["verdict"]["kind"] == "host_round_trip"
     assert "bottleneck host_round_trip (four times the device iterations" in exit_line
