@@ -172,6 +172,14 @@ class PoplarExecutor:
         delivered, as last measured (None: no loader's steps seen)."""
         return self._loader_rate
 
+    @property
+    def _executable(self) -> SimulatedDevice | None:
+        """What PopTorch keeps its compiled program in, and libraries test for
+        None to know whether a model is compiled (Lightning's IPU strategy
+        does): here the simulated device, None before compiling and after
+        ``destroy``."""
+        return self._device
+
     def isCompiled(self) -> bool:
         return self._device is not None
 

@@ -1,0 +1,72 @@
+"""The PopTorch 3.3 API that libraries over PopTorch (optimum-graphcore,
+lightning-graphcore) reach for beyond the tutorials: ``poptorch.Attribute``,
+``ipuHardwareVersion``, ``poptorch._impl``'s unwrap and rewrap, and
+``PoplarExecutor._executable``."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import poptorch_shim as poptorch
+from poptorch_shim._aliases import ipusim_aliases as _aliases
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_attribute_blocks_nest_and_each_exit_restores_what_was_before():
+    assert poptorch.Attribute.current == {}
+    outer = poptorch.Attribute(__outline={"layer": 1})
+    with outer:
+        with poptorch.Attribute(__outline={"layer": 2, "kind": "ffn"}, other={"a": 0}):
+            assert poptorch.Attribute.current == {"__outline": {"layer": 2, "kind": "ffn"},
+                                                  "other": {"a": 0}}
+        assert poptorch.Attribute.current == {"__outline": {"layer": 1}}
+    assert poptorch.Attribute.current == {}
+    # optimum-graphcore enters and exits one object from a module's forward hooks
+    outer.__enter__()
+    outer.__exit__(None, None, None)
+    assert poptorch.Attribute.current == {}
+
+
+def test_attribute_takes_dicts_only():
+    with pytest.raises(TypeError, match=r"Attribute\(__outline=...\) takes a dict .* got int"):
+        poptorch.Attribute(__outline=3)
+
+
+def test_the_hardware_version_is_the_default_systems_mk2():
+    assert poptorch.ipuHardwareVersion() == 2
+
+
+def test_unwrap_and_rewrap_leave_the_model_as_the_user_built_it():
+    model = torch.nn.Linear(2, 1)
+    poptorch.inferenceModel(model)(torch.ones(1, 2))
+    classes = (type(model), {type(p) for p in model.parameters()})
+    poptorch._impl.unwrapModelIfNecessary(model)
+    assert (type(model), {type(p) for p in model.parameters()}) == classes
+    poptorch._impl.rewrapModelIfNecessary(model)
+    assert classes == (torch.nn.Linear, {torch.nn.Parameter})  # never wrapped
+    with pytest.raises(TypeError, match="unwrapModelIfNecessary takes a torch.nn.Module, "
+                                        "got PoplarExecutor"):
+        poptorch._impl.unwrapModelIfNecessary(poptorch.inferenceModel(model))
+
+
+def test_the_executable_is_none_until_compiled_and_after_destroy():
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2))
+    assert model._executable is None
+    model(torch.ones(1, 2))
+    assert model._executable is not None
+    model.destroy()
+    assert model._executable is None
+
+
+def test_poptorch_impl_is_the_shims_module_under_the_alias():
+    code = ("from poptorch._impl import unwrapModelIfNecessary; import poptorch_shim._impl; "
+            "import sys; assert sys.modules['poptorch._impl'] is poptorch_shim._impl; "
+            "print('shared')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(_aliases.ALIASES), str(ROOT)))}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.strip() == "shared", result.stderr
