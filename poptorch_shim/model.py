@@ -35,6 +35,7 @@ from poptorch_shim._execution.batching import (
     split,
 )
 from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
+from poptorch_shim._execution.containers import register_containers
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
@@ -239,6 +240,7 @@ class PoplarExecutor:
         log_compilation(self._options, run, ipusim.Work(tuple(stages)), self._runner.strategy)
         self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
+        register_containers(output)    # and dict subclasses and dataclasses, as PopTorch's
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         try:

@@ -20,6 +20,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim.plan.run_config import returned_micro_batches
 from poptorch_shim._core.batching import MicroBatchCounts
+from poptorch_shim._execution.containers import register_containers
 from poptorch_shim.enums import CommGroupType, OutputMode
 
 # The output modes as ipusim's output period: every N micro-batches, or 0 for only the
@@ -88,11 +89,13 @@ class StepShape(MicroBatchCounts):
 
 def flatten(value: Any) -> tuple[list[Any], TreeSpec]:
     """``tree_flatten(value)``, without the generic walk for what models mostly
-    return: one tensor, or a tuple of tensors."""
+    return: one tensor, or a tuple of tensors; dict subclasses and dataclasses
+    are walked too, as PopTorch walks them."""
     if isinstance(value, torch.Tensor):
         return [value], _LEAF
     if type(value) is tuple and all(map(isinstance, value, repeat(torch.Tensor))):
         return list(value), _tuple_spec(len(value))
+    register_containers(value)
     return tree_flatten(value)
 
 
@@ -116,6 +119,7 @@ def flatten_inputs(args: tuple, kwargs: dict) -> tuple[list[Any], TreeSpec]:
     values = (*args, *kwargs.values())
     if all(map(isinstance, values, repeat(torch.Tensor))):
         return list(values), _arguments_spec(len(args), tuple(kwargs))
+    register_containers((args, kwargs))
     return tree_flatten((args, kwargs))
 
 

@@ -32,6 +32,7 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost, Stage
+from poptorch_shim._execution.batching import flatten
 from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
@@ -99,7 +100,7 @@ class _FlatCall(torch.nn.Module):
         tensors = iter(flat)
         leaves = [next(tensors) if leaf is _TENSOR else leaf for leaf in self._leaves]
         args, kwargs = tree_unflatten(leaves, self._spec)
-        out_leaves, self.out_spec = tree_flatten(self.model(*args, **kwargs))
+        out_leaves, self.out_spec = flatten(self.model(*args, **kwargs))
         return tuple(out_leaves)
 
 
