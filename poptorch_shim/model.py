@@ -10,7 +10,6 @@ tensors and then only simulates.
 """
 from __future__ import annotations
 
-import copy
 import difflib
 import logging
 import sys
@@ -34,7 +33,7 @@ from poptorch_shim._execution.batching import (
     flatten_inputs,
     split,
 )
-from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
+from poptorch_shim._execution.compute import WholeModel, left_as_it_was, promoting_mixed_floats
 from poptorch_shim._execution.containers import register_containers
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
@@ -213,7 +212,8 @@ class PoplarExecutor:
         """Measure the model on one micro-batch and build the simulated device.
 
         Like PopTorch, compiling leaves the weights as they were: the
-        measurement runs on a copy of the model.
+        measurement runs on the model itself, whose gradients and buffers are
+        then restored.
         """
         if self._device is None:
             flatten_custom_types((args, kwargs))
@@ -258,17 +258,18 @@ class PoplarExecutor:
 
     def _profile(self, args: tuple,
                  kwargs: dict) -> tuple[ipusim.RunConfig, list[ipusim.Stage], Any, list, list[str]]:
-        """Check the stage layout and measure one micro-batch on a copy of the
-        runner: the run configuration, the measured stages, the output, the
+        """Check the stage layout and measure one micro-batch, leaving the model as
+        it was: the run configuration, the measured stages, the output, the
         Blocks it started and the names of the module outputs it made, in order.
         Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
-        probe = copy.deepcopy(self._runner)
+        probe = self._runner
         recorder, asked, called = BlockRecorder(), set(), []
         hooks = [module.register_forward_hook(
                      lambda *_, name=name: called.append(name) if name not in called else None)
                  for name, module in activation_names(probe.model)]
         try:
-            with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
+            with left_as_it_was(probe.model), _mode(probe.model, self._training), \
+                    recording(recorder), running_on_ipu(), \
                     promoting_mixed_floats(probe.model, (args, kwargs)), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):

@@ -18,7 +18,6 @@ at once and exchange tensors both ways, which no order of stage graphs can).
 """
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 import warnings
@@ -300,10 +299,6 @@ class StagedModel:
         self.strategy = strategy
         self.loss_finder = LossFinder()
         self._plans: dict[Any, _GraphPlan | EagerStages] = {}
-
-    def __deepcopy__(self, memo: dict) -> StagedModel:
-        # The split graphs refer to the model's modules: trace the copy afresh.
-        return StagedModel(copy.deepcopy(self.model, memo), copy.deepcopy(self.strategy, memo))
 
     def _plan(self, args: tuple, kwargs: dict) -> tuple[_GraphPlan | EagerStages, list]:
         leaves, spec = tree_flatten((args, kwargs))

@@ -70,3 +70,32 @@ def test_poptorch_impl_is_the_shims_module_under_the_alias():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "shared", result.stderr
+
+
+class Held(torch.nn.Module):
+    """A LightningModule in little: its trainer, which its __getstate__ drops (as
+    Lightning's does), steers the forward; it also keeps an executor of its own,
+    as optimum-graphcore's generation keeps its decoder's."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        self._trainer = {"scale": 3.0}
+        self.decoder = poptorch.inferenceModel(torch.nn.Linear(2, 2))
+
+    def __getstate__(self):
+        return {**self.__dict__, "_trainer": None}
+
+    def forward(self, x):
+        return self.linear(x) * self._trainer["scale"]
+
+
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_compiling_runs_the_users_model_itself_not_a_copy(timing_only):
+    model = Held()
+    opts = poptorch.Options()
+    opts.Simulation.timingOnly(timing_only)
+    out = poptorch.inferenceModel(model, opts)(torch.ones(1, 2))
+    assert out.shape == (1, 2)
+    if not timing_only:
+        torch.testing.assert_close(out, model(torch.ones(1, 2)))
