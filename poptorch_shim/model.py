@@ -10,6 +10,7 @@ tensors and then only simulates.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 import sys
@@ -73,10 +74,15 @@ def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
 
 
 class PoplarExecutor:
-    """The wrapper returned by :func:`trainingModel` and :func:`inferenceModel`."""
+    """The wrapper returned by :func:`trainingModel` and :func:`inferenceModel`.
+
+    It runs ``model``; ``user_model`` (by default ``model``) is the one its
+    ``model`` property returns and its attributes are read from.
+    """
 
     def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None,
+                 user_model: torch.nn.Module | None = None):
         options = options if options is not None else Options()
         if not isinstance(options, Options):
             raise InvalidUseError(f"Invalid type: 'options' is of type {type(options)} "
@@ -97,7 +103,8 @@ class PoplarExecutor:
         options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
-        self._user_model = model
+        self._model = model
+        self._user_model = model if user_model is None else user_model
         self._stack_needed = stack_needed(model)
         self._options = options
         self._training = training
@@ -235,7 +242,7 @@ class PoplarExecutor:
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
-            self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
+            self._runner = self._make_runner(self._model, PipelinedExecution.default())
             run, stages, output, _, called = self._profile(first_args, first_kwargs)
         log_compilation(self._options, run, ipusim.Work(tuple(stages)), self._runner.strategy)
         self._anchors.compiled(called, self._shape)
@@ -355,8 +362,8 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         call = len(self._device.step_durations) + 1
-        with _mode(self._user_model, self._training), running_on_ipu(), \
-                promoting_mixed_floats(self._user_model, micro_batches[0]), \
+        with _mode(self._model, self._training), running_on_ipu(), \
+                promoting_mixed_floats(self._model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors, \
                 self._progress.computing(len(rows) * len(sources), call) as computed:
             for start in range(0, len(rows), shape.gradient_accumulation):
@@ -371,7 +378,7 @@ class PoplarExecutor:
                         computed()
                 if self._training:
                     if self._across_instances:
-                        reduce_gradients(self._user_model.parameters(), mean)
+                        reduce_gradients(self._model.parameters(), mean)
                     self._optimizer.step()
                     anchors.weights_updated()
         return outputs
@@ -507,15 +514,32 @@ class _mode:
                 module.training = was_training
 
 
-def trainingModel(model: torch.nn.Module, options: Options | None = None,
+def trainingModel(model: torch.nn.Module | PoplarExecutor, options: Options | None = None,
                   optimizer: torch.optim.Optimizer | None = None) -> PoplarExecutor:
-    """Wrap ``model`` for training on the simulated IPUs (SGD, lr 0.01, if no optimizer)."""
-    return PoplarExecutor(model, options, training=True, optimizer=optimizer)
+    """Wrap ``model`` (or the model of an executor) for training on the simulated
+    IPUs (SGD, lr 0.01, if no optimizer).
+
+    As PopTorch does, the executor runs a shallow copy of the model: they share
+    their submodules, parameters and buffers, so either sees the other's weights,
+    but not the model's own plain attributes (its ``training`` flag); ``.model``
+    is the user's model.
+    """
+    model = _users_model(model)
+    return PoplarExecutor(copy.copy(model), options, training=True, optimizer=optimizer,
+                          user_model=model)
 
 
-def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
-    """Wrap ``model`` for inference on the simulated IPUs."""
-    return PoplarExecutor(model, options, training=False)
+def inferenceModel(model: torch.nn.Module | PoplarExecutor,
+                   options: Options | None = None) -> PoplarExecutor:
+    """Wrap ``model`` (or the model of an executor) for inference on the simulated
+    IPUs. As PopTorch does, the executor runs, and its ``.model`` is, a shallow
+    copy of the model: the weights are shared (a training model's updates show
+    at once), the model's own plain attributes are not."""
+    return PoplarExecutor(copy.copy(_users_model(model)), options, training=False)
+
+
+def _users_model(model: torch.nn.Module | PoplarExecutor) -> torch.nn.Module:
+    return model._user_model if isinstance(model, PoplarExecutor) else model
 
 
 # Python frames one level of a module tree takes when it is copied, or called

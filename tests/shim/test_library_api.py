@@ -90,12 +90,40 @@ class Held(torch.nn.Module):
         return self.linear(x) * self._trainer["scale"]
 
 
+class Wrapper(torch.nn.Module):
+    """Lightning's IPU strategy wraps the LightningModule in a module of its own."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
 @pytest.mark.parametrize("timing_only", [False, True])
 def test_compiling_runs_the_users_model_itself_not_a_copy(timing_only):
-    model = Held()
+    model = Wrapper(Held())
     opts = poptorch.Options()
     opts.Simulation.timingOnly(timing_only)
     out = poptorch.inferenceModel(model, opts)(torch.ones(1, 2))
     assert out.shape == (1, 2)
     if not timing_only:
         torch.testing.assert_close(out, model(torch.ones(1, 2)))
+
+
+def test_the_executor_runs_a_shallow_copy_as_poptorchs_does():
+    """PopTorch's note: parameters are shared both ways, plain attributes are not."""
+    model = Wrapper(torch.nn.Linear(2, 1))
+    training = poptorch.trainingModel(model, poptorch.Options(),
+                                      torch.optim.SGD(model.parameters(), lr=0.5))
+    inference = poptorch.inferenceModel(training)  # an executor stands for its model
+    assert training.model is model
+    assert inference.model is not model and inference.model.module is model.module
+    inference.model.flag = True
+    assert not hasattr(model, "flag")
+    x = torch.ones(1, 2)
+    before = inference(x)
+    training(x)  # its one output is its loss: one training step
+    torch.testing.assert_close(inference(x), model(x))  # the updated weights, at once
+    assert not torch.equal(inference(x), before)
