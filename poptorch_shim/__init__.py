@@ -7,11 +7,18 @@ package per subsystem (``_data``, ``_options``, ``_optim``, ``_execution``,
 ``_distributed``, ``_run``), over ``_core``, what several of them share
 (ARCHITECTURE.md has the map).
 """
-from poptorch_shim import optim, poptorch_core, profiling
+from poptorch_shim import (  # noqa: F401  (_impl: poptorch._impl)
+    _impl,
+    ops,
+    optim,
+    poptorch_core,
+    profiling,
+)
 from poptorch_shim._core import run_settings as _run_settings
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.data_loader import DataLoader
 from poptorch_shim.annotations import (
+    Attribute,
     OverlapMode,
     recomputationCheckpoint,
     set_overlap_for_input,
@@ -27,6 +34,7 @@ from poptorch_shim.enums import (
     DataLoaderMode,
     HalfFloatCastingBehavior,
     Liveness,
+    MatMulSerializationMode,
     MeanReductionStrategy,
     OutputMode,
     RecomputationType,
@@ -40,6 +48,7 @@ from poptorch_shim.logging_level import level_from_environment as _level_from_en
 from poptorch_shim.logging_level import setLogLevel
 from poptorch_shim.losses import identity_loss
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
+from poptorch_shim.ops import dynamic_slice, dynamic_update, serializedMatMul
 from poptorch_shim.options import Options, TensorLocationSettings
 from poptorch_shim.strategies import (
     ParallelPhasedExecution,
@@ -51,17 +60,23 @@ from poptorch_shim.strategies import (
 )
 
 __version__ = "3.3.0+ipusim"
+_IPU_VERSION = 2  # the default simulated system's IPUs: Mk2 (GC200)
 
 _level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
 
 
+# The private modules of PopTorch's that libraries import by name.
+_PRIVATE_BUT_IMPORTED = ("_impl",)
+
+
 def _alias_modules(alias: str, package: str) -> None:
     """Register ``alias.X`` for every loaded public ``package.X`` (no part of its name
-    private) so both names share modules."""
+    private, PopTorch's ``_impl`` aside) so both names share modules."""
     import sys
     for name, module in list(sys.modules.items()):
         parts = name.split(".")
-        if parts[0] == package and len(parts) > 1 and not any(p.startswith("_") for p in parts):
+        if parts[0] == package and len(parts) > 1 and not any(
+                p.startswith("_") and p not in _PRIVATE_BUT_IMPORTED for p in parts):
             sys.modules.setdefault(alias + name[len(package):], module)
 
 
@@ -70,17 +85,27 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     return num_ipus <= _run_settings.available_ipus()
 
 
+def ipuHardwareVersion() -> int:
+    """The IPU version of the simulated machine's default system, an IPU-POD of
+    Mk2 IPUs (GC200): 2, as PopTorch reports on Mk2 and Bow hardware. A model
+    may simulate another system (``Options.Simulation.system``); this is the
+    machine's."""
+    return _IPU_VERSION
+
+
 __all__ = [
-    "AsynchronousDataAccessor", "AutoStage", "BeginBlock", "Block", "BlockFunction",
+    "AsynchronousDataAccessor", "Attribute", "AutoStage", "BeginBlock", "Block", "BlockFunction",
     "CommGroupType", "ConnectionType", "DataLoader", "DataLoaderMode", "Error",
-    "HalfFloatCastingBehavior", "ICustomArgParser", "Liveness", "MeanReductionStrategy",
+    "HalfFloatCastingBehavior", "ICustomArgParser", "Liveness", "MatMulSerializationMode",
+    "MeanReductionStrategy",
     "Options", "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution",
     "PoplarExecutor", "RecomputationType", "RecoverableError",
     "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
     "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
-    "inferenceModel", "ipuHardwareIsAvailable", "isRunningOnIpu", "module_repr", "optim",
+    "dynamic_slice", "dynamic_update", "inferenceModel", "ipuHardwareIsAvailable",
+    "ipuHardwareVersion", "isRunningOnIpu", "module_repr", "ops", "optim",
     "OverlapMode",
     "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",
-    "registerPostCompileHook", "registerPreCompileHook", "removeBlocks",
+    "registerPostCompileHook", "registerPreCompileHook", "removeBlocks", "serializedMatMul",
     "setLogLevel", "set_overlap_for_input", "set_overlap_for_output", "trainingModel",
 ]

@@ -6,10 +6,13 @@ keeping every activation. ``set_overlap_for_input`` and
 ``set_overlap_for_output`` ask for a tensor's stream copies to run on the I/O
 tiles, overlapped with compute. Each passes its tensors through unchanged and
 tells whoever is measuring the model (the cost probe, the compiler) what was
-asked, as ``(kind, tensors)``.
+asked, as ``(kind, tensors)``. ``Attribute`` scopes PopART attributes (such
+as optimum-graphcore's outlining ``__outline``) over the operators traced in
+its block.
 """
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,3 +86,33 @@ def observing(observer: Observer) -> Iterator[None]:
         yield
     finally:
         _observers.remove(observer)
+
+
+class Attribute:
+    """A context manager that sets PopART attributes on the operators made in
+    its block, as PopTorch's ``poptorch.Attribute``: ``Attribute(__outline={"layer":
+    1})`` sets the ``__outline`` attribute's key ``layer``. Nested blocks add
+    keys, and each block's exit restores what was set before it.
+
+    PopART reads the attributes when it outlines and schedules the IR, which
+    the simulator does not model: the attributes in force are kept, in
+    :attr:`current`, and change no timing.
+    """
+    current: dict[str, dict[str, Any]] = {}
+
+    def __init__(self, **attributes: dict[str, Any]) -> None:
+        for name, keys in attributes.items():
+            if not isinstance(keys, dict):
+                raise TypeError(f"poptorch.Attribute({name}=...) takes a dict of the "
+                                f"attribute's keys and values, got {type(keys).__name__}")
+        self._attributes = attributes
+        self._saved: dict[str, dict[str, Any]] = {}
+
+    def __enter__(self) -> Attribute:
+        self._saved = copy.deepcopy(Attribute.current)
+        for name, keys in self._attributes.items():
+            Attribute.current.setdefault(name, {}).update(keys)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Attribute.current = self._saved

@@ -109,8 +109,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "alias", help="make `import poptorch` mean the shim in this whole environment",
         description="install: write a .pth file into this environment's site-packages so that\n"
                     "every interpreter of it (pytest, notebooks, spawned workers) imports\n"
-                    "ipusim's PopTorch shim as `poptorch` and `popdist`; refused where a real\n"
-                    "PopTorch is installed. remove: delete that file. status: say which is on.",
+                    "ipusim's PopTorch shim as `poptorch`, `popdist` and `popart`; refused\n"
+                    "where a real PopTorch is installed. remove: delete that file. status: say\n"
+                    "which is on.",
         epilog="example: .venv/bin/ipusim alias install && .venv/bin/python -m pytest tests/",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     alias.add_argument("action", choices=("install", "remove", "status"))

@@ -24,6 +24,18 @@ class OutputMode(enum.IntEnum):
     Default = 4
 
 
+class MatMulSerializationMode(enum.Enum):
+    """Which dimension ``serializedMatMul`` splits, for ``lhs`` m x n times ``rhs`` n x p.
+
+    - ``InputChannels``: m; ``ReducingDim``: n; ``OutputChannels``: p;
+    - ``Disabled``: none, an ordinary multiplication.
+    """
+    InputChannels = "input_channels"
+    ReducingDim = "reducing_dim"
+    OutputChannels = "output_channels"
+    Disabled = "none"
+
+
 class SyncPattern(enum.IntEnum):
     """How IPUs are placed in the two sync groups GS1 (host I/O) and GS2.
 

@@ -34,7 +34,8 @@ from poptorch_shim._execution.batching import (
     flatten_inputs,
     split,
 )
-from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
+from poptorch_shim._execution.compute import WholeModel, left_as_it_was, promoting_mixed_floats
+from poptorch_shim._execution.containers import register_containers
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
@@ -73,10 +74,15 @@ def _optimizer_state_ratio(optimizer: torch.optim.Optimizer | None) -> float:
 
 
 class PoplarExecutor:
-    """The wrapper returned by :func:`trainingModel` and :func:`inferenceModel`."""
+    """The wrapper returned by :func:`trainingModel` and :func:`inferenceModel`.
+
+    It runs ``model``; ``user_model`` (by default ``model``) is the one its
+    ``model`` property returns and its attributes are read from.
+    """
 
     def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None,
+                 user_model: torch.nn.Module | None = None):
         options = options if options is not None else Options()
         if not isinstance(options, Options):
             raise InvalidUseError(f"Invalid type: 'options' is of type {type(options)} "
@@ -97,7 +103,8 @@ class PoplarExecutor:
         options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
-        self._user_model = model
+        self._model = model
+        self._user_model = model if user_model is None else user_model
         self._stack_needed = stack_needed(model)
         self._options = options
         self._training = training
@@ -173,6 +180,14 @@ class PoplarExecutor:
         measured (None: no loader's steps seen)."""
         return self._loader_rate
 
+    @property
+    def _executable(self) -> SimulatedDevice | None:
+        """What PopTorch keeps its compiled program in, and libraries test for
+        None to know whether a model is compiled (Lightning's IPU strategy
+        does): here the simulated device, None before compiling and after
+        ``destroy``."""
+        return self._device
+
     def isCompiled(self) -> bool:
         return self._device is not None
 
@@ -205,7 +220,8 @@ class PoplarExecutor:
         """Measure the model on one micro-batch and build the simulated device.
 
         Like PopTorch, compiling leaves the weights as they were: the
-        measurement runs on a copy of the model.
+        measurement runs on the model itself, whose gradients and buffers are
+        then restored.
         """
         if self._device is None:
             flatten_custom_types((args, kwargs))
@@ -227,11 +243,12 @@ class PoplarExecutor:
         if self._runner.strategy is None and blocks:
             # PopTorch's default strategy: a model with Blocks is pipelined,
             # each block on the IPU its ipu_id names (AutoStage.SameAsIpu).
-            self._runner = self._make_runner(self._user_model, PipelinedExecution.default())
+            self._runner = self._make_runner(self._model, PipelinedExecution.default())
             run, stages, output, _, called = self._profile(first_args, first_kwargs)
         log_compilation(self._options, run, ipusim.Work(tuple(stages)), self._runner.strategy)
         self._anchors.compiled(called, self._shape)
         flatten_custom_types(output)   # outputs of a registered type are assembled too
+        register_containers(output)    # and dict subclasses and dataclasses, as PopTorch's
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         try:
@@ -249,17 +266,18 @@ class PoplarExecutor:
 
     def _profile(self, args: tuple,
                  kwargs: dict) -> tuple[ipusim.RunConfig, list[ipusim.Stage], Any, list, list[str]]:
-        """Check the stage layout and measure one micro-batch on a copy of the
-        runner: the run configuration, the measured stages, the output, the
+        """Check the stage layout and measure one micro-batch, leaving the model as
+        it was: the run configuration, the measured stages, the output, the
         Blocks it started and the names of the module outputs it made, in order.
         Timing-only, the micro-batch is fake: shapes and dtypes, no data."""
-        probe = copy.deepcopy(self._runner)
+        probe = self._runner
         recorder, asked, called = BlockRecorder(), set(), []
         hooks = [module.register_forward_hook(
                      lambda *_, name=name: called.append(name) if name not in called else None)
                  for name, module in activation_names(probe.model)]
         try:
-            with _mode(probe.model, self._training), recording(recorder), running_on_ipu(), \
+            with left_as_it_was(probe.model), _mode(probe.model, self._training), \
+                    recording(recorder), running_on_ipu(), \
                     promoting_mixed_floats(probe.model, (args, kwargs)), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
@@ -346,8 +364,8 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         call = len(self._device.step_durations) + 1
-        with _mode(self._user_model, self._training), running_on_ipu(), \
-                promoting_mixed_floats(self._user_model, micro_batches[0]), \
+        with _mode(self._model, self._training), running_on_ipu(), \
+                promoting_mixed_floats(self._model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors, \
                 self._progress.computing(len(rows) * len(sources), call) as computed:
             for start in range(0, len(rows), shape.gradient_accumulation):
@@ -362,7 +380,7 @@ class PoplarExecutor:
                         computed()
                 if self._training:
                     if self._across_instances:
-                        reduce_gradients(self._user_model.parameters(), mean)
+                        reduce_gradients(self._model.parameters(), mean)
                     self._optimizer.step()
                     anchors.weights_updated()
         return outputs
@@ -498,15 +516,32 @@ class _mode:
                 module.training = was_training
 
 
-def trainingModel(model: torch.nn.Module, options: Options | None = None,
+def trainingModel(model: torch.nn.Module | PoplarExecutor, options: Options | None = None,
                   optimizer: torch.optim.Optimizer | None = None) -> PoplarExecutor:
-    """Wrap ``model`` for training on the simulated IPUs (SGD, lr 0.01, if no optimizer)."""
-    return PoplarExecutor(model, options, training=True, optimizer=optimizer)
+    """Wrap ``model`` (or the model of an executor) for training on the simulated
+    IPUs (SGD, lr 0.01, if no optimizer).
+
+    As PopTorch does, the executor runs a shallow copy of the model: they share
+    their submodules, parameters and buffers, so either sees the other's weights,
+    but not the model's own plain attributes (its ``training`` flag); ``.model``
+    is the user's model.
+    """
+    model = _users_model(model)
+    return PoplarExecutor(copy.copy(model), options, training=True, optimizer=optimizer,
+                          user_model=model)
 
 
-def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
-    """Wrap ``model`` for inference on the simulated IPUs."""
-    return PoplarExecutor(model, options, training=False)
+def inferenceModel(model: torch.nn.Module | PoplarExecutor,
+                   options: Options | None = None) -> PoplarExecutor:
+    """Wrap ``model`` (or the model of an executor) for inference on the simulated
+    IPUs. As PopTorch does, the executor runs, and its ``.model`` is, a shallow
+    copy of the model: the weights are shared (a training model's updates show
+    at once), the model's own plain attributes are not."""
+    return PoplarExecutor(copy.copy(_users_model(model)), options, training=False)
+
+
+def _users_model(model: torch.nn.Module | PoplarExecutor) -> torch.nn.Module:
+    return model._user_model if isinstance(model, PoplarExecutor) else model
 
 
 # Python frames one level of a module tree takes when it is copied, or called

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import torch
 
 from poptorch_shim._optim.base import (
-    PopTorchOptimizer,
+    Optimizer,
     VariableAttributes,
     adam_direction,
     check_accum_type,
@@ -43,15 +43,15 @@ from poptorch_shim._optim.state import (
     optimizer_state_bytes,
 )
 
-__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "VariableAttributes",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "LAMB", "VariableAttributes",
            "optimizer_state_bytes", "accumulator_bytes", "check_ipu_optimizer"]
 
 # The re-exported classes name this module as their home, as before they moved out, so
 # reprs and pickles (optimizer checkpoints) keep the public path ``poptorch_shim.optim``.
-LAMB.__module__ = VariableAttributes.__module__ = __name__
+LAMB.__module__ = VariableAttributes.__module__ = Optimizer.__module__ = __name__
 
 
-class SGD(PopTorchOptimizer, torch.optim.SGD):
+class SGD(Optimizer, torch.optim.SGD):
     """Stochastic gradient descent with optional momentum, as
     ``torch.optim.SGD``, plus loss and velocity scaling.
 
@@ -98,7 +98,7 @@ class SGD(PopTorchOptimizer, torch.optim.SGD):
         self._finish_init(explicit, loss_scaling)
 
 
-class Adam(PopTorchOptimizer, torch.optim.Adam):
+class Adam(Optimizer, torch.optim.Adam):
     """Adam with L2 weight decay, as ``torch.optim.Adam``, plus loss scaling,
     FP16/FP32 accumulator types and global gradient clipping
     (``max_grad_norm``). AMSGrad is not supported."""
@@ -125,7 +125,7 @@ class Adam(PopTorchOptimizer, torch.optim.Adam):
         self._finish_init(explicit, loss_scaling)
 
 
-class AdamW(PopTorchOptimizer, torch.optim.AdamW):
+class AdamW(Optimizer, torch.optim.AdamW):
     """Adam with decoupled weight decay, as ``torch.optim.AdamW`` (default
     ``weight_decay`` 1e-2), plus loss scaling, accumulator types, gradient
     clipping and ``bias_correction=False`` (PopART's AdamNoBias: the moments
@@ -169,7 +169,7 @@ class AdamW(PopTorchOptimizer, torch.optim.AdamW):
                 p.add_(direction, alpha=-group["lr"])
 
 
-class RMSprop(PopTorchOptimizer, torch.optim.RMSprop):
+class RMSprop(Optimizer, torch.optim.RMSprop):
     """RMSprop, as ``torch.optim.RMSprop``, plus loss scaling and accumulator
     types: ``first_order_momentum_accum_type`` is the squared-gradient average,
     ``second_order_momentum_accum_type`` the centred gradient average (PopART's

@@ -1,8 +1,8 @@
 """A pytest plugin that runs a project's own PopTorch tests on the simulator.
 
 ``pytest -p poptorch_shim.testing`` (or ``pytest_plugins =
-["poptorch_shim.testing"]`` in a conftest) makes ``import poptorch`` and
-``import popdist`` the shim's for the whole test session: in the test
+["poptorch_shim.testing"]`` in a conftest) makes ``import poptorch``,
+``import popdist`` and ``import popart`` the shim's for the whole test session: in the test
 modules, in the modules they import, and in every process started from it
 (the asynchronous loader's worker, torch's DataLoader workers, subprocesses),
 through ``sys.path`` and ``PYTHONPATH``. It is opt-in: the shim registers no

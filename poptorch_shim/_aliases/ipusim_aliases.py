@@ -1,7 +1,8 @@
-"""Where ``import poptorch`` (and ``import popdist``) resolve to the shim.
+"""Where ``import poptorch`` (and ``import popdist``, ``import popart``) resolve
+to the shim.
 
-This folder holds two alias packages, ``poptorch/`` and ``popdist/``; putting
-the folder on ``sys.path`` makes those names the shim's. This module
+This folder holds three alias packages, ``poptorch/``, ``popdist/`` and
+``popart/``; putting the folder on ``sys.path`` makes those names the shim's. This module
 (``poptorch_shim._aliases.ipusim_aliases``; the folder is no regular package,
 so that walking the shim's packages never imports the aliases) is what the
 rest of the shim uses to do that, and to carry it into the processes the
@@ -32,7 +33,7 @@ from pathlib import Path
 
 ALIASES = Path(__file__).resolve().parent  # the folder that goes on sys.path
 #: The names the folder makes the shim's.
-NAMES = ("poptorch", "popdist")
+NAMES = ("poptorch", "popdist", "popart")
 #: The file ``ipusim alias install`` writes into site-packages.
 PTH_NAME = "ipusim-poptorch-alias.pth"
 _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
@@ -40,7 +41,7 @@ _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
 
 
 def install() -> None:
-    """Make ``poptorch`` and ``popdist`` importable here and in any process
+    """Make ``poptorch``, ``popdist`` and ``popart`` importable here and in any process
     started from here."""
     path = str(ALIASES)
     if path not in sys.path:
@@ -77,7 +78,7 @@ def for_child() -> _InstallInChild | None:
 
 
 def real_install(site_dir: str | os.PathLike | None = None) -> str | None:
-    """Where a real ``poptorch`` or ``popdist`` is installed: in ``site_dir``,
+    """Where a real ``poptorch``, ``popdist`` or ``popart`` is installed: in ``site_dir``,
     or importable by this interpreter outside the shim's alias folder; None
     if there is none."""
     site = Path(site_dir) if site_dir is not None else None

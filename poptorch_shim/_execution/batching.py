@@ -11,6 +11,7 @@ and which outputs return.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import astuple, dataclass
 from itertools import repeat
 from typing import Any
@@ -20,6 +21,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim.plan.run_config import returned_micro_batches
 from poptorch_shim._core.batching import MicroBatchCounts
+from poptorch_shim._execution.containers import register_containers
 from poptorch_shim.enums import CommGroupType, OutputMode
 
 # The output modes as ipusim's output period: every N micro-batches, or 0 for only the
@@ -88,11 +90,13 @@ class StepShape(MicroBatchCounts):
 
 def flatten(value: Any) -> tuple[list[Any], TreeSpec]:
     """``tree_flatten(value)``, without the generic walk for what models mostly
-    return: one tensor, or a tuple of tensors."""
+    return: one tensor, or a tuple of tensors; dict subclasses and dataclasses
+    are walked too, as PopTorch walks them."""
     if isinstance(value, torch.Tensor):
         return [value], _LEAF
     if type(value) is tuple and all(map(isinstance, value, repeat(torch.Tensor))):
         return list(value), _tuple_spec(len(value))
+    register_containers(value)
     return tree_flatten(value)
 
 
@@ -116,6 +120,7 @@ def flatten_inputs(args: tuple, kwargs: dict) -> tuple[list[Any], TreeSpec]:
     values = (*args, *kwargs.values())
     if all(map(isinstance, values, repeat(torch.Tensor))):
         return list(values), _arguments_spec(len(args), tuple(kwargs))
+    register_containers((args, kwargs))
     return tree_flatten((args, kwargs))
 
 
@@ -125,23 +130,20 @@ def _arguments_spec(positional: int, keywords: tuple[str, ...]) -> TreeSpec:
 
 
 def batch_size_of(inputs: tuple[tuple, dict]) -> int:
-    """The first dimension shared by the tensors of ``(args, kwargs)`` (0-d tensors are
-    ignored); where they disagree (a call of one micro-batch may), the first tensor's."""
-    return _batch_size(flatten_inputs(*inputs)[0], strict=False)
+    """The samples of a micro-batch: the first dimension most of the tensors of
+    ``(args, kwargs)`` share (0-d tensors are ignored), the larger on a tie. An
+    input narrowed by its own size may have fewer rows than the batch (a step
+    counter, Lightning's ``batch_idx``); the batch is what most inputs carry."""
+    sizes = Counter(_first_dimensions(flatten_inputs(*inputs)[0]))
+    return max(sizes, key=lambda size: (sizes[size], size))
 
 
-def _batch_size(leaves: list[Any], strict: bool = True) -> int:
+def _first_dimensions(leaves: list[Any]) -> list[int]:
     sizes = [leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
     if not sizes:
         raise ValueError(
             "The model's inputs must include at least one tensor with a batch dimension")
-    if strict and len(set(sizes)) > 1:
-        raise ValueError(
-            f"The model's inputs disagree on the batch dimension: sizes {sorted(set(sizes))}; "
-            "PopTorch splits each input along its first dimension into deviceIterations x "
-            "replicationFactor x gradientAccumulation micro-batches, so they must agree "
-            "unless all three are 1")
-    return sizes[0]
+    return sizes
 
 
 def _check_not_empty(batch: int, shape: StepShape) -> None:
@@ -150,35 +152,43 @@ def _check_not_empty(batch: int, shape: StepShape) -> None:
                          f"needs at least {shape.micro_batches} samples, one per micro-batch.")
 
 
-def _micro_batch_size(leaves: list[Any], shape: StepShape) -> int:
-    """The micro-batch size of a call, checking the batch divides as PopTorch requires."""
-    batch = _batch_size(leaves)
+def _rows_per_micro_batch(leaf: torch.Tensor, shape: StepShape) -> int:
+    """How many rows of ``leaf`` one micro-batch takes, checking its first
+    dimension divides as PopTorch requires of each input."""
+    batch = leaf.shape[0]
     _check_not_empty(batch, shape)
     if batch % shape.micro_batches:
         grouping = (f" / inputReplicaGrouping size ({shape.input_group_size})"
                     if shape.input_group_size > 1 else "")
         raise ValueError(
-            f"Invalid batch size: the batch dimension of the inputs ({batch}) must be a multiple "
-            f"of deviceIterations ({shape.device_iterations}) * replicationFactor "
-            f"({shape.replicas}){grouping} * gradientAccumulation "
-            f"({shape.gradient_accumulation}) = {shape.micro_batches}. Use poptorch.DataLoader, "
-            "which sizes its batches to match the options, or change the batch size.")
+            f"Invalid batch size: the batch dimension ({batch}) of the input of shape "
+            f"{tuple(leaf.shape)} must be a multiple of deviceIterations "
+            f"({shape.device_iterations}) * replicationFactor ({shape.replicas}){grouping} * "
+            f"gradientAccumulation ({shape.gradient_accumulation}) = {shape.micro_batches}: "
+            "each input is split along its first dimension into that many micro-batches. Use "
+            "poptorch.DataLoader, which sizes its batches to match the options, or change the "
+            "batch size.")
     return batch // shape.micro_batches
 
 
 def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dict]]:
-    """The call's ``(args, kwargs)`` as the micro-batches' ``(args, kwargs)``, in stream order."""
+    """The call's ``(args, kwargs)`` as the micro-batches' ``(args, kwargs)``, in
+    stream order. As PopTorch narrows them, each input is split by its own first
+    dimension: a batch of 8 rows and an index of 4 rows make micro-batches of 2
+    rows and 1 index for 4 micro-batches."""
     args, kwargs = inputs
     leaves, spec = flatten_inputs(args, kwargs)
     if shape.micro_batches == 1:
         # One micro-batch: PopTorch passes the inputs as they are, whatever their
         # first dimensions (but never an empty batch).
-        _check_not_empty(_batch_size(leaves, strict=False), shape)
+        _check_not_empty(batch_size_of(inputs), shape)
         return [(args, kwargs)]
-    size = _micro_batch_size(leaves, shape)
-    batched = [isinstance(leaf, torch.Tensor) and leaf.dim() > 0 for leaf in leaves]
-    cuts = [[leaf[start:start + size] if cut else leaf for leaf, cut in zip(leaves, batched)]
-            for start in range(0, shape.micro_batches * size, size)]
+    rows = [_rows_per_micro_batch(leaf, shape)
+            if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 else 0 for leaf in leaves]
+    if not any(rows):
+        _first_dimensions(leaves)  # raises: no input has a batch dimension
+    cuts = [[leaf[i * size:(i + 1) * size] if size else leaf for leaf, size in zip(leaves, rows)]
+            for i in range(shape.micro_batches)]
     if spec is not _arguments_spec(len(args), tuple(kwargs)):
         return [tree_unflatten(cut, spec) for cut in cuts]
     positional = len(args)  # every argument a tensor: no tree to rebuild

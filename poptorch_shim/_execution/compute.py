@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
@@ -83,6 +84,36 @@ def promoting_mixed_floats(model: torch.nn.Module, inputs: Any) -> Iterator[None
     tensors = list(model.parameters()) + list(model.buffers()) + tree_flatten(inputs)[0]
     with _MixedFloats() if torch.float16 in _floats(tensors) else nullcontext():
         yield
+
+
+@contextmanager
+def left_as_it_was(model: torch.nn.Module) -> Iterator[None]:
+    """Run the block on ``model`` itself, then give it back its gradients and
+    buffers (updated in place or replaced) as they were, so that measuring a
+    micro-batch changes nothing the user can see, as PopTorch's compile does.
+
+    The model is not copied: a copy would reach whatever the user's modules
+    hold (a library's executor, a trainer an object's ``__getstate__`` drops),
+    and a deep copy under a fake mode fails on real buffers. The real tensors
+    are saved and restored outside any fake mode, so a timing-only
+    measurement leaves no fake gradient behind.
+    """
+    with unset_fake_temporarily():
+        grads = [(p, p.grad) for p in model.parameters()]
+        buffers = [(module, name, buffer, buffer.detach().clone())
+                   for module in model.modules()
+                   for name, buffer in module._buffers.items() if buffer is not None]
+    for parameter, _ in grads:
+        parameter.grad = None
+    try:
+        yield
+    finally:
+        with unset_fake_temporarily(), torch.no_grad():
+            for parameter, grad in grads:
+                parameter.grad = grad
+            for module, name, buffer, saved in buffers:
+                module._buffers[name] = buffer
+                buffer.copy_(saved)
 
 
 class WholeModel:

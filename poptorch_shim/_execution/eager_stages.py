@@ -10,7 +10,6 @@ used by a later block than the one that made it to the boundaries between.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Stage
-from poptorch_shim._execution.compute import WholeModel
+from poptorch_shim._execution.compute import WholeModel, left_as_it_was
 from poptorch_shim._execution.cost_probe import SavedActivations, TrafficCounter, tensor_bytes
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording, require_active_block
@@ -126,11 +125,12 @@ class EagerStages(WholeModel):
     def __init__(self, model: torch.nn.Module, strategy: ExecutionStrategy, args: tuple,
                  kwargs: dict):
         super().__init__(model)
-        # Find the blocks with a forward pass on a copy, leaving the model and
-        # the random generator as they were.
+        # Find the blocks with a forward pass, leaving the model and the random
+        # generator as they were.
         recorder, attribution = BlockRecorder(), _Attribution()
-        with torch.random.fork_rng(), torch.no_grad(), recording(recorder), attribution:
-            copy.deepcopy(model)(*args, **kwargs)
+        with left_as_it_was(model), torch.random.fork_rng(), torch.no_grad(), \
+                recording(recorder), attribution:
+            model(*args, **kwargs)
         # work before the first block belongs to the first block
         self._first = next((b for b in attribution.computing if b is not None), None)
         self.layout = strategy.place(recorder.ipus, {self._first if b is None else b

@@ -18,7 +18,6 @@ at once and exchange tensors both ways, which no order of stage graphs can).
 """
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 import warnings
@@ -32,6 +31,7 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost, Stage
+from poptorch_shim._execution.batching import flatten
 from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
@@ -99,7 +99,7 @@ class _FlatCall(torch.nn.Module):
         tensors = iter(flat)
         leaves = [next(tensors) if leaf is _TENSOR else leaf for leaf in self._leaves]
         args, kwargs = tree_unflatten(leaves, self._spec)
-        out_leaves, self.out_spec = tree_flatten(self.model(*args, **kwargs))
+        out_leaves, self.out_spec = flatten(self.model(*args, **kwargs))
         return tuple(out_leaves)
 
 
@@ -299,10 +299,6 @@ class StagedModel:
         self.strategy = strategy
         self.loss_finder = LossFinder()
         self._plans: dict[Any, _GraphPlan | EagerStages] = {}
-
-    def __deepcopy__(self, memo: dict) -> StagedModel:
-        # The split graphs refer to the model's modules: trace the copy afresh.
-        return StagedModel(copy.deepcopy(self.model, memo), copy.deepcopy(self.strategy, memo))
 
     def _plan(self, args: tuple, kwargs: dict) -> tuple[_GraphPlan | EagerStages, list]:
         leaves, spec = tree_flatten((args, kwargs))

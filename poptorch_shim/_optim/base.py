@@ -1,6 +1,6 @@
 """Machinery shared by every ``poptorch.optim`` optimizer: the checks and
 defaults for PopTorch's extra constructor arguments, ``VariableAttributes``, the
-``PopTorchOptimizer`` mixin and the Adam update direction, so that
+``Optimizer`` base class and the Adam update direction, so that
 :mod:`poptorch_shim.optim` and :mod:`poptorch_shim._optim.lamb` hold only their update rules.
 """
 import inspect
@@ -128,10 +128,12 @@ def _unhooked(step: Callable) -> Callable:
     return step.__wrapped__ if getattr(step, "hooked", False) else step
 
 
-class PopTorchOptimizer:
-    """What every PopTorch optimizer adds to its torch base: loss scaling,
-    ``variable_attrs``, global gradient clipping, FP16 state rounding, and
-    pickling of the attributes torch's ``__getstate__`` would drop."""
+class Optimizer:
+    """PopTorch's optimizer base class (``poptorch.optim.Optimizer``, which
+    libraries test optimizers against): what every PopTorch optimizer adds to
+    its torch base: loss scaling, ``variable_attrs``, global gradient clipping,
+    FP16 state rounding, and pickling of the attributes torch's
+    ``__getstate__`` would drop."""
     _torch_base: type = torch.optim.Optimizer
     _global_attrs: tuple[str, ...] = ()
 

@@ -1,14 +1,15 @@
 """``LAMB``, PopTorch's layer-wise adaptive optimizer, written out in full
 because torch has no LAMB to subclass; re-exported by :mod:`poptorch_shim.optim`.
 """
+import math
+import numbers
 from collections.abc import Iterable
 
 import torch
 
 from poptorch_shim._optim.base import (
-    PopTorchOptimizer,
+    Optimizer,
     adam_direction,
-    check_positive,
     explicit_arguments,
     set_accum_types,
 )
@@ -17,7 +18,16 @@ from poptorch_shim._optim.state import AdamMoments
 _FP16_MAX = 65500.0  # PopTorch's default max_weight_norm for LAMB.
 
 
-class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
+def check_max_weight_norm(name: str, value: object) -> None:
+    """LAMB's cap on the weight norm: 0 or more (PopTorch 3.3 accepts 0.0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            math.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be a number of 0 or more, got {value!r}. It caps the "
+                         "weight norm in LAMB's trust ratio: pass a positive value, math.inf "
+                         "for no cap, or 0.0 for a trust ratio of 1.")
+
+
+class LAMB(Optimizer, AdamMoments, torch.optim.Optimizer):
     """Layer-wise Adaptive Moments (You et al. 2019, "Large Batch Optimization
     for Deep Learning: Training BERT in 76 minutes").
 
@@ -26,7 +36,9 @@ class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
     and the step ``w -= lr * phi(||w||) / ||u|| * u`` with
     ``phi(z) = min(z, max_weight_norm)``; the trust ratio is 1 when either norm
     is zero. ``max_weight_norm`` defaults to PopTorch's 65500 (pass
-    ``math.inf`` to disable the clamp) and can be set per parameter group.
+    ``math.inf`` to disable the clamp) and can be set per parameter group; 0.0
+    makes the weight norm 0, so the trust ratio 1: Adam's update with weight
+    decay, which optimum-graphcore's trainer gives its bias and norm weights.
     """
     _global_attrs = ("bias_correction", "accum_type", "first_order_momentum_accum_type",
                      "second_order_momentum_accum_type")
@@ -49,9 +61,7 @@ class LAMB(PopTorchOptimizer, AdamMoments, torch.optim.Optimizer):
                         else max_weight_norm)
         torch.optim.Optimizer.__init__(self, params, defaults)
         for i, group in enumerate(self.param_groups):
-            check_positive(f"max_weight_norm (group {i})", group["max_weight_norm"],
-                           "It caps the weight norm in LAMB's trust ratio; pass a positive "
-                           "value, or math.inf for no cap.")
+            check_max_weight_norm(f"max_weight_norm (group {i})", group["max_weight_norm"])
         self.bias_correction = True if bias_correction is None else bool(bias_correction)
         set_accum_types(self, accum_type, first_order_momentum_accum_type,
                         second_order_momentum_accum_type)

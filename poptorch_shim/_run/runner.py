@@ -1,7 +1,7 @@
 """Run an unmodified PopTorch script on the simulator.
 
 ``python -m poptorch_shim SCRIPT.py [ARGS]`` makes ``import poptorch`` (and
-``import popdist``) resolve to this package, runs the script as
+``import popdist``, ``import popart``) resolve to this package, runs the script as
 ``__main__`` and, when it ends, writes the profiling reports its models
 asked for.
 """

@@ -12,10 +12,15 @@ A results file holds the rows of one sweep spec (each row names it in its
 holds an exclusive lock (``fcntl.flock`` on ``RESULTS.lock`` beside the
 results) from opening the store to closing it, so two runs of the same spec
 take turns: the second resumes from what the first recorded.
+
+Parquet needs pyarrow, which fails to import beside a numpy older than the
+one it was built for (libraries over PopTorch pin numpy 1.23): a ``.parquet``
+results file then becomes the ``.csv`` file beside it, said on stderr.
 """
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import sys
@@ -25,6 +30,24 @@ from pathlib import Path
 import pandas as pd
 
 FORMATS = (".parquet", ".csv")
+
+
+@functools.cache
+def _parquet_unavailable() -> str | None:
+    """Why pandas cannot read or write Parquet here (pyarrow failed to import), or None."""
+    try:
+        import pyarrow  # noqa: F401
+    except Exception as error:  # an ImportError, or a numpy too old for its build
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def results_path(path: str | Path) -> Path:
+    """Where the results of ``path`` are kept: ``path``, or for a ``.parquet``
+    file where pyarrow cannot be imported, the ``.csv`` file beside it."""
+    path = Path(path)
+    return path.with_suffix(".csv") if path.suffix == ".parquet" and \
+        _parquet_unavailable() is not None else path
 
 
 class ResultsStore:
@@ -38,6 +61,11 @@ class ResultsStore:
         self.path = Path(path)
         if self.path.suffix not in FORMATS:
             raise ValueError(f"results file {self.path}: expected a .parquet or .csv file")
+        if results_path(self.path) != self.path:
+            print(f"ipusim sweep: Parquet needs pyarrow, which cannot be imported here "
+                  f"({_parquet_unavailable()}): the results go to {results_path(path)} "
+                  f"instead of {self.path}", file=sys.stderr)
+            self.path = results_path(path)
         if self.path.is_dir():
             raise ValueError(f"results file {self.path}: is a folder")
         self.spec = spec
@@ -217,8 +245,9 @@ def _read_table(path: Path) -> pd.DataFrame:
 
 
 def read(path: str | Path) -> pd.DataFrame:
-    """A results file (Parquet or CSV) as a table."""
-    return normalised(_read_table(Path(path)))
+    """A results file (Parquet or CSV) as a table; a ``.parquet`` one where
+    pyarrow cannot be imported, from the ``.csv`` file beside it."""
+    return normalised(_read_table(results_path(path)))
 
 
 def _plain(value):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import poptorch_shim
 from poptorch_shim._optim.state import state_slots
 from poptorch_shim.optim import (
     LAMB,
@@ -120,7 +121,7 @@ def lamb_reference(w, grads, lr, betas, eps, wd, bias_correction, max_weight_nor
 
 
 @pytest.mark.parametrize("bias_correction", [True, False])
-@pytest.mark.parametrize("max_weight_norm", [None, 0.5])
+@pytest.mark.parametrize("max_weight_norm", [None, 0.5, 0.0])  # 0.0: trust ratio 1
 @pytest.mark.parametrize("steps", [1, 3])
 def test_lamb_matches_reference(bias_correction, max_weight_norm, steps):
     torch.manual_seed(3)
@@ -170,6 +171,15 @@ def test_lamb_max_weight_norm_per_group():
     a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
     opt = LAMB([{"params": [a]}, {"params": [b], "max_weight_norm": 1.0}])
     assert [g["max_weight_norm"] for g in opt.param_groups] == [65500.0, 1.0]
+
+
+def test_every_poptorch_optimizer_is_a_poptorch_optim_optimizer():
+    """Libraries tell PopTorch's optimizers from torch's by PopTorch's base class."""
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    for cls in (SGD, Adam, AdamW, RMSprop, LAMB):
+        assert isinstance(cls(params, lr=0.1), poptorch_shim.optim.Optimizer)
+    assert not isinstance(torch.optim.SGD(params, lr=0.1), poptorch_shim.optim.Optimizer)
+    assert poptorch_shim.optim.Optimizer.__module__ == "poptorch_shim.optim"
 
 
 def test_adamw_without_bias_correction():

@@ -127,7 +127,7 @@ def test_alias_install_and_remove_a_pth_file(tmp_path, capsys):
     assert "no alias was installed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("real", ["poptorch", "poptorch-3.3.0.dist-info", "popdist"])
+@pytest.mark.parametrize("real", ["poptorch", "poptorch-3.3.0.dist-info", "popdist", "popart"])
 def test_alias_install_refuses_to_hide_a_real_poptorch(tmp_path, capsys, real):
     (tmp_path / real).mkdir()
     assert alias("install", "--site-packages", str(tmp_path)) == 1
@@ -158,7 +158,8 @@ def test_alias_refuses_an_empty_site_packages(capsys):
 def test_an_installed_alias_makes_poptorch_the_shim_in_every_interpreter(tmp_path):
     assert alias("install", "--site-packages", str(tmp_path)) == 0
     code = ("import site, sys; site.addsitedir(sys.argv[1]); import poptorch, poptorch_shim; "
-            "import popdist.poptorch; assert poptorch is poptorch_shim; print('shim')")
+            "import popdist.poptorch, popart; assert poptorch is poptorch_shim; "
+            "assert popart is poptorch_shim.popart; print('shim')")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
                             capture_output=True, text=True, timeout=120)

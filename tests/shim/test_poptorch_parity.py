@@ -255,16 +255,42 @@ def test_identity_loss_is_the_loss_of_a_model_split_at_blocks():
     assert not torch.equal(before, model.b.weight)
 
 
-def test_one_micro_batch_takes_inputs_of_different_batch_sizes():
-    class Sums(nn.Module):
-        def forward(self, x, y):
-            return x.sum(0) + y.sum(0)
+class Sums(nn.Module):
+    def forward(self, x, y):
+        return x.sum(0, keepdim=True) + y.sum(0, keepdim=True)
 
+
+def test_one_micro_batch_takes_inputs_of_different_batch_sizes():
     out = poptorch.inferenceModel(Sums())(torch.ones(2, 3), torch.ones(5, 3))
-    assert torch.equal(out, torch.full((3,), 7.0))
-    with pytest.raises(ValueError, match="disagree on the batch dimension"):
+    assert torch.equal(out, torch.full((1, 3), 7.0))
+
+
+def test_each_input_is_narrowed_by_its_own_first_dimension():
+    """As PopTorch's _narrow_tensor: 2 micro-batches of 1 row of x and 2 of y."""
+    x, y = torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0], [30.0], [40.0]])
+    out = poptorch.inferenceModel(Sums(), poptorch.Options().deviceIterations(2))(x, y)
+    assert out.flatten().tolist() == [1 + 10 + 20, 2 + 30 + 40]
+    with pytest.raises(ValueError, match=r"the batch dimension \(3\) of the input of shape "
+                                         r"\(3, 1\) must be a multiple of deviceIterations "
+                                         r"\(2\) .* = 2"):
         poptorch.inferenceModel(Sums(), poptorch.Options().deviceIterations(2))(
-            torch.ones(2, 3), torch.ones(4, 3))
+            x, torch.ones(3, 1))
+
+
+class Step(nn.Module):
+    """A generation step: a step counter, then the batch (optimum-graphcore's
+    decoder takes ``t`` first), or Lightning's batch and ``batch_idx``."""
+
+    def forward(self, t, input_ids, attention_mask):
+        return input_ids * attention_mask + t.reshape(-1, 1)[:1]
+
+
+@pytest.mark.parametrize("iterations", [1, 4])
+def test_the_micro_batch_size_is_what_most_inputs_carry(iterations):
+    model = poptorch.inferenceModel(Step(), poptorch.Options().deviceIterations(iterations))
+    ids = torch.ones(2 * iterations, 5, dtype=torch.long)
+    out = model(torch.full((iterations,), 3), ids, ids)
+    assert out.shape == (2 * iterations, 5) and model.device.work.micro_batch_size == 2
 
 
 def test_float16_and_float32_operands_run_in_float32():

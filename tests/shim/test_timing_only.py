@@ -483,3 +483,51 @@ def test_pooling_norms_and_softmax_are_recorded_as_popnn_runs_them():
     back = [k.kind for k, _ in backward.cost.kernels]
     assert {KernelKind.POOL_GRAD, KernelKind.NORMALISE_GRAD, KernelKind.SOFTMAX_GRAD} <= set(back)
     assert back.index(KernelKind.DATA) < back.index(KernelKind.POOL_GRAD)
+
+
+class Untraceable(nn.Module):
+    """What stops torch.fx in Hugging Face's models without needing any data (a
+    loop over a shape), with real buffers updated in place (BatchNorm's
+    statistics, a step counter) and a weight shared by two blocks' modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.second.weight = self.first.weight
+        self.norm = nn.BatchNorm1d(8)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x, y):
+        with Block("A", ipu_id=0):
+            self.steps.add_(1)
+            for _ in range(x.shape[1] // 8):  # a Proxy is no int: torch.fx gives up
+                x = torch.relu(self.norm(self.first(x)))
+        with Block("B", ipu_id=1):
+            out = self.second(x)
+            return out, nn.functional.mse_loss(out, y)
+
+
+def test_timing_only_measures_a_model_torch_fx_cannot_trace():
+    import warnings
+
+    def train(timing_only: bool):
+        torch.manual_seed(0)
+        model, opts = Untraceable(), poptorch.Options()
+        opts.Training.gradientAccumulation(4)
+        opts.Simulation.timingOnly(timing_only)
+        before = copy.deepcopy(model.state_dict())
+        training = poptorch.trainingModel(model, opts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the eager fallback says so
+            training(torch.randn(4 * 2, 8), torch.randn(4 * 2, 8))
+        return training, model, before
+
+    full, trained, _ = train(False)
+    fake, untouched, before = train(True)
+    pd.testing.assert_frame_equal(fake.timeline.events, full.timeline.events)
+    assert [s.weight_bytes for s in fake.device.work.stages] == [(64 + 8) * 4 + 16 * 4, 8 * 4]
+    for key, value in untouched.state_dict().items():  # nothing computed, nothing changed
+        assert torch.equal(value, before[key]), key
+    assert all(p.grad is None for p in untouched.parameters())
+    assert int(trained.steps) == 4  # one in-place update per micro-batch, none for measuring
+    assert untouched.second.weight is untouched.first.weight

@@ -21,6 +21,7 @@ from ipusim.cli import build_parser
 from poptorch_shim.commands import add_commands
 from poptorch_shim.commands import main as ipusim_main
 from poptorch_shim.sweep import InProcess, ModelSource, SweepSpec, sweep
+from poptorch_shim.sweep import store as store_module
 from poptorch_shim.sweep.run import ERROR_AGAIN, MODEL_CODE_CHANGED, MODEL_WORK_CHANGED
 from poptorch_shim.sweep.spec import ModelError, from_dict
 from poptorch_shim.sweep.store import ResultsStore
@@ -454,3 +455,16 @@ def test_a_ray_the_sweep_started_dies_with_it(tmp_path, signum):
     assert _until(lambda: not any(_alive(pid) for pid in started), 60), \
         [Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ")
          for pid in started if _alive(pid)]
+
+
+def test_without_pyarrow_parquet_results_go_to_the_csv_beside_them(tmp_path, monkeypatch,
+                                                                     capsys):
+    """pyarrow fails to import beside an older numpy (as libraries over PopTorch pin it)."""
+    monkeypatch.setattr(store_module, "_parquet_unavailable",
+                        lambda: "ImportError: numpy.core.multiarray failed to import")
+    store = ResultsStore(tmp_path / "bert.parquet", "A")
+    store.add({"point": 0, "point_id": "1234567890123456", "work": "12e45", "error": None})
+    store.close()
+    assert store.path == tmp_path / "bert.csv" and not (tmp_path / "bert.parquet").exists()
+    assert "the results go to " in capsys.readouterr().err
+    assert list(store_module.read(tmp_path / "bert.parquet")["work"]) == ["12e45"]
