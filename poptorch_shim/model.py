@@ -92,8 +92,6 @@ class PoplarExecutor:
         options._freeze()
         # The options as given: DataLoaders built with them are found by identity.
         self._given_options = options
-        # What the DataLoader whose steps it received measured (None: none seen yet).
-        self._loader_rate: float | None = None
         options = _own_copy(options, training)
         # Training across poprun instances: all-reduce gradients, align clocks.
         self._across_instances = training and join_instances(options.Distributed)
@@ -167,10 +165,10 @@ class PoplarExecutor:
                              f"attribute {name!r}.{hint}", name=None) from None
 
     @property
-    def fed_loader_rate(self) -> float | None:
-        """Items per second the ``poptorch.DataLoader`` whose steps this model received
-        delivered, as last measured (None: no loader's steps seen)."""
-        return self._loader_rate
+    def given_options(self) -> Options:
+        """The options the script passed (the model runs on its own copy): the
+        DataLoaders built with them are found by them."""
+        return self._given_options
 
     def isCompiled(self) -> bool:
         return self._device is not None
@@ -283,12 +281,12 @@ class PoplarExecutor:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
         flatten_custom_types((args, kwargs))
         fed_by = loader_feed.feeder((args, kwargs))
-        if fed_by is not None:  # the loader may be gone by the report: keep its rate
-            self._loader_rate = fed_by.measured_items_per_s or self._loader_rate
         micro_batches = split((args, kwargs), self._shape)
         if self._device is None:
             self._compile(micro_batches[0])
             self._attached = True
+        if fed_by is not None:  # the loader may be gone by the report: keep its rate
+            self._device.fed_by(fed_by.measured_items_per_s)
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:

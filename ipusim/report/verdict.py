@@ -30,6 +30,9 @@ class Verdict(Bottleneck):
     advice: tuple[str, ...]
     what_if: tuple[dict, ...] = ()   # each change tried, fastest first (see what_if_entry)
     left_out: tuple[dict, ...] = ()  # {"change", "reason"} of the changes the run cannot make
+    # How far the run is over the IPUs' memory, in words, where it does not fit (simulated
+    # anyway, as debug.allowOutOfMemory asks): what every headline says first.
+    does_not_fit: str | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (advice, what-ifs and changes left out as lists)."""
@@ -56,9 +59,9 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
     diagnosis = diagnose(timeline, loader_items_per_s)
     found = diagnosis.figures
     headline, advice = _ADVICE[found.kind](timeline, found, names)
-    headline = " ".join(part for part in (excess(timeline.memory_per_ipu()), headline,
-                                          _proof(diagnosis)) if part)
-    return Verdict(**asdict(found), headline=headline,
+    over = excess(timeline.memory_per_ipu())
+    headline = " ".join(part for part in (over, headline, _proof(diagnosis)) if part)
+    return Verdict(**asdict(found), headline=headline, does_not_fit=over,
                    advice=tuple(advice),
                    what_if=tuple(what_if_entry(w, timeline, names)
                                  for w in diagnosis.what_ifs.tried),

@@ -62,6 +62,15 @@ class SimulatedDevice:
         # and end: how a tracepoint's host time maps onto this model's timeline.
         self.host_calls: list[tuple[int, int, int, int]] = []
         self._verdict: tuple[tuple, Verdict] | None = None
+        # What the DataLoader whose steps the model received measured (None: none seen),
+        # kept here so that the model's figures outlive the script's hold on it.
+        self.fed_loader_rate: float | None = None
+
+    def fed_by(self, items_per_s: float | None) -> None:
+        """A call received a DataLoader's step; ``items_per_s``: its rate as last
+        measured (None until it has one: the rate measured before stays)."""
+        if items_per_s is not None:
+            self.fed_loader_rate = items_per_s
 
     def step(self, host_start_ns: int) -> int:
         """Advance the simulation by one call, which began at ``host_start_ns`` on the

@@ -47,7 +47,7 @@ class _Figures:
     name: str
     device: object | None  # the SimulatedDevice, until its figures are taken
     directory: Path | None
-    executor: weakref.ref
+    given_options: Options  # the script's own: the DataLoaders built with them know them
     line: str | None = None
 
 
@@ -142,7 +142,7 @@ def register(executor) -> None:
     if collecting:
         name = model_name(executor.options, executor.training)
         _compiled.append(_Figures(name, executor.device, report_directory(executor),
-                                  weakref.ref(executor)))
+                                  executor.given_options))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -155,14 +155,18 @@ def keep_figures(executor) -> None:
 
 
 def _figures_line(entry: _Figures) -> str | None:
+    """The exit line of a model: its verdict (the one its report shows, a model that
+    does not fit saying so first), throughput and latency, and where its report is."""
     device = entry.device
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
-    executor = entry.executor()
-    verdict = device.verdict(loader_rate(executor) if executor is not None else None)
+    verdict = model_verdict(device, entry.given_options)
     where = f"; report {entry.directory}" if entry.directory is not None else ""
-    return (f"  {entry.name}: {timeline.throughput():,.0f} items/s, latency "
+    fit = f"{verdict.does_not_fit} Simulated as if it fitted: " if verdict.does_not_fit else ""
+    loader = (f" (its data loader {verdict.loader_items_per_s:,.0f} items/s)"
+              if verdict.kind == "data_loader" else "")
+    return (f"  {entry.name}: {fit}{timeline.throughput():,.0f} items/s{loader}, latency "
             f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
             f"{verdict.kind}{_gain(verdict)}{where}")
 
@@ -175,18 +179,23 @@ def _gain(verdict) -> str:
     return f" ({proof['change']}: {proof['speedup']:.2f}x)"
 
 
-def loader_rate(executor) -> float | None:
-    """The data loader's rate for ``executor``'s verdict: the one the script gave
+def loader_rate(device, given_options: Options) -> float | None:
+    """The data loader's rate for a model's verdict: the one the script gave
     (``Options.Simulation.loaderRate``), else the one measured on the loader whose
-    steps the model received, else on a loader built with its options that fed no
-    other model."""
-    given = executor.options.sim_loader_rate
+    steps the model received (``device.fed_loader_rate``), else on a loader built
+    with the script's options (``given_options``) that fed no other model. It needs
+    no executor: a model the script no longer holds still has its exit line."""
+    given = given_options.sim_loader_rate
     if given:
         return given
-    if executor.fed_loader_rate is not None:
-        return executor.fed_loader_rate
-    # The model has its own copy of the options; loaders know the user's.
-    return measured_loader_rate(executor._given_options)
+    if device.fed_loader_rate is not None:
+        return device.fed_loader_rate
+    return measured_loader_rate(given_options)
+
+
+def model_verdict(device, given_options: Options):
+    """The one verdict of a model, which its exit line and every report show."""
+    return device.verdict(loader_rate(device, given_options))
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False,
@@ -225,12 +234,13 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
-    rate = loader_rate(executor)
+    device = executor.device
+    rate = loader_rate(device, executor.given_options)
     plain = user_options(options)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=rate, names=REPORT_NAMES,
-                                verdict=executor.device.verdict(rate))
+                                verdict=model_verdict(device, executor.given_options))
     finally:
         _release(directory)
     reports_written.append(done)
