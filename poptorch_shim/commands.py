@@ -27,7 +27,7 @@ from poptorch_shim._core.run_settings import (
     RunSettings,
 )
 from poptorch_shim._run import profiling
-from poptorch_shim._run.runner import install_aliases, run_script
+from poptorch_shim._run.runner import install_aliases, print_script_error, run_script
 
 __all__ = ["RunSettings", "add_commands", "install_aliases", "main", "run_script"]
 
@@ -223,7 +223,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         _check_writable(Path(settings.report_dir))
     started = time.time()
-    status = run_script(args.script, args.script_args, settings)
+    try:
+        status = run_script(args.script, args.script_args, settings)
+    except Exception as error:  # noqa: BLE001 - the script's own error, shown as python would
+        print_script_error(error, args.script)
+        return 1
     if args.report:
         # What this run wrote (its own reports, else its poprun instances'), never what an
         # earlier or a concurrent run left there.

@@ -44,6 +44,7 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
+from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._run import profiling
 from poptorch_shim.anchors import Anchors, activation_names
@@ -207,7 +208,10 @@ class PoplarExecutor:
         if self._device is None:
             flatten_custom_types((args, kwargs))
             with recursion_room(self._stack_needed):
-                self._compile(split((args, kwargs), self._shape)[0])
+                try:
+                    self._compile(split((args, kwargs), self._shape)[0])
+                except SIMULATOR_ERRORS as error:
+                    raise poptorch_error(error) from None
         else:
             logger.warning("Call to compile() ignored: the executable is already compiled")
 
@@ -272,7 +276,10 @@ class PoplarExecutor:
 
     def __call__(self, *args, **kwargs) -> Any:
         with simulated_clock.model_call() as call, recursion_room(self._stack_needed):
-            return self._call(call, args, kwargs)
+            try:
+                return self._call(call, args, kwargs)
+            except SIMULATOR_ERRORS as error:  # PopTorch's class, raised from the call
+                raise poptorch_error(error) from None
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
         if self._options.connection_type is enums.ConnectionType.Never:

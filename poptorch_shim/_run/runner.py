@@ -7,8 +7,10 @@ asked for.
 """
 from __future__ import annotations
 
+import os
 import runpy
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -80,6 +82,18 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     return status
 
 
+def print_script_error(error: BaseException, script: str, stream=None) -> None:
+    """Print ``error``, raised from the script at ``script``, as ``python script.py``
+    prints it: the traceback from the script's own frame down, without the runner's
+    and runpy's frames above it (all of it where the script has no frame in it)."""
+    path = os.path.abspath(script)
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb or error.__traceback__,
+                              file=stream or sys.stderr)
+
+
 def _one_line(error: Exception) -> str:
     """An error as one line: an OSError as the file and what went wrong with it."""
     if isinstance(error, OSError) and error.filename and error.strerror:
@@ -140,4 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args[0]).is_file():
         print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
         return 2
-    return run_script(args[0], args[1:], settings)
+    try:
+        return run_script(args[0], args[1:], settings)
+    except Exception as error:  # noqa: BLE001 - the script's own error, shown as python would
+        print_script_error(error, args[0])
+        return 1
