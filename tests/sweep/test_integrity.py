@@ -245,7 +245,9 @@ MODEL = {"factory": "sweep_models:pipelined"}
 @pytest.mark.parametrize("data, message", [
     ({"model": {**MODEL, "args": 3}}, r"\[model\] args must be a list of strings"),
     ({"model": {**MODEL, "args": ["--a", 1]}}, r"\[model\] args must be a list of strings"),
-    ({"model": {**MODEL, "args": "--name 'a"}}, r"\[model\] args .*: cannot split it"),
+    ({"model": {**MODEL, "args": "--width 8"}},
+     r"\[model\] args must be a list of strings, one per argument \(e.g. args = "
+     r"\[\"--width\", \"8\"\]\), got the string '--width 8'"),
     ({"model": {**MODEL, "kwargs": 3}}, r"\[model\] kwargs must be a table"),
     ({"model": {"factory": 3}}, r"\[model\] factory must be a non-empty string"),
     ({"model": MODEL, "sweep": {"sample": True}}, r"\[sweep\] sample must be a positive integer"),
@@ -454,3 +456,37 @@ def test_a_ray_the_sweep_started_dies_with_it(tmp_path, signum):
     assert _until(lambda: not any(_alive(pid) for pid in started), 60), \
         [Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ")
          for pid in started if _alive(pid)]
+
+
+WIDTH_SCRIPT = """
+import argparse
+import torch, poptorch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--width", type=int, required=True)
+width = parser.parse_args().width
+model = poptorch.inferenceModel(torch.nn.Linear(width, width), poptorch.Options())
+model(torch.ones(2, width))
+print("width", width)
+"""
+
+
+@pytest.mark.parametrize("args, refused", [('"--width 8"', True), ('["--width", "8"]', False)])
+def test_a_scripts_args_are_a_list_and_a_string_is_refused_naming_the_key(tmp_path, args,
+                                                                            refused):
+    (tmp_path / "wide.py").write_text(WIDTH_SCRIPT)
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[model]\nscript = "wide.py"\nargs = {args}\n[space]\n'
+                    'deviceIterations = [1]\n')
+    run = subprocess.run([sys.executable, "-m", "ipusim", "sweep", str(spec), "--workers", "0",
+                          "--no-progress"], capture_output=True, text=True, timeout=300)
+    if refused:
+        assert run.returncode == 1, run.stderr  # as every fault of a spec
+        assert run.stderr.strip() == f"ipusim sweep: error: {spec}: " + (
+            "[model] args must be a list of strings, one per argument (e.g. args = "
+            "[\"--width\", \"8\"]), got the string '--width 8'")
+        assert not (tmp_path / "s.parquet").exists()  # nothing measured, nothing recorded
+    else:
+        assert run.returncode == 0, run.stderr
+        results = pd.read_parquet(tmp_path / "s.parquet")
+        assert len(results) == 1 and results["fits"].all()
