@@ -5,6 +5,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+import poptorch_shim as poptorch
 
 OUT_OF_MEMORY = """
 import torch, poptorch
@@ -64,3 +67,13 @@ def test_an_error_of_the_script_itself_is_shown_as_python_shows_it(tmp_path):
                            timeout=60)
     assert run.returncode == plain.returncode == 1
     assert run.stderr == plain.stderr
+
+
+def test_the_simulators_refusal_of_a_setting_is_a_poptorch_error_in_its_words():
+    opts = poptorch.Options().replicationFactor(32)  # the simulated system has 16 IPUs
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
+    with pytest.raises(poptorch.Error) as caught:
+        model(torch.ones(32, 2))
+    assert isinstance(caught.value, ValueError)
+    assert caught.value.message.startswith("poptorch.Options().replicationFactor=32 x 1 IPU(s) "
+                                           "per replica needs 32 IPUs but the system has ")
