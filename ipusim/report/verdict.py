@@ -63,7 +63,7 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
     headline = " ".join(part for part in (over, headline, _proof(diagnosis)) if part)
     return Verdict(**asdict(found), headline=headline, does_not_fit=over,
                    advice=tuple(advice),
-                   what_if=tuple(what_if_entry(w, timeline, names)
+                   what_if=tuple(what_if_entry(w, names)
                                  for w in diagnosis.what_ifs.tried),
                    left_out=tuple({"change": c, "reason": r}
                                   for c, r in diagnosis.what_ifs.left_out))
@@ -79,16 +79,14 @@ def _proof(diagnosis: Diagnosis) -> str:
             f"{proof.speedup:.2f}x).")
 
 
-def what_if_entry(what_if: WhatIf, timeline: Timeline, names: SettingNames) -> dict:
+def what_if_entry(what_if: WhatIf, names: SettingNames) -> dict:
     """One change tried, as ``profile.json`` keeps it under ``verdict.what_if``: the
     change, the call that makes it (``option``, in the caller's words; None where no
-    setting does) and the value it sets, its throughput, step time and speed-up."""
-    run = timeline.run
-    values = {"gradient_accumulation": run.gradient_accumulation * 4,
-              "device_iterations": run.device_iterations * 4, "replicas": run.replicas * 2}
-    option = (names.word(what_if.setting, SyncPattern.SINGLE_PIPELINE) if what_if.setting
-              else None)  # the sync pattern's word holds the pattern suggested
-    return {"change": what_if.change, "option": option, "value": values.get(what_if.setting),
+    setting does) and the number it sets (None where it sets none, or sets a pattern
+    the option names), its throughput, step time and speed-up."""
+    option = (names.word(what_if.setting, what_if.value) if what_if.setting else None)
+    value = what_if.value if isinstance(what_if.value, int) else None
+    return {"change": what_if.change, "option": option, "value": value,
             "limit": what_if.limit, "actionable": what_if.actionable,
             "keeps_batch": what_if.keeps_batch,
             "items_per_s": what_if.items_per_s, "step_time_ms": what_if.step_time_ms,
