@@ -307,7 +307,7 @@ def _advise(args: argparse.Namespace) -> int:
 
 
 def _alias(args: argparse.Namespace) -> int:
-    from poptorch_shim._aliases import ipusim_aliases as _aliases
+    from poptorch_shim._core import aliases as _aliases
 
     site = Path(args.site_packages) if args.site_packages else _aliases.site_packages()
     pth = site / _aliases.PTH_NAME

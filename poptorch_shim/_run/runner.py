@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from poptorch_shim import profiling as tracepoints
-from poptorch_shim._aliases import ipusim_aliases as _aliases
-from poptorch_shim._aliases.ipusim_aliases import ALIASES  # noqa: F401  (where it always was)
+from poptorch_shim._core import aliases as _aliases
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
 from poptorch_shim._core.simulated_clock import host_calls_s
