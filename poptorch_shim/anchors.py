@@ -94,7 +94,7 @@ class Anchors:
             kind, key = _classify(name)
             self._targets[short_name] = (kind, key)
             own = self._shape(spec, kind, shape)
-            rows, period = own.rows, own.output_return_period
+            rows, period = own.micro_batches_per_step, own.output_return_period
             if own.output_mode is enums.OutputMode.EveryN and rows % period:
                 raise InvalidUseError(
                     f"anchorTensor({short_name!r}, {spec.long_name!r}): the return period "

@@ -297,7 +297,8 @@ class PoplarExecutor:
         self._check_micro_batch_size(micro_batches[0])
         self._check_signature(micro_batches[0])
         if self._timing_only:
-            outputs = [self._placeholder] * (self._shape.rows * self._shape.replicas)
+            shape = self._shape
+            outputs = [self._placeholder] * (shape.micro_batches_per_step * shape.replicas)
         else:
             outputs = self._run_step(micro_batches)
         started = self._device.simulation.now_ps

@@ -33,7 +33,7 @@ class MicroBatchCounts:
         return self.replicas // self.input_group_size
 
     @property
-    def rows(self) -> int:
+    def micro_batches_per_step(self) -> int:
         """Micro-batches each replica runs in one call: a row of replicas per
         device iteration and gradient-accumulation step."""
         return self.device_iterations * self.gradient_accumulation
@@ -41,7 +41,7 @@ class MicroBatchCounts:
     @property
     def micro_batches(self) -> int:
         """Distinct input micro-batches in one call."""
-        return self.rows * self.input_groups
+        return self.micro_batches_per_step * self.input_groups
 
     @property
     def micro_batches_per_update(self) -> int:
