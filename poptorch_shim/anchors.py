@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._execution.batching import StepShape, assemble, flatten
+from poptorch_shim._execution.step_shape import StepShape, assemble, flatten
 from poptorch_shim.errors import InvalidUseError
 
 GRADIENT, UPDATED = "Gradient___", "UpdatedVar___"

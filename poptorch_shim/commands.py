@@ -26,7 +26,7 @@ from poptorch_shim._core.run_settings import (
     TIMING_ONLY_ENV,
     RunSettings,
 )
-from poptorch_shim._run import profiling
+from poptorch_shim._run import model_reports
 from poptorch_shim._run.runner import install_aliases, print_script_error, run_script
 
 __all__ = ["RunSettings", "add_commands", "install_aliases", "main", "run_script"]
@@ -231,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         # What this run wrote (its own reports, else its poprun instances'), never what an
         # earlier or a concurrent run left there.
-        written = sorted(set(profiling.reports_written)) or sorted(
+        written = sorted(set(model_reports.reports_written)) or sorted(
             path.parent for path in Path(settings.report_dir).glob("*/profile.json")
             if path.stat().st_mtime >= started)
         for directory in written:

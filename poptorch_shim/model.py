@@ -25,15 +25,6 @@ from poptorch_shim import enums
 from poptorch_shim._core import loader_feed, simulated_clock
 from poptorch_shim._core.compile_hooks import compile_hooks
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
-from poptorch_shim._execution.batching import (
-    StepShape,
-    assemble,
-    batch_size_of,
-    flatten,
-    flatten_detached,
-    flatten_inputs,
-    split,
-)
 from poptorch_shim._execution.compute import WholeModel, promoting_mixed_floats
 from poptorch_shim._execution.cost_probe import tensor_bytes
 from poptorch_shim._execution.device import SimulatedDevice
@@ -46,7 +37,16 @@ from poptorch_shim._execution.engine_config import (
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
-from poptorch_shim._run import profiling
+from poptorch_shim._execution.step_shape import (
+    StepShape,
+    assemble,
+    batch_size_of,
+    flatten,
+    flatten_detached,
+    flatten_inputs,
+    split,
+)
+from poptorch_shim._run import model_reports
 from poptorch_shim.anchors import Anchors, activation_names
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, module_repr, recording
@@ -216,7 +216,7 @@ class PoplarExecutor:
             logger.warning("Call to compile() ignored: the executable is already compiled")
 
     def _compile(self, first_micro_batch: tuple) -> None:
-        self._progress = ModelProgress(profiling.model_name(self._options, self._training),
+        self._progress = ModelProgress(model_reports.model_name(self._options, self._training),
                                        self._options.show_compilation_progress_bar)
         with compile_hooks(self, first_micro_batch):
             self._compile_model(first_micro_batch)
@@ -242,9 +242,9 @@ class PoplarExecutor:
                 output_bytes=tensor_bytes(output),
                 optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
         except OutOfMemoryError as error:
-            profiling.write_out_of_memory_report(self, error)  # where the memory goes
+            model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise
-        profiling.register(self)
+        model_reports.register(self)
         # OnDemand attaches when first run; Never stays offline.
         self._attached = self._options.connection_type is enums.ConnectionType.Always
 
@@ -406,8 +406,8 @@ class PoplarExecutor:
         """Write the profiling report if one was asked for, then release the
         simulated device; the model must be compiled again to run."""
         if self._device is not None:
-            profiling.keep_figures(self)
-            profiling.write_report(self)
+            model_reports.keep_figures(self)
+            model_reports.write_report(self)
         self._device = None
         self._attached = False
 

@@ -3,7 +3,7 @@
 A call carries ``deviceIterations x gradientAccumulation`` micro-batches per
 replica; replicas of one input group share their input, so the data of a
 call is that many micro-batches per group. The DataLoader sizes its batches
-by it, the executor splits calls by it (``_execution/batching.py`` adds the
+by it, the executor splits calls by it (``_execution/step_shape.py`` adds the
 order and the output mode) and the advisor keeps the global batch with it:
 this module is the one place the products are written.
 """

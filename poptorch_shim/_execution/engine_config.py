@@ -20,8 +20,8 @@ from ipusim.plan.run_config import SettingError, check_inference_accumulation
 from poptorch_shim import enums, strategies
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import ERROR_NAMES, OPTION_CALLS
-from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.poptorch_errors import poptorch_error
+from poptorch_shim._execution.step_shape import StepShape
 from poptorch_shim.errors import InvalidUseError
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun

@@ -22,8 +22,8 @@ from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
 from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._core.simulated_clock import watching as watching_clock
-from poptorch_shim._run import profiling
-from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
+from poptorch_shim._run import model_reports
+from poptorch_shim._run.model_reports import ReportsNotWritten, write_pending_reports
 
 
 def install_aliases() -> None:
@@ -39,7 +39,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     ``IPUSIM_*`` environment variables say (checked before the script starts).
     Returns 0, or 1 when a report could not be written (said in one line on
     stderr, naming the file); the reports written are in
-    ``profiling.reports_written``.
+    ``model_reports.reports_written``.
     """
     script = Path(path)
     if not script.is_file():
@@ -50,10 +50,10 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     sys.path.insert(0, str(script.resolve().parent))
     if settings is None:
         settings = RunSettings.from_environment()
-    finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
+    finished, model_reports.collecting, first_tracepoint = False, True, tracepoints.count()
     computed_before_s = host_calls_s()  # another script's, run earlier in this process
-    profiling.reports_written.clear()
-    profiling.traces_written.clear()
+    model_reports.reports_written.clear()
+    model_reports.traces_written.clear()
     status = 0
     simulated_clock = settings.simulated_clock
     try:
@@ -68,15 +68,15 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
             if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
                 tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
             # and in each model's trace, on its host process, in its simulated time
-            tracepoints.add_to_traces(profiling.traces_written, since=first_tracepoint)
+            tracepoints.add_to_traces(model_reports.traces_written, since=first_tracepoint)
         except (ReportsNotWritten, OSError) as error:
             # After the script's own error, if any, which keeps its traceback.
             print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)
             status = 1
         finally:
-            profiling.collecting = False
+            model_reports.collecting = False
             if finished:
-                profiling.print_simulated_figures(simulated_clock=simulated_clock,
+                model_reports.print_simulated_figures(simulated_clock=simulated_clock,
                                                   computed_before_s=computed_before_s)
     return status
 

@@ -11,7 +11,7 @@ from support.reports import fresh_report_registry
 
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.run_settings import RunSettings
-from poptorch_shim._run import profiling
+from poptorch_shim._run import model_reports
 from poptorch_shim._run.runner import run_script
 from poptorch_shim.options import Options
 
@@ -174,16 +174,16 @@ def test_every_headline_of_a_model_that_does_not_fit_says_so_first(tmp_path):
 
 
 def _entry(line):
-    return profiling._Figures("model", None, None, Options(), line)
+    return model_reports._Figures("model", None, None, Options(), line)
 
 
 @pytest.mark.parametrize("computed_s, hinted", [(31.0, True), (29.0, False)])
 def test_a_run_that_computes_for_long_is_told_about_timing_only_runs(
         monkeypatch, capsys, computed_s, hinted):
     entry = _entry("  model: 1 items/s, latency 1 µs per micro-batch, bottleneck compute")
-    monkeypatch.setattr(profiling, "_compiled", [entry])
-    monkeypatch.setattr(profiling, "host_calls_s", lambda: computed_s)
-    profiling.print_simulated_figures()
+    monkeypatch.setattr(model_reports, "_compiled", [entry])
+    monkeypatch.setattr(model_reports, "host_calls_s", lambda: computed_s)
+    model_reports.print_simulated_figures()
     err = capsys.readouterr().err
     assert err.count("--timing-only (opts.Simulation.timingOnly(True))") == int(hinted)
     if hinted:

@@ -205,7 +205,7 @@ def test_simulation_overrides_are_stored_as_given():
 def test_a_setter_of_several_settings_is_recorded_as_its_call():
     """A report lists ``Simulation.system("bow", 128)`` as the call's arguments, as a
     sweep spec gives them, not as whichever of its settings was stored last."""
-    from poptorch_shim._run.profiling import user_options
+    from poptorch_shim._run.model_reports import user_options
 
     options = Options()
     options.Simulation.system("bow", 128)

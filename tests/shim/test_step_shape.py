@@ -5,8 +5,8 @@ import pytest
 import poptorch_shim as poptorch
 from ipusim import Stage, Work
 from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
-from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import run_config
+from poptorch_shim._execution.step_shape import StepShape
 
 ONE_STAGE = Work((Stage("model"),))
 
