@@ -269,10 +269,10 @@ def _compare_with(baseline: Path, written: list[Path]) -> int:
     """Compare each report the run wrote with its counterpart in ``baseline``; prints the
     comparisons (the page beside each new report) and why a report has none. Returns 2
     if a report could not be read, else 0."""
+    from ipusim.analysis.comparison import compare
     from ipusim.report.compare import (
         COMPARE_HTML,
         baseline_pairs,
-        compare,
         comparison_text,
         load_run,
         write_comparison_html,
