@@ -23,8 +23,8 @@ from ipusim import Work
 from poptorch_shim import enums
 from poptorch_shim._core.compile_hooks import compiling, registerPreCompileHook
 from poptorch_shim._core.run_settings import RunSettings
+from poptorch_shim._execution.executor import PoplarExecutor
 from poptorch_shim._run.runner import install_aliases
-from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.spec import ModelError, ModelSource
