@@ -22,7 +22,7 @@ from ipusim.analysis.operator_breakdown import precision
 from ipusim.analysis.step_time import STEP_PARTS
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 
 # The columns that make two operators the same one: where, in which pass, which and how big.
 _OPERATOR_KEY = ["stage", "pass", "kind", "width", "m", "k", "n", "groups", "elements"]

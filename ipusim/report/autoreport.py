@@ -35,7 +35,8 @@ from ipusim.hardware import SystemSpec
 from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, OutOfMemoryError, fits
-from ipusim.plan.run_config import RunConfig, SettingNames
+from ipusim.plan.run_config import RunConfig
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.files import write_atomically
 from ipusim.report.html import render_out_of_memory_html, write_html

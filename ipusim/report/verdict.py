@@ -19,7 +19,7 @@ from ipusim.engine.sync_groups import SyncPattern
 from ipusim.explore.diagnosis import Diagnosis, diagnose
 from ipusim.explore.what_if import WhatIf
 from ipusim.plan.memory import excess
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 
 
 @dataclass(frozen=True)

@@ -286,8 +286,8 @@ def _check_poprun_ipus(ipus_per_replica: int) -> None:
 
 def system_spec(options) -> ipusim.SystemSpec:
     """The simulated system the options ask for (an IPU-POD16 of Mk2 IPUs by default)."""
-    num_ipus = options.sim_num_ipus or run_settings.available_ipus()
-    return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
+    num_ipus = options.Simulation.num_ipus or run_settings.available_ipus()
+    return ipusim.system_spec(options.Simulation.preset, num_ipus, **options.Simulation.overrides)
 
 
 def instance_system(options, run: RunConfig, work: Work) -> ipusim.SystemSpec:
@@ -301,7 +301,7 @@ def cost_model(options) -> ipusim.CostModel:
     (``Precision.setPartialsType``) and overrides."""
     half_partials = options.Precision.partials_type == torch.float16
     return replace(ipusim.CALIBRATED_MK2, half_partials=half_partials,
-                   **options.sim_cost_overrides)
+                   **options.Simulation.cost_overrides)
 
 
 def check_inference_options(options) -> None:

@@ -108,7 +108,7 @@ class PoplarExecutor:
             _reduce_as_optimizer_needs(self._options, self._optimizer, compiled=False)
         self._runner = self._make_runner(model)
         self._anchors = Anchors(options.anchored_tensors, model, training)
-        self._timing_only = options.sim_timing_only
+        self._timing_only = options.Simulation.runs_timing_only
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None

@@ -185,7 +185,7 @@ def loader_rate(device, given_options: Options) -> float | None:
     steps the model received (``device.fed_loader_rate``), else on a loader built
     with the script's options (``given_options``) that fed no other model. It needs
     no executor: a model the script no longer holds still has its exit line."""
-    given = given_options.sim_loader_rate
+    given = given_options.Simulation.loader_rate
     if given:
         return given
     if device.fed_loader_rate is not None:

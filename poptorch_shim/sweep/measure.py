@@ -198,7 +198,8 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     options.deviceIterations(1 if case.training else _MEASURE_REPEATS)
     options.Training.gradientAccumulation(_MEASURE_REPEATS if case.training else 1)
     options.outputMode(enums.OutputMode.Final)
-    options.Simulation.system(options.sim_preset, _MEASURE_IPUS, **options.sim_overrides)
+    simulation = options.Simulation
+    simulation.system(simulation.preset, _MEASURE_IPUS, **simulation.overrides)
     options.Simulation.timingOnly(True)
     options._Popart.set("engineOptions", {"debug.allowOutOfMemory": "true"})
     optimizer = case.optimizer if case.training else None

@@ -7,7 +7,7 @@ kept as ``reports/compare.png`` (ignored by git) for a person to look at.
 from support.browser import dump_dom, needs_chromium, screenshot
 
 from ipusim.analysis.comparison import ComparedRun, compare
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.compare import write_comparison_html
 from ipusim.report.page import render_check_json
 

@@ -18,7 +18,7 @@ from ipusim.cli import main
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.cost.work import Kernel, KernelKind
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report import write_autoreport, write_out_of_memory_report
 from ipusim.report.compare import (
     baseline_pairs,
