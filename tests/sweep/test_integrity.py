@@ -263,11 +263,6 @@ def test_a_spec_value_of_the_wrong_type_is_refused_naming_its_key(data, message)
         from_dict(data)
 
 
-def test_a_scripts_arguments_may_be_one_string_split_as_a_shell_splits_it():
-    spec = from_dict({"model": {"script": "train.py", "args": "--width 8 --name 'a b'"}})
-    assert spec.model.args == ("--width", "8", "--name", "a b")
-
-
 def test_a_grids_size_is_computed_without_building_it():
     space = {f"model.a{index}": list(range(12)) for index in range(9)}
     spec = SweepSpec(model=ModelSource(**MODEL), space=space, sample=3)
