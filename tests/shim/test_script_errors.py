@@ -27,6 +27,7 @@ run()
 """
 
 
+@pytest.mark.slow  # runs the script in fresh interpreters
 @pytest.mark.parametrize("command", [["-m", "ipusim", "run", "--report", "{reports}"],
                                      ["-m", "poptorch_shim"]])
 def test_out_of_memory_is_a_poptorch_error_shown_from_the_script_down(tmp_path, command):
@@ -58,6 +59,7 @@ def test_out_of_memory_is_a_poptorch_error_shown_from_the_script_down(tmp_path, 
     assert "simulated figures" not in run.stderr
 
 
+@pytest.mark.slow  # runs the script in fresh interpreters
 def test_an_error_of_the_script_itself_is_shown_as_python_shows_it(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("def f():\n    raise KeyError('width')\n\nf()\n")

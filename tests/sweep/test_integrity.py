@@ -466,6 +466,7 @@ print("width", width)
 """
 
 
+@pytest.mark.slow  # runs the sweep command in a fresh interpreter
 @pytest.mark.parametrize("args, refused", [('"--width 8"', True), ('["--width", "8"]', False)])
 def test_a_scripts_args_are_a_list_and_a_string_is_refused_naming_the_key(tmp_path, args,
                                                                             refused):
