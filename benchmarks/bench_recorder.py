@@ -16,11 +16,15 @@ peak memory is its own, and prints per scale:
 - RSS B/row while simulating: growth of the resident set from before building the
   programs to the end of the SimPy run, per DataFrame row (programs included);
 - peak RSS: the process's peak resident set (``ru_maxrss``), Python, numpy and
-  pandas included, and the DataFrame's own bytes.
+  pandas included, and the DataFrame's own bytes;
+- peak B/row: that peak over the resident set before simulating (what the
+  interpreter, torch-free, already held), per DataFrame row: what the whole call,
+  its DataFrame included, costs a row at its worst.
 
 Replicas fold by default (they run the same program on their own host links);
 ``--no-fold`` simulates every replica. Goal: 10 million rows in <= 15 s and
-<= 1.5 GB peak, cost per row flat from 1x to 64x. Prints only; asserts nothing.
+<= 1.5 GB peak, cost per row flat from 1x to 64x; peak B/row <= 150 at about
+1.5 M rows (``--micro-batches 4000 --scales 1``). Prints only; asserts nothing.
 
     .venv/bin/python benchmarks/bench_recorder.py                # about a minute
     .venv/bin/python benchmarks/bench_recorder.py --no-fold --scales 1 8
@@ -68,6 +72,7 @@ def one_run(micro_batches: int, fold: bool) -> dict:
             "simulate": simulated - start, "frame": end - simulated,
             "frame_bytes": int(events.memory_usage(deep=True).sum()),
             "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "before": before,
             "folded": simulation.folded}
 
 
@@ -87,7 +92,8 @@ def main() -> None:
           f"{'simulated each' if args.no_fold else 'folded'}; each scale in a fresh process")
     print(f"{'scale':>5} {'rows':>11} {'wall s':>7} {'cpu s':>6} {'us/row':>7} {'cpu':>5} "
           f"{'(sim+frame s)':>14} "
-          f"{'record B/row':>13} {'RSS B/row sim':>14} {'peak RSS MB':>12} {'frame MB':>9}")
+          f"{'record B/row':>13} {'RSS B/row sim':>14} {'peak RSS MB':>12} {'frame MB':>9} "
+          f"{'peak B/row':>10}")
     for scale in args.scales:
         command = [sys.executable, __file__, "--child", str(args.micro_batches * scale)]
         output = subprocess.run(command + (["--no-fold"] if args.no_fold else []),
@@ -97,7 +103,8 @@ def main() -> None:
               f"{1e6 * r['wall'] / r['rows']:>7.2f} {1e6 * r['cpu'] / r['rows']:>5.2f} "
               f"{r['simulate']:>6.2f}+{r['frame']:<6.2f} "
               f"{r['record_bytes'] / r['recorded']:>13.1f} {r['rss_during'] / r['rows']:>14.1f} "
-              f"{r['peak'] / 1e6:>12,.0f} {r['frame_bytes'] / 1e6:>9,.0f}")
+              f"{r['peak'] / 1e6:>12,.0f} {r['frame_bytes'] / 1e6:>9,.0f} "
+              f"{(r['peak'] - r['before']) / r['rows']:>10.1f}")
 
 
 if __name__ == "__main__":

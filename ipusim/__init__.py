@@ -10,7 +10,8 @@ from ipusim.cost.operator_model import OperatorCycles, amp_vertex_cycles, operat
 from ipusim.cost.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
-from ipusim.plan.run_config import Offload, RunConfig, SettingNames
+from ipusim.plan.run_config import Offload, RunConfig
+from ipusim.plan.setting_names import SettingNames
 from ipusim.simulation import Simulation, Timeline, job_timeline, simulate
 
 __all__ = [

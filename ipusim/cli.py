@@ -326,9 +326,9 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from ipusim.analysis.comparison import compare
     from ipusim.report.compare import (
         COMPARE_HTML,
-        compare,
         comparison_text,
         load_run,
         write_comparison_html,

@@ -103,7 +103,7 @@ class Simulation:
     def timeline(self) -> Timeline:
         """The events so far, as a :class:`Timeline`."""
         copies = self.run.replicas if self.folded else 1
-        events = self.recorder.to_frame(self.plan, self.instance, copies)
+        events = self.recorder.to_frame(self.plan.ipus_per_replica, self.instance, copies)
         return Timeline(events, self.work, self.run, self.spec, self.steps, self.instance,
                         self.plan)
 

@@ -26,8 +26,8 @@ from poptorch_shim._core.run_settings import (
     TIMING_ONLY_ENV,
     RunSettings,
 )
-from poptorch_shim._run import profiling
-from poptorch_shim._run.runner import install_aliases, run_script
+from poptorch_shim._run import model_reports
+from poptorch_shim._run.runner import install_aliases, print_script_error, run_script
 
 __all__ = ["RunSettings", "add_commands", "install_aliases", "main", "run_script"]
 
@@ -227,16 +227,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         _check_writable(Path(settings.report_dir))
     started = time.time()
-    status = run_script(args.script, args.script_args, settings)
+    try:
+        status = run_script(args.script, args.script_args, settings)
+    except Exception as error:  # noqa: BLE001 - the script's own error, shown as python would
+        print_script_error(error, args.script)
+        return 1
     if args.report:
         # What this run wrote (its own reports, else its poprun instances'), never what an
         # earlier or a concurrent run left there.
-        written = sorted(set(profiling.reports_written)) or sorted(
+        written = sorted(set(model_reports.reports_written)) or sorted(
             path.parent for path in Path(settings.report_dir).glob("*/profile.json")
             if path.stat().st_mtime >= started)
         for directory in written:
             replaced = (" (over the report an earlier run left there)"
-                        if directory in profiling.reports_replaced else "")
+                        if directory in model_reports.reports_replaced else "")
             print(f"ipusim: profile written to {directory}{replaced}", file=sys.stderr)
         if not written:
             print(f"ipusim: no model wrote a profile under {settings.report_dir} (did the "
@@ -271,10 +275,10 @@ def _compare_with(baseline: Path, written: list[Path]) -> int:
     """Compare each report the run wrote with its counterpart in ``baseline``; prints the
     comparisons (the page beside each new report) and why a report has none. Returns 2
     if a report could not be read, else 0."""
+    from ipusim.analysis.comparison import compare
     from ipusim.report.compare import (
         COMPARE_HTML,
         baseline_pairs,
-        compare,
         comparison_text,
         load_run,
         write_comparison_html,
@@ -309,7 +313,7 @@ def _advise(args: argparse.Namespace) -> int:
 
 
 def _alias(args: argparse.Namespace) -> int:
-    from poptorch_shim._aliases import ipusim_aliases as _aliases
+    from poptorch_shim._core import aliases as _aliases
 
     site = Path(args.site_packages) if args.site_packages else _aliases.site_packages()
     pth = site / _aliases.PTH_NAME

@@ -53,6 +53,17 @@ class ExecutionError(Error, RuntimeError):
     ``RuntimeError``."""
 
 
+class OutOfMemoryError(Error, ValueError):
+    """``poptorch.Error`` for a model that does not fit its IPUs' SRAM, as Poplar's
+    graph memory allocation error reaches a PopTorch script; ``memory`` is the
+    table of each IPU's memory that says so. Also a ``ValueError``, what ipusim
+    raises for it."""
+
+    def __init__(self, message: str, memory=None):
+        super().__init__(message, type="poplar_graph_memory_allocation")
+        self.memory = memory
+
+
 class FrozenOptionsError(AttributeError):
     """A setter was called on :class:`~poptorch_shim.options.Options` after the
     options were used to create a model or a DataLoader.

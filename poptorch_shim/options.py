@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._core.run_settings import current as current_settings
 from poptorch_shim._options.groups import (
     _DistributedOptions,
     _JitOptions,
@@ -490,32 +489,6 @@ class Options(OptionsGroup):
         """Whether the script set ``autoRecomputation`` itself (PopTorch's default
         for pipelined models then yields to it)."""
         return "autoRecomputation" in self._popart._raw
-
-    @property
-    def sim_preset(self) -> str:
-        return self._simulation._store.get("preset")
-
-    @property
-    def sim_num_ipus(self) -> int | None:
-        return self._simulation._store.get("num_ipus")
-
-    @property
-    def sim_overrides(self) -> dict:
-        return self._simulation._store.get("overrides")
-
-    @property
-    def sim_cost_overrides(self) -> dict:
-        return self._simulation._store.get("cost_overrides")
-
-    @property
-    def sim_loader_rate(self) -> float | None:
-        return self._simulation._store.get("loader_rate")
-
-    @property
-    def sim_timing_only(self) -> bool:
-        """Whether models run timing-only: ``Simulation.timingOnly`` or
-        the run's settings (``ipusim run --timing-only``, ``IPUSIM_TIMING_ONLY=1``)."""
-        return bool(self._simulation._store.get("timing_only") or current_settings().timing_only)
 
     # -- use, copy, print ---------------------------------------------------------------
     def _freeze(self) -> None:

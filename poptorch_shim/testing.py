@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._core import aliases as _aliases
 
 
 def _install() -> None:

@@ -19,11 +19,19 @@ PACKAGES = ("ipusim", "poptorch_shim")
 
 
 def modules_of(package: str) -> dict[str, Path]:
-    """Every module of ``package`` by dotted name, with its source file."""
+    """Every module of ``package`` by dotted name, with its source file; those in a
+    folder that is no package itself (the shim's alias folder) too, found by their
+    files: walking packages imports them, and importing an alias replaces it."""
     found = {package: ROOT / package / "__init__.py"}
     for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
         path = ROOT / Path(*info.name.split("."))
         found[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+    for folder in (ROOT / package).iterdir():
+        if folder.is_dir() and folder.name != "__pycache__" and \
+                not (folder / "__init__.py").exists():
+            for path in folder.rglob("*.py"):
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -48,32 +56,34 @@ def _is_type_checking(node: ast.If) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.Module):
+def _imports(tree: ast.Module, type_hints: bool = False):
     """Every import statement of a module, those inside functions included (a
-    lazy import is how a cycle hides), those under ``if TYPE_CHECKING`` aside."""
+    lazy import is how a cycle hides), those under ``if TYPE_CHECKING`` only with
+    ``type_hints`` (a hint may name a module that imports this one, never a layer above)."""
     pending = [tree]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node):
+        elif isinstance(node, ast.If) and _is_type_checking(node) and not type_hints:
             pending.extend(node.orelse)
         else:
             pending.extend(ast.iter_child_nodes(node))
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_hints: bool = False) -> dict[str, set[str]]:
     """Each module of both packages and the modules of both it imports, at
-    module level or inside a function. ``from package import name`` points at
-    the submodule when ``name`` is one, else at the package; a module's own
-    parent packages, initialised before it, are not edges."""
+    module level or inside a function (and for type hints only, with
+    ``type_hints``). ``from package import name`` points at the submodule when
+    ``name`` is one, else at the package; a module's own parent packages,
+    initialised before it, are not edges."""
     modules = {name: path for package in PACKAGES for name, path in modules_of(package).items()}
     graph = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         here = name if is_package else name.rpartition(".")[0]
         edges = set()
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8")), type_hints):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -181,8 +191,10 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_ipusim_layers_import_downward_only():
-    graph = import_graph()
+    # Type hints too: a layer that names a type of a layer above it calls into it.
+    graph = import_graph(type_hints=True)
     assert "ipusim.hardware" in graph["ipusim.cost.cost_model"]  # the walk sees the layers
+    assert "ipusim.plan.engine_plan" in graph["ipusim.analysis.operator_breakdown"]  # a hint
     assert upward_imports(graph) == []
 
 
@@ -222,6 +234,7 @@ def test_the_shims_packages_import_one_another_without_a_cycle():
     packages = package_graph(import_graph(), "poptorch_shim")
     assert "poptorch_shim._core" in packages["poptorch_shim._data"]  # the batching counts
     assert "poptorch_shim._run.runner" not in packages                # counted as `_run`
+    assert "poptorch_shim.popdist" in packages["poptorch_shim._aliases"]  # the alias folder
     cycle = find_cycle(packages)
     assert cycle is None, " -> ".join(cycle)
 

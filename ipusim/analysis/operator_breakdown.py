@@ -120,3 +120,12 @@ def operator_shares(breakdown: pd.DataFrame, times: StepTimes) -> pd.DataFrame:
     return breakdown.assign(runs_per_step=runs, us_per_step=us_per_step,
                             step_share=times.share(us_per_step * PS_PER_US, "step"),
                             compute_share=times.share(us_per_step * PS_PER_US, "compute"))
+
+
+# An element width in bytes, as its precision is named.
+_PRECISION = {1: "8-bit", 2: "fp16", 4: "fp32", 8: "64-bit"}
+
+
+def precision(width: int) -> str:
+    """An element width in bytes as its precision (2: fp16, 4: fp32)."""
+    return _PRECISION.get(int(width), f"{int(width)}-byte")

@@ -14,7 +14,8 @@ pipeline's bubble rather than a sync's.
 The mean of a part over the IPUs, divided by the steps, is that part's share
 of the mean step time (span / steps); as each IPU's parts add up to the span,
 these shares add up to the step time, and two runs' differences add up to the
-difference of their step times (:mod:`ipusim.report.compare`'s waterfall).
+difference of their step times (:mod:`ipusim.analysis.comparison`'s parts, the
+compare page's waterfall).
 """
 from __future__ import annotations
 

@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ipusim.analysis import bottleneck as bottlenecks
-from ipusim.analysis import headline as analysis
-from ipusim.analysis import metrics, over_time, step_time
+from ipusim.analysis import headline, metrics, over_time, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
 from ipusim.analysis.operator_breakdown import (
@@ -104,7 +103,7 @@ class Timeline:
     def summary(self) -> dict[str, float]:
         """The headline figures, in the units a person reads them."""
         figures = self.figures()
-        return {name: figures[name] for name in analysis.SUMMARY_FIGURES}
+        return {name: figures[name] for name in headline.SUMMARY_FIGURES}
 
     # The analyses of ipusim.analysis.headline, each computed there once.
     def figures(self) -> dict[str, float]:
@@ -116,7 +115,7 @@ class Timeline:
 
     @cached_property
     def _figures(self) -> dict[str, float]:
-        return analysis.headline_figures(self)
+        return headline.headline_figures(self)
 
     def category_times(self) -> pd.DataFrame:
         """Share of the span each IPU spends in each category of time, idle included."""
@@ -142,37 +141,37 @@ class Timeline:
 
     def host_link_occupancy(self) -> float:
         """The busiest host link's share of the span spent moving data."""
-        return analysis.host_link_occupancy(self)
+        return headline.host_link_occupancy(self)
 
     def host_round_trip_share(self) -> float:
         """The IPUs' mean share of the span spent waiting for the host between calls."""
-        return analysis.host_round_trip_share(self)
+        return headline.host_round_trip_share(self)
 
     def stage_times_us(self) -> dict[int, float]:
         """Mean compute time of each stage per micro-batch, in µs."""
-        return analysis.stage_times_us(self)
+        return headline.stage_times_us(self)
 
     def to_cycles(self, ps: float) -> int:
         """Simulated picoseconds as cycles of the IPU clock."""
-        return analysis.to_cycles(ps, self)
+        return headline.to_cycles(ps, self)
 
     def step_cycles(self) -> pd.DataFrame:
         """Cycles of every program step (call), in all and per kind of event."""
-        return analysis.step_cycles(self)
+        return headline.step_cycles(self)
 
     def micro_batch_io(self, step: int | None = None) -> pd.DataFrame:
         """When each micro-batch of ``step`` (default: the last) of replica 0 came in, was
         ready and reached the host, and whether its outputs return."""
-        return analysis.micro_batch_io(self, step)
+        return headline.micro_batch_io(self, step)
 
     def memory_per_ipu(self) -> pd.DataFrame:
         """Bytes each IPU of one replica needs, by category, against its capacity, and the
         share of it used."""
-        return analysis.memory_per_ipu(self)
+        return headline.memory_per_ipu(self)
 
     def memory_per_stage(self) -> pd.DataFrame:
         """Bytes each (merged) stage needs, by category, without the runtime code."""
-        return analysis.memory_per_stage(self)
+        return headline.memory_per_stage(self)
 
     # What limits the run, of ipusim.analysis.bottleneck.
     def bottleneck(self, loader_items_per_s: float | None = None) -> Bottleneck:

@@ -25,15 +25,13 @@ interned as a small int in :data:`LABELS`: a model has a handful of them.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ipusim.engine.event_kinds import COMPUTE_KINDS, KINDS, SYNC_WAIT
-
-if TYPE_CHECKING:
-    from ipusim.plan.engine_plan import EnginePlan
+from ipusim.engine.replicas import ipu_of, replica_of
 
 __all__ = ["COLUMNS", "COMPUTE_KINDS", "KINDS", "LABELS", "PENDING_LAYOUT", "Recorder", "Row",
            "label"]
@@ -250,23 +248,22 @@ class Recorder:
                                LABELS.flops[code]))
         return out
 
-    def to_frame(self, plan: EnginePlan | None = None, instance: int = 0,
+    def to_frame(self, ipus_per_replica: int | None = None, instance: int = 0,
                  copies: int = 1) -> pd.DataFrame:
         """The events as a DataFrame sorted by start time, then IPU, with replica and instance.
 
-        ``plan`` numbers the replicas (:meth:`EnginePlan.replica_of`); without
-        one the record is a single replica's. ``copies`` > 1 expands a folded
-        record (see :mod:`ipusim.plan.folding`): the recorded IPUs are one replica's,
-        and replica ``r`` ran exactly what they did on its IPUs
-        (:meth:`EnginePlan.ipu_of`). The record is sorted once and each column
-        gathered from its typed array in one numpy pass: no Python object per
-        row, and no copy of the record per replica.
+        ``ipus_per_replica`` numbers the replicas (:mod:`ipusim.engine.replicas`);
+        without it the record is a single replica's. ``copies`` > 1 expands a
+        folded record (see :mod:`ipusim.plan.folding`): the recorded IPUs are one
+        replica's, and replica ``r`` ran exactly what they did on its IPUs. The
+        record is sorted once and each column gathered from its typed array in one
+        numpy pass: no Python object per row, and no copy of the record per replica.
         """
-        if copies > 1 and plan is None:
-            raise ValueError(f"a folded record needs its engine's plan to expand to {copies} "
-                             "replicas: pass plan")
-        if copies > 1 and len(self._ipus) > plan.ipus_per_replica:
-            raise ValueError(f"a folded record holds one replica's {plan.ipus_per_replica} "
+        if copies > 1 and ipus_per_replica is None:
+            raise ValueError(f"a folded record needs its IPUs per replica to expand to {copies} "
+                             "replicas: pass ipus_per_replica")
+        if copies > 1 and len(self._ipus) > ipus_per_replica:
+            raise ValueError(f"a folded record holds one replica's {ipus_per_replica} "
                              f"IPU(s), not {len(self._ipus)}")
         for columns in self._ipus:
             columns.pack()
@@ -279,10 +276,11 @@ class Recorder:
         if copies > 1 and len(order):
             order, replica = _expanded(order, times[order, TIME["start_ps"]], copies)
             replica = replica.astype(np.int64)
-            ipus = plan.ipu_of(replica, ipu[order])
+            ipus = ipu_of(replica, ipu[order], ipus_per_replica)
         else:
             ipus = ipu[order]
-            replica = np.zeros_like(ipus) if plan is None else plan.replica_of(ipus)
+            replica = (np.zeros_like(ipus) if ipus_per_replica is None
+                       else replica_of(ipus, ipus_per_replica))
         codes = fields[order, FIELD["label"]]
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
@@ -308,8 +306,8 @@ def _expanded(order: np.ndarray, starts: np.ndarray, copies: int) -> tuple[np.nd
 
     ``order`` sorts one replica's rows by start, then IPU; ``starts`` are their
     starts in that order. The rows that start together come once per replica,
-    replica by replica (their IPUs
-    :meth:`~ipusim.plan.engine_plan.EnginePlan.ipu_of` grow with ``r``):
+    replica by replica (their IPUs, :func:`~ipusim.engine.replicas.ipu_of`, grow
+    with ``r``):
     row ``k`` of such a group of ``size`` rows goes, in replica ``r``, to
     ``group_start * copies + r * size + k``.
     """

@@ -45,15 +45,18 @@ def limit(found: WhatIfs) -> str:
     replicas on IPUs the run leaves idle names the limit only when none of them
     gains :data:`SIGNIFICANT_SPEEDUP`: it says how the system is used, not what
     limits the model. Four times the gradient accumulation also runs four times
-    the samples per call, as four times the device iterations does: where it
-    gains no more than :data:`SIGNIFICANT_SPEEDUP` beyond what the device
-    iterations gain, the host round trip both spread is the limit, not the
-    pipeline's bubble or the step's own fixed costs.
+    the samples per call, as four times the device iterations does while keeping
+    the batch: where the change of the batch gains no more than
+    :data:`SIGNIFICANT_SPEEDUP` beyond what the one that keeps it gains, the host
+    round trip both spread is the limit, not the pipeline's bubble or the step's
+    own fixed costs.
     """
     own = [w for w in found.tried if w.actionable and w.limit != "unused_ipus"]
     best = own[0] if own else None
-    if best is not None and best.setting == "gradient_accumulation":
-        calls = next((w for w in own if w.setting == "device_iterations"), None)
+    if best is not None and not best.keeps_batch and best.samples_per_call > 1:
+        # The change that runs as many more samples a call and keeps the batch.
+        calls = next((w for w in own if w.keeps_batch
+                      and w.samples_per_call == best.samples_per_call), None)
         if calls is not None and calls.speedup >= SIGNIFICANT_SPEEDUP and \
                 best.speedup < calls.speedup * SIGNIFICANT_SPEEDUP:
             best = calls

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from statistics import fmean
 from typing import NamedTuple
 
@@ -45,8 +46,9 @@ class Setup(NamedTuple):
 @dataclass(frozen=True)
 class Change:
     """One change to try: its words, the setting that makes it (ipusim's name,
-    worded for the user by the caller; None when no setting does), the limit
-    it lifts (a verdict kind), and how it rewrites a setup (or why it cannot)."""
+    worded for the user by the caller; None when no setting does) and the value it
+    gives that setting, the limit it lifts (a verdict kind), and how it rewrites a
+    setup (or why it cannot)."""
 
     change: str
     setting: str | None
@@ -56,6 +58,14 @@ class Change:
     # False for a change of the samples per weight update (more accumulation, more
     # replicas): faster, but the training converges differently.
     keeps_batch: bool = True
+    value: object = None  # what ``setting`` becomes (None where the change sets none)
+    samples_per_call: int = 1  # times the samples each call runs
+
+
+def _setting(change: str, setting: str, value: object, limit: str,
+             apply: Callable[[Setup, EnginePlan, object], Setup | str], **more) -> Change:
+    """A change made by giving ``setting`` the ``value`` that ``apply`` sets."""
+    return Change(change, setting, limit, partial(apply, value=value), value=value, **more)
 
 
 @dataclass(frozen=True)
@@ -64,9 +74,11 @@ class WhatIf:
 
     change: str
     setting: str | None
+    value: object  # what the change sets ``setting`` to (None where it sets none)
     limit: str
     actionable: bool
     keeps_batch: bool
+    samples_per_call: int  # times the samples each call runs
     items_per_s: float
     step_time_ms: float
     speedup: float
@@ -159,15 +171,14 @@ def _compute_twice_as_fast(setup: Setup, plan: EnginePlan) -> Setup:
     return setup._replace(work=_fixed_compute(setup, plan, lambda ts: [t // 2 for t in ts]))
 
 
-def _accumulation(setup: Setup, plan: EnginePlan) -> Setup | str:
+def _accumulation(setup: Setup, plan: EnginePlan, value: int) -> Setup | str:
     if not setup.run.training:
         return "an inference model accumulates no gradients"
-    return setup._replace(run=replace(setup.run,
-                                      gradient_accumulation=setup.run.gradient_accumulation * 4))
+    return setup._replace(run=replace(setup.run, gradient_accumulation=value))
 
 
-def _device_iterations(setup: Setup, plan: EnginePlan) -> Setup:
-    return setup._replace(run=replace(setup.run, device_iterations=setup.run.device_iterations * 4))
+def _device_iterations(setup: Setup, plan: EnginePlan, value: int) -> Setup:
+    return setup._replace(run=replace(setup.run, device_iterations=value))
 
 
 def _optimizer_location(setup: Setup, plan: EnginePlan) -> Setup | str:
@@ -178,18 +189,18 @@ def _optimizer_location(setup: Setup, plan: EnginePlan) -> Setup | str:
                                       offload=replace(offload, optimizer=not offload.optimizer)))
 
 
-def _replicas(setup: Setup, plan: EnginePlan) -> Setup | str:
-    needed = 2 * plan.num_ipus
+def _replicas(setup: Setup, plan: EnginePlan, value: int) -> Setup | str:  # twice as many
+    needed = value * plan.ipus_per_replica
     if needed > setup.system.num_ipus:
         return (f"twice the replicas need {needed} IPUs; the system has "
                 f"{setup.system.num_ipus}")
-    return setup._replace(run=replace(setup.run, replicas=setup.run.replicas * 2))
+    return setup._replace(run=replace(setup.run, replicas=value))
 
 
-def _single_pipeline(setup: Setup, plan: EnginePlan) -> Setup | str:
+def _sync_pattern(setup: Setup, plan: EnginePlan, value: SyncPattern) -> Setup | str:
     if setup.run.sync_pattern is not SyncPattern.FULL:
         return f"the run already syncs as {setup.run.sync_pattern.value}"
-    return setup._replace(run=replace(setup.run, sync_pattern=SyncPattern.SINGLE_PIPELINE))
+    return setup._replace(run=replace(setup.run, sync_pattern=value))
 
 
 def _pipelined(setup: Setup, plan: EnginePlan) -> Setup | str:
@@ -234,18 +245,22 @@ def changes(run: RunConfig, round_trip_over_bubble: bool = False) -> tuple[Chang
                "imbalance", _balanced),
         # A pipeline's bubble shrinks with more micro-batches per run; elsewhere more
         # accumulation spreads the weight update, the all-reduce and streamed phases.
-        Change("four times the gradient accumulation", "gradient_accumulation",
-               "pipeline_bubble" if run.execution is Execution.PIPELINED else "step_overhead",
-               _accumulation, keeps_batch=not run.training),
+        _setting("four times the gradient accumulation", "gradient_accumulation",
+                 run.gradient_accumulation * 4,
+                 "pipeline_bubble" if run.execution is Execution.PIPELINED else "step_overhead",
+                 _accumulation, keeps_batch=not run.training, samples_per_call=4),
         # An inference pipeline runs a call's micro-batches through one fill and drain.
-        Change("four times the device iterations", "device_iterations",
-               "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
-               and not round_trip_over_bubble else "host_round_trip", _device_iterations),
+        _setting("four times the device iterations", "device_iterations",
+                 run.device_iterations * 4,
+                 "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
+                 and not round_trip_over_bubble else "host_round_trip", _device_iterations,
+                 samples_per_call=4),
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
-        Change("twice the replicas", "replicas", "unused_ipus", _replicas,
-               keeps_batch=not run.training),
-        Change("the SinglePipeline sync pattern", "sync_pattern", "sync", _single_pipeline),
+        _setting("twice the replicas", "replicas", run.replicas * 2, "unused_ipus", _replicas,
+                 keeps_batch=not run.training, samples_per_call=2),
+        _setting("the SinglePipeline sync pattern", "sync_pattern", SyncPattern.SINGLE_PIPELINE,
+                 "sync", _sync_pattern),
         Change("pipelined execution", "pipelined", "sync", _pipelined),
         Change("parallel phased execution with the ReplicaAndLadder sync pattern",
                "parallel_phased", "sync", _parallel_phased),
@@ -303,8 +318,9 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
             left_out.append(LeftOut(change.change, reason))
             continue
         rate, step_ms = delivered(changed, loader=change.limit != "data_loader")
-        tried.append(WhatIf(change.change, change.setting, change.limit, change.actionable,
-                            change.keeps_batch, rate, step_ms, rate / recorded))
+        tried.append(WhatIf(change.change, change.setting, change.value, change.limit,
+                            change.actionable, change.keeps_batch, change.samples_per_call,
+                            rate, step_ms, rate / recorded))
     tried.sort(key=lambda w: -w.speedup)
     return WhatIfs(tuple(tried), tuple(left_out), recorded, recorded_ms)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ipusim.cost.cost_model import DEFAULT, CostModel
 from ipusim.cost.work import Cost, Execution, Stage, Work
+from ipusim.engine import replicas
 
 if TYPE_CHECKING:
     import numpy as np
@@ -144,9 +145,9 @@ class EnginePlan:
     def replica_of(self, ipu: int | np.ndarray) -> int | np.ndarray:
         """The replica whose IPUs include ``ipu`` (an index, or an array of them): replica r
         has IPUs r x IPUs per replica on."""
-        return ipu // self.ipus_per_replica
+        return replicas.replica_of(ipu, self.ipus_per_replica)
 
     def ipu_of(self, replica: int | np.ndarray, index: int | np.ndarray) -> int | np.ndarray:
         """IPU ``index`` of ``replica`` (indices, or arrays of them): the inverse of
         :meth:`replica_of`."""
-        return replica * self.ipus_per_replica + index
+        return replicas.ipu_of(replica, index, self.ipus_per_replica)

@@ -13,7 +13,8 @@ import pandas as pd
 from ipusim.cost.work import Execution, Stage, Work
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
-from ipusim.plan.run_config import RunConfig, SettingNames
+from ipusim.plan.run_config import RunConfig
+from ipusim.plan.setting_names import SettingNames
 
 MB = 1e6
 # What an IPU's memory holds, by category: the columns of :func:`memory_per_ipu`.

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 from ipusim.cost.work import Cost, Execution, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import IPUSpec
 from ipusim.hardware.specs import check_amount, check_type
 from ipusim.plan.engine_plan import pipeline_depth
+from ipusim.plan.setting_names import error_names
 
 
 def returned_micro_batches(micro_batches: int, output_period: int) -> range:
@@ -24,74 +24,62 @@ def returned_micro_batches(micro_batches: int, output_period: int) -> range:
     return range(output_period - 1, micro_batches, output_period)
 
 
-#: How ipusim words a run's settings where a report names one (the verdict's
-#: advice): its own names, ``RunConfig``'s fields. Each is a ``str.format``
-#: template, given ``value``: the value the advice suggests, where it suggests one.
-SETTING_WORDS: Mapping[str, str] = MappingProxyType({
-    "device_iterations": "RunConfig.device_iterations",
-    "gradient_accumulation": "RunConfig.gradient_accumulation",
-    "replicas": "RunConfig.replicas",
-    "synthetic_data": "RunConfig.synthetic_data=True",
-    "sync_pattern": "RunConfig.sync_pattern=SyncPattern.{value.name}",
-    "output_period": "RunConfig.output_period",
-    "pipelined": "Execution.PIPELINED",
-    "parallel_phased": "Execution.PARALLEL_PHASED",
-    "stage_placement": "Stage.ipu, the IPU each model stage runs on",
-    "optimizer_location": "RunConfig.offload.optimizer",
-    "recompute": "RunConfig.recompute",
-    "micro_batch": "Work.micro_batch_size",
-    "allow_out_of_memory": "simulating without memory_per_ipu's check",
-    # The data loader whose throughput the caller measured (loader_items_per_s).
-    "async_loader": "an asynchronous data loader",
-    "loader_workers": "worker processes loading in parallel",
-    "loader_miss_sleep": "polling without a pause while the loader's buffer is empty",
-    "loader_epoch_start": ("workers that persist across epochs, loading on past the end of an "
-                           "epoch, a larger buffer or an early preload"),
-})
+class SettingError(ValueError):
+    """A run configuration the checks refuse, in ipusim's words: the ``setting`` at fault
+    (ipusim's name: a :class:`RunConfig` field, or ``num_ipus``), its ``value`` and
+    ``needed``, the bound the rule sets (the least, the most or the only value it
+    takes). A front end words it its own way from these (the shim as PopTorch does)."""
+
+    def __init__(self, message: str, setting: str, value: int, needed: int):
+        super().__init__(message)
+        self.setting, self.value, self.needed = setting, value, needed
 
 
-@dataclass(frozen=True)
-class SettingNames:
-    """How reports name a run's settings: in the verdict's advice and in a sweep table.
+class PipelineTooShallow(SettingError):
+    """A pipelined call with fewer micro-batches than the pipeline has stages:
+    ``model_stages`` forward stages (F), ``needed`` pipeline stages (P), ``training``."""
 
-    By default ipusim's own names (:data:`SETTING_WORDS`; a sweep table's column
-    of a setting is the setting's name). A front end whose users set these
-    through its own API gives its words for them instead, and the verdict, the
-    text summary, the HTML report, the autoReport directory and the sweep
-    report all word the settings its way, as :meth:`RunConfig.validate`'s
-    ``names`` words its errors.
+    def __init__(self, message: str, setting: str, value: int, needed: int,
+                 model_stages: int, training: bool):
+        super().__init__(message, setting, value, needed)
+        self.model_stages, self.training = model_stages, training
 
-    ``words`` maps a setting (a key of :data:`SETTING_WORDS`) to how advice
-    names it, a ``str.format`` template of ``value``; ``columns`` maps a
-    setting to the column of a sweep table that holds it.
-    """
 
-    words: Mapping[str, str] = field(default_factory=dict)
-    columns: Mapping[str, str] = field(default_factory=dict)
+def check_inference_accumulation(training: bool, gradient_accumulation: int) -> None:
+    """An inference run accumulates no gradients: its accumulation must be 1."""
+    if not training and gradient_accumulation != 1:
+        raise SettingError(
+            "You must set gradient_accumulation to 1 for inference: gradient accumulation "
+            f"only applies to training, got gradient_accumulation={gradient_accumulation}",
+            "gradient_accumulation", gradient_accumulation, 1)
 
-    def __post_init__(self) -> None:
-        unknown = sorted((set(self.words) | set(self.columns)) - set(SETTING_WORDS))
-        if unknown:
-            raise ValueError(f"Unknown setting(s) {unknown} in SettingNames; the settings a "
-                             f"report names are {sorted(SETTING_WORDS)}")
 
-    def word(self, setting: str, value: object = None) -> str:
-        """How advice names ``setting`` (suggesting ``value``, where given)."""
-        return self.words.get(setting, SETTING_WORDS[setting]).format(value=value)
-
-    def column(self, setting: str) -> str:
-        """The column of a sweep table that holds ``setting``."""
-        return self.columns.get(setting, setting)
-
-    def to_dict(self) -> dict:
-        """The caller's words as JSON-ready data (empty for ipusim's own)."""
-        return {"words": dict(self.words), "columns": dict(self.columns)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping | None) -> SettingNames:
-        """The inverse of :meth:`to_dict` (None: ipusim's own names)."""
-        data = data or {}
-        return cls(dict(data.get("words", {})), dict(data.get("columns", {})))
+def check_pipeline_depth(run: RunConfig, model_stages: int,
+                         names: Mapping[str, str] | None = None) -> None:
+    """A pipelined call must fill the pipeline of ``model_stages`` forward stages (its
+    stages as scheduled): in training the accumulation, in inference the device
+    iterations, at least the pipeline stages P. ``names`` as :meth:`RunConfig.validate`'s."""
+    if run.execution is not Execution.PIPELINED:
+        return
+    name = error_names(names)
+    needed = pipeline_depth(model_stages, run.training)
+    if run.training and run.gradient_accumulation < needed:
+        setting = name["gradient_accumulation"]
+        raise PipelineTooShallow(
+            f"{setting} must be greater than or equal to the number of pipeline stages "
+            f"({needed}) when using {name['pipelined']}. Please note that a model with "
+            f"{model_stages} pipeline stages will have an additional {needed - model_stages} "
+            f"stages when training. Got {setting}={run.gradient_accumulation}; raise it to at "
+            f"least {needed} or use fewer pipeline stages.",
+            "gradient_accumulation", run.gradient_accumulation, needed, model_stages, True)
+    if not run.training and run.device_iterations < needed:
+        setting = name["device_iterations"]
+        raise PipelineTooShallow(
+            f"{setting} must be greater than or equal to the number of pipeline stages "
+            f"({needed}) for pipelined inference, got {setting}={run.device_iterations}: each "
+            f"micro-batch of a call fills one stage of {name['pipelined']}. Raise it to at "
+            f"least {needed}.", "device_iterations", run.device_iterations, needed,
+            model_stages, False)
 
 
 @dataclass(frozen=True)
@@ -171,10 +159,7 @@ class RunConfig:
                 f"output_period must be a non-negative integer, got {self.output_period!r}")
         for name in ("io_tiles", "output_period"):
             check_amount("RunConfig.", name, getattr(self, name), integer=True)
-        if not self.training and self.gradient_accumulation != 1:
-            raise ValueError(
-                "You must set gradient_accumulation to 1 for inference: gradient accumulation "
-                f"only applies to training, got gradient_accumulation={self.gradient_accumulation}")
+        check_inference_accumulation(self.training, self.gradient_accumulation)
 
     @property
     def micro_batches_per_step(self) -> int:
@@ -232,37 +217,20 @@ class RunConfig:
         ``{"gradient_accumulation": "poptorch.Options().Training.gradientAccumulation"}``;
         keys: gradient_accumulation, device_iterations, replicas, pipelined, num_ipus.
         """
-        name = {"gradient_accumulation": "gradient_accumulation",
-                "device_iterations": "device_iterations", "replicas": "replicas",
-                "pipelined": "pipelined execution", "num_ipus": "num_ipus", **(names or {})}
+        name = error_names(names)
         for stage in work.stages:
             if stage.ipu >= num_ipus:
-                raise ValueError(
+                raise SettingError(
                     f"Stage {stage.name!r} is placed on IPU {stage.ipu} but the system has "
                     f"{name['num_ipus']}={num_ipus} (IPUs 0..{num_ipus - 1}); place it on an "
-                    "existing IPU or simulate a larger system")
+                    "existing IPU or simulate a larger system", "num_ipus", num_ipus,
+                    stage.ipu + 1)
         ipus_needed = self.ipus(work)
         if ipus_needed > num_ipus:
-            raise ValueError(
+            raise SettingError(
                 f"{name['replicas']}={self.replicas} x {work.ipus_per_replica} IPU(s) per replica "
                 f"needs {ipus_needed} IPUs but the system has {name['num_ipus']}={num_ipus}; lower "
-                "the replication factor or simulate a larger system")
-        if self.execution is not Execution.PIPELINED:
-            return
-        stages = len((scheduled if scheduled is not None else self.scheduled(work)).stages)
-        if self.training:
-            needed = pipeline_depth(stages, training=True)
-            if self.gradient_accumulation < needed:
-                raise ValueError(
-                    f"{name['gradient_accumulation']} must be greater than or equal to the number "
-                    f"of pipeline stages ({needed}) when using {name['pipelined']}. Please note "
-                    f"that a model with {stages} pipeline stages will have an additional "
-                    f"{stages - 1} stages when training. Got {name['gradient_accumulation']}="
-                    f"{self.gradient_accumulation}; raise it to at least {needed} or use fewer "
-                    "pipeline stages.")
-        elif self.device_iterations < stages:
-            raise ValueError(
-                f"{name['device_iterations']} must be greater than or equal to the number of "
-                f"pipeline stages ({stages}) for pipelined inference, got "
-                f"{name['device_iterations']}={self.device_iterations}: each micro-batch of a call "
-                f"fills one stage of {name['pipelined']}. Raise it to at least {stages}.")
+                "the replication factor or simulate a larger system", "replicas", self.replicas,
+                num_ipus // work.ipus_per_replica)
+        scheduled = scheduled if scheduled is not None else self.scheduled(work)
+        check_pipeline_depth(self, len(scheduled.stages), names)

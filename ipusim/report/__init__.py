@@ -6,7 +6,7 @@ All of them read a :class:`ipusim.Timeline` and the figures it computes
 none of them simulates or computes a figure of its own. The plotting is kept
 here, away from the simulator, so ``ipusim`` itself never needs plotly.
 """
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.autoreport import (
     OUTPUT_FILES,
     load_autoreport,

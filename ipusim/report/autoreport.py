@@ -19,15 +19,13 @@ They are ipusim's own formats, not PopVision's (no ``profile.pop``).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
-import types
-import typing
 import zlib
 from pathlib import Path
 
 import pandas as pd
 
+from ipusim.analysis.codec import decode, encode
 from ipusim.analysis.headline import reported_figures
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
@@ -38,7 +36,8 @@ from ipusim.hardware import SystemSpec
 from ipusim.hardware.specs import check_amount
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, OutOfMemoryError, fits
-from ipusim.plan.run_config import RunConfig, SettingNames
+from ipusim.plan.run_config import RunConfig
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.chrome_trace import write_chrome_trace
 from ipusim.report.files import write_atomically
 from ipusim.report.html import render_out_of_memory_html, write_html
@@ -323,35 +322,3 @@ def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None
     }
 
 
-def encode(value: object) -> object:
-    """A frozen config (dataclasses, enums, tuples) as JSON-ready data."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return [encode(item) for item in value]
-    return value
-
-
-def decode(kind: object, data: object) -> object:
-    """The inverse of :func:`encode`, guided by the type annotations of ``kind``."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        if data is None:
-            return None
-        return decode(next(arg for arg in typing.get_args(kind) if arg is not type(None)), data)
-    if origin is tuple:
-        args = typing.get_args(kind)
-        if len(args) == 2 and args[1] is Ellipsis or len(args) == 1:  # tuple[X, ...]
-            return tuple(decode(args[0], item) for item in data)
-        return tuple(decode(arg, item) for arg, item in zip(args, data))  # tuple[X, Y]
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        if not isinstance(data, dict):
-            raise ValueError(f"a {kind.__name__} must be a JSON object, got {data!r}")
-        hints = typing.get_type_hints(kind)
-        return kind(**{f.name: decode(hints[f.name], data[f.name])
-                       for f in dataclasses.fields(kind) if f.name in data})
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        return kind(data)
-    return data

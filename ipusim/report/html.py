@@ -18,7 +18,7 @@ import plotly.io as pio
 
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report import sortable_table
 from ipusim.report.detail import Detail, aggregates, shown
 from ipusim.report.figures import (

@@ -18,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from ipusim.analysis.operator_breakdown import precision
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import KernelKind
 from ipusim.engine.event_kinds import COMPUTE_KINDS
@@ -27,7 +28,6 @@ TOP_OPERATORS = 5
 #: The cycle terms of an operator, as the breakdown's columns, their names and colours.
 TERMS = (("amp_cycles", "AMP", "#1f77b4"), ("exchange_cycles", "exchange", "#ff7f0e"),
          ("sync_cycles", "sync", "#7f7f7f"), ("vector_cycles", "vector", "#2ca02c"))
-_PRECISION = {1: "8-bit", 2: "fp16", 4: "fp32", 8: "64-bit"}
 _ROOFLINE_COLOUR = "#d9d9d9"
 SORTED = ' aria-sort="descending"'  # the table's first order
 
@@ -50,11 +50,6 @@ COLUMNS = (
     ("% of step", "its time in one step ÷ the step's time", True),
     ("% of compute", "its time in one step ÷ the replica's compute time in one step", True),
 )
-
-
-def precision(width: int) -> str:
-    """An element width in bytes as its precision (2: fp16, 4: fp32)."""
-    return _PRECISION.get(int(width), f"{int(width)}-byte")
 
 
 def shape_text(row) -> str:

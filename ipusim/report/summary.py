@@ -13,7 +13,7 @@ from ipusim.analysis.headline import cycles_by_kind, grouped_steps
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.plan.memory import MB, MEMORY_PARTS
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.verdict import Verdict, bottleneck
 
 MAX_STEP_ROWS = 20

@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ipusim.explore.design_point import OUT_OF_MEMORY, accepted, pareto_front, refusals
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report import sortable_table
 from ipusim.report.page import PLOT_CONFIG, page
 from ipusim.report.sweep_table import (

@@ -19,7 +19,7 @@ from ipusim.engine.sync_groups import SyncPattern
 from ipusim.explore.diagnosis import Diagnosis, diagnose
 from ipusim.explore.what_if import WhatIf
 from ipusim.plan.memory import excess
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class Verdict(Bottleneck):
     advice: tuple[str, ...]
     what_if: tuple[dict, ...] = ()   # each change tried, fastest first (see what_if_entry)
     left_out: tuple[dict, ...] = ()  # {"change", "reason"} of the changes the run cannot make
+    # How far the run is over the IPUs' memory, in words, where it does not fit (simulated
+    # anyway, as debug.allowOutOfMemory asks): what every headline says first.
+    does_not_fit: str | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (advice, what-ifs and changes left out as lists)."""
@@ -56,11 +59,11 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
     diagnosis = diagnose(timeline, loader_items_per_s)
     found = diagnosis.figures
     headline, advice = _ADVICE[found.kind](timeline, found, names)
-    headline = " ".join(part for part in (excess(timeline.memory_per_ipu()), headline,
-                                          _proof(diagnosis)) if part)
-    return Verdict(**asdict(found), headline=headline,
+    over = excess(timeline.memory_per_ipu())
+    headline = " ".join(part for part in (over, headline, _proof(diagnosis)) if part)
+    return Verdict(**asdict(found), headline=headline, does_not_fit=over,
                    advice=tuple(advice),
-                   what_if=tuple(what_if_entry(w, timeline, names)
+                   what_if=tuple(what_if_entry(w, names)
                                  for w in diagnosis.what_ifs.tried),
                    left_out=tuple({"change": c, "reason": r}
                                   for c, r in diagnosis.what_ifs.left_out))
@@ -76,16 +79,14 @@ def _proof(diagnosis: Diagnosis) -> str:
             f"{proof.speedup:.2f}x).")
 
 
-def what_if_entry(what_if: WhatIf, timeline: Timeline, names: SettingNames) -> dict:
+def what_if_entry(what_if: WhatIf, names: SettingNames) -> dict:
     """One change tried, as ``profile.json`` keeps it under ``verdict.what_if``: the
     change, the call that makes it (``option``, in the caller's words; None where no
-    setting does) and the value it sets, its throughput, step time and speed-up."""
-    run = timeline.run
-    values = {"gradient_accumulation": run.gradient_accumulation * 4,
-              "device_iterations": run.device_iterations * 4, "replicas": run.replicas * 2}
-    option = (names.word(what_if.setting, SyncPattern.SINGLE_PIPELINE) if what_if.setting
-              else None)  # the sync pattern's word holds the pattern suggested
-    return {"change": what_if.change, "option": option, "value": values.get(what_if.setting),
+    setting does) and the number it sets (None where it sets none, or sets a pattern
+    the option names), its throughput, step time and speed-up."""
+    option = (names.word(what_if.setting, what_if.value) if what_if.setting else None)
+    value = what_if.value if isinstance(what_if.value, int) else None
+    return {"change": what_if.change, "option": option, "value": value,
             "limit": what_if.limit, "actionable": what_if.actionable,
             "keeps_batch": what_if.keeps_batch,
             "items_per_s": what_if.items_per_s, "step_time_ms": what_if.step_time_ms,

@@ -3,7 +3,7 @@
 A call carries ``deviceIterations x gradientAccumulation`` micro-batches per
 replica; replicas of one input group share their input, so the data of a
 call is that many micro-batches per group. The DataLoader sizes its batches
-by it, the executor splits calls by it (``_execution/batching.py`` adds the
+by it, the executor splits calls by it (``_execution/step_shape.py`` adds the
 order and the output mode) and the advisor keeps the global batch with it:
 this module is the one place the products are written.
 """
@@ -33,7 +33,7 @@ class MicroBatchCounts:
         return self.replicas // self.input_group_size
 
     @property
-    def rows(self) -> int:
+    def micro_batches_per_step(self) -> int:
         """Micro-batches each replica runs in one call: a row of replicas per
         device iteration and gradient-accumulation step."""
         return self.device_iterations * self.gradient_accumulation
@@ -41,7 +41,7 @@ class MicroBatchCounts:
     @property
     def micro_batches(self) -> int:
         """Distinct input micro-batches in one call."""
-        return self.rows * self.input_groups
+        return self.micro_batches_per_step * self.input_groups
 
     @property
     def micro_batches_per_update(self) -> int:

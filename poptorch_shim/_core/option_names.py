@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ipusim.plan.run_config import SETTING_WORDS, SettingNames
+from ipusim.plan.setting_names import SETTING_WORDS, SettingNames
 
 
 @dataclass(frozen=True)

@@ -102,15 +102,7 @@ class DataLoader(torch.utils.data.DataLoader):
             has none) times that number.
         :param kwargs: Other arguments for ``torch.utils.data.DataLoader``.
         """
-        if not isinstance(options, Options):
-            raise TypeError(
-                f"poptorch.DataLoader: options must be a poptorch.Options, got "
-                f"{type(options).__name__}. Pass the Options the model is "
-                "compiled with, e.g. DataLoader(poptorch.Options(), dataset).")
-        if not isinstance(mode, DataLoaderMode):
-            raise TypeError(
-                "poptorch.DataLoader: mode must be a poptorch.DataLoaderMode "
-                f"(Sync, Async or AsyncRebatched), got {mode!r}.")
+        _check_types(options, mode)
         self._batch_sampler_given = batch_sampler is not None
         if self._batch_sampler_given:
             batch_size = _check_batch_sampler(options, batch_sampler, batch_size, shuffle,
@@ -124,32 +116,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._combined_batch_size = _combined_batch_size(self._counts, batch_size)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
-        shuffle = bool(shuffle)
-        processes = options.Distributed.num_processes
-        is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        partition = processes > 1 and auto_distributed_partitioning
-        if is_iterable:
-            _check_iterable(partition, processes, num_workers, kwargs)
-            samples = dataset_len = _length_or_none(dataset)
-        else:
-            dataset_len = len(dataset)
-            if self._batch_sampler_given:
-                if not drop_last:
-                    _warn_last_step_short(batch_sampler, self._counts.micro_batches)
-            elif not drop_last and self._combined_batch_size is not None:
-                _warn_last_batch_short(dataset_len,
-                                       self._combined_batch_size * processes)
-            if partition:
-                kwargs["sampler"] = self._shard_sampler(
-                    dataset, shuffle, drop_last, kwargs)
-                shuffle = False  # the sampler shuffles across processes
-                samples = len(kwargs["sampler"])
-            else:
-                samples = dataset_len
-        if drop_last and samples is not None and not self._batch_sampler_given:
-            self._check_not_too_short(batch_size, dataset_len, samples,
-                                      processes if partition else 1)
-
+        shuffle = self._partition(dataset, bool(shuffle), drop_last, num_workers, batch_size,
+                                  batch_sampler, auto_distributed_partitioning, kwargs)
         worker_batch_size, self._rebatched_size = self._batch_sizes(
             mode, rebatched_worker_size)
         # When rebatching, the accessor drops (or keeps) the last short batch.
@@ -173,6 +141,37 @@ class DataLoader(torch.utils.data.DataLoader):
             self._accessor = AsynchronousDataAccessor(
                 self, **_check_async_options(async_options),
                 rebatched_size=self._rebatched_size)
+
+    def _partition(self, dataset: Any, shuffle: bool, drop_last: bool, num_workers: int,
+                   batch_size: int | None, batch_sampler: Any, auto_partition: bool,
+                   kwargs: dict) -> bool:
+        """Give this process its part of a map-style dataset in a distributed run (a
+        shard sampler in ``kwargs``), warn of a short last step, refuse a dataset too
+        short for one; whether torch still shuffles (not where the sampler does)."""
+        processes = self._options.Distributed.num_processes
+        partition = processes > 1 and auto_partition
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            _check_iterable(partition, processes, num_workers, kwargs)
+            samples = dataset_len = _length_or_none(dataset)
+        else:
+            dataset_len = len(dataset)
+            if self._batch_sampler_given:
+                if not drop_last:
+                    _warn_last_step_short(batch_sampler, self._counts.micro_batches)
+            elif not drop_last and self._combined_batch_size is not None:
+                _warn_last_batch_short(dataset_len,
+                                       self._combined_batch_size * processes)
+            if partition:
+                kwargs["sampler"] = self._shard_sampler(
+                    dataset, shuffle, drop_last, kwargs)
+                shuffle = False  # the sampler shuffles across processes
+                samples = len(kwargs["sampler"])
+            else:
+                samples = dataset_len
+        if drop_last and samples is not None and not self._batch_sampler_given:
+            self._check_not_too_short(batch_size, dataset_len, samples,
+                                      processes if partition else 1)
+        return shuffle
 
     @property
     def combinedBatchSize(self) -> int | None:
@@ -345,6 +344,19 @@ def measured_loader_rate(options: Options) -> LoaderRate | None:
              if loader.options is options and loader.measured_rate is not None
              and not loader_feed.feeds_a_model(loader)]
     return rates[-1] if rates else None
+
+
+def _check_types(options: Any, mode: Any) -> None:
+    """The options must be PopTorch's and the mode a DataLoaderMode."""
+    if not isinstance(options, Options):
+        raise TypeError(
+            f"poptorch.DataLoader: options must be a poptorch.Options, got "
+            f"{type(options).__name__}. Pass the Options the model is "
+            "compiled with, e.g. DataLoader(poptorch.Options(), dataset).")
+    if not isinstance(mode, DataLoaderMode):
+        raise TypeError(
+            "poptorch.DataLoader: mode must be a poptorch.DataLoaderMode "
+            f"(Sync, Async or AsyncRebatched), got {mode!r}.")
 
 
 def _combined_batch_size(counts: MicroBatchCounts,

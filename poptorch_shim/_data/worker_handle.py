@@ -15,7 +15,7 @@ import pickle
 import tempfile
 from typing import Any
 
-from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._core import aliases as _aliases
 from poptorch_shim._data import shared_leaves
 from poptorch_shim._data.item_structure import ItemLayout
 from poptorch_shim._data.ring_buffer import SharedRing

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from poptorch_shim._aliases.ipusim_aliases import ALIASES
+from poptorch_shim._core.aliases import ALIASES
 from poptorch_shim._core.run_settings import JOB_ID_ENV, available_ipus
 from poptorch_shim._distributed.poprun_flags import Extras, extras, ignored_notice, parser
 

@@ -20,6 +20,7 @@ from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.option_names import REPORT_NAMES
+from poptorch_shim._data.loader_rate import LoaderRate
 from poptorch_shim._execution.engine_config import cost_model, instance_system
 
 
@@ -58,13 +59,19 @@ class SimulatedDevice:
         else:
             check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
         self.step_durations: list[int] = []
-        # What the DataLoader feeding the model measured (a LoaderRate; the model sets it),
-        # kept here for the exit line, which may come after the model is gone.
-        self.fed_loader_rate = None
         # Each call's host perf_counter at its start and end, and its simulated start
         # and end: how a tracepoint's host time maps onto this model's timeline.
         self.host_calls: list[tuple[int, int, int, int]] = []
         self._verdict: tuple[tuple, Verdict] | None = None
+        # What the DataLoader whose steps the model received measured (None: none seen),
+        # kept here so that the model's figures outlive the script's hold on it.
+        self.fed_loader_rate: LoaderRate | None = None
+
+    def fed_by(self, rate: LoaderRate | None) -> None:
+        """A call received a DataLoader's step; ``rate``: its rate as last measured,
+        with its spread (None until it has one: the rate measured before stays)."""
+        if rate is not None:
+            self.fed_loader_rate = rate
 
     def step(self, host_start_ns: int) -> int:
         """Advance the simulation by one call, which began at ``host_start_ns`` on the

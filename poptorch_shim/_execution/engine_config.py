@@ -16,10 +16,12 @@ import torch
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
 from ipusim.plan.engine_plan import pipeline_depth
+from ipusim.plan.run_config import SettingError, check_inference_accumulation
 from poptorch_shim import enums, strategies
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import ERROR_NAMES, OPTION_CALLS
-from poptorch_shim._execution.batching import StepShape
+from poptorch_shim._execution.poptorch_errors import poptorch_error
+from poptorch_shim._execution.step_shape import StepShape
 from poptorch_shim.errors import InvalidUseError
 
 POPRUN_IPUS_PER_REPLICA_ENV = "POPDIST_NUM_IPUS_PER_REPLICA"  # set by poprun
@@ -156,29 +158,6 @@ def reserved_ipus(options, num_ipus: int) -> int:
     return rounded
 
 
-def check_pipeline_depth(run: RunConfig, work: Work) -> None:
-    """PopTorch's check that a pipelined call holds enough micro-batches to fill
-    the pipeline, raised as PopTorch raises it (``poptorch.Error``, its words)."""
-    if run.execution is not Execution.PIPELINED:
-        return
-    forward = len(run.scheduled(work).stages)
-    stages = pipeline_depth(forward, run.training)
-    if run.training and run.gradient_accumulation < stages:
-        raise InvalidUseError(
-            f"{ERROR_NAMES['gradient_accumulation']} must be greater than or equal to the "
-            f"number of pipeline stages ({stages}) when using poptorch.PipelinedExecution. "
-            f"Please note that a model with {forward} pipeline stages in PopTorch will have an "
-            f"additional {stages - forward} stages when training. (Got gradientAccumulation("
-            f"{run.gradient_accumulation}): raise it to at least {stages} or use fewer "
-            "pipeline stages.)", type="poptorch_cpp_error")
-    if not run.training and run.device_iterations < stages:
-        raise InvalidUseError(
-            f"{ERROR_NAMES['device_iterations']} must be greater than or equal to the number "
-            f"of pipeline stages ({stages}) when using PopTorch.PipelinedExecution. (Got "
-            f"deviceIterations({run.device_iterations}): each micro-batch of a call fills one "
-            f"pipeline stage; raise it to at least {stages}.)", type="poptorch_cpp_error")
-
-
 def _log_value(value) -> str:
     """An option's value as PopTorch's C++ logs it: booleans as true / false,
     enums as their numbers."""
@@ -285,8 +264,10 @@ def checked_run_config(options, shape: StepShape, training: bool, work: Work, st
     """:func:`run_config` for ``work``, checked against the simulated system with
     PopTorch's names for the settings."""
     run = run_config(options, shape, training, work, strategy, overlap)
-    check_pipeline_depth(run, work)
-    run.validate(work, system_spec(options).num_ipus, names=ERROR_NAMES)
+    try:
+        run.validate(work, system_spec(options).num_ipus, names=ERROR_NAMES)
+    except SettingError as error:
+        raise poptorch_error(error) from None
     return run
 
 
@@ -305,8 +286,8 @@ def _check_poprun_ipus(ipus_per_replica: int) -> None:
 
 def system_spec(options) -> ipusim.SystemSpec:
     """The simulated system the options ask for (an IPU-POD16 of Mk2 IPUs by default)."""
-    num_ipus = options.sim_num_ipus or run_settings.available_ipus()
-    return ipusim.system_spec(options.sim_preset, num_ipus, **options.sim_overrides)
+    num_ipus = options.Simulation.num_ipus or run_settings.available_ipus()
+    return ipusim.system_spec(options.Simulation.preset, num_ipus, **options.Simulation.overrides)
 
 
 def instance_system(options, run: RunConfig, work: Work) -> ipusim.SystemSpec:
@@ -320,13 +301,17 @@ def cost_model(options) -> ipusim.CostModel:
     (``Precision.setPartialsType``) and overrides."""
     half_partials = options.Precision.partials_type == torch.float16
     return replace(ipusim.CALIBRATED_MK2, half_partials=half_partials,
-                   **options.sim_cost_overrides)
+                   **options.Simulation.cost_overrides)
 
 
 def check_inference_options(options) -> None:
     """An inference model accumulates no gradients: say so in PopTorch's words (checked
     when the model is wrapped, and for each point of a sweep)."""
-    if options.Training.gradient_accumulation == 1:
+    try:
+        check_inference_accumulation(False, options.Training.gradient_accumulation)
+    except SettingError as error:
+        accumulation = error.value
+    else:
         return
     message = (f"You must set {ERROR_NAMES['gradient_accumulation']} to 1 or leave it "
                "as its default value (1) when running a poptorch.inferenceModel().")
@@ -335,5 +320,4 @@ def check_inference_options(options) -> None:
                             and strategy.execution_kind == "pipelined"):
         message += (f" Use {ERROR_NAMES['device_iterations']} to process a sufficient number "
                     "of batches each run for pipelined execution instead.")
-    raise InvalidUseError(message + f" (got gradientAccumulation("
-                                    f"{options.Training.gradient_accumulation}))")
+    raise InvalidUseError(message + f" (got gradientAccumulation({accumulation}))")

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import TreeSpec
 
-from poptorch_shim._execution.batching import flatten
+from poptorch_shim._execution.step_shape import flatten
 from poptorch_shim.losses import LossRecorder, find_loss
 
 

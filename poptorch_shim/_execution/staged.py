@@ -31,11 +31,11 @@ from torch.fx.passes.split_module import split_module
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ipusim import Cost, Stage
-from poptorch_shim._execution.batching import flatten
 from poptorch_shim._execution.compute import measured_stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.eager_stages import EagerStages
 from poptorch_shim._execution.loss_finder import LossFinder
+from poptorch_shim._execution.step_shape import flatten
 from poptorch_shim.blocks import (
     BlockRecorder,
     block_hooks,

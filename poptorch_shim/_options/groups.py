@@ -14,6 +14,7 @@ import torch
 from ipusim.hardware import system_spec
 from poptorch_shim import enums
 from poptorch_shim._core.run_settings import MAX_NUM_IPUS
+from poptorch_shim._core.run_settings import current as current_settings
 from poptorch_shim._options.store import (
     OptionsGroup,
     OptionSpec,
@@ -334,6 +335,12 @@ class _SimulationOptions(OptionsGroup):
               OptionSpec("cost_overrides", {}, (dict,), "costModel"),
               OptionSpec("loader_rate", None, (int, float), "loaderRate", nullable=True),
               OptionSpec("timing_only", False, (bool,), "timingOnly"))
+
+    @property
+    def runs_timing_only(self) -> bool:
+        """Whether models run timing-only: ``timingOnly`` or the run's settings
+        (``ipusim run --timing-only``, ``IPUSIM_TIMING_ONLY=1``)."""
+        return bool(self._store.get("timing_only") or current_settings().timing_only)
 
     @setter
     def system(self, preset: str = "mk2", num_ipus: int | None = None,

@@ -7,24 +7,25 @@ asked for.
 """
 from __future__ import annotations
 
+import os
 import runpy
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 from poptorch_shim import profiling as tracepoints
-from poptorch_shim._aliases import ipusim_aliases as _aliases
-from poptorch_shim._aliases.ipusim_aliases import ALIASES  # noqa: F401  (where it always was)
+from poptorch_shim._core import aliases as _aliases
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.run_settings import SIMULATED_CLOCK_ENV, RunSettings
 from poptorch_shim._core.simulated_clock import host_calls_s
 from poptorch_shim._core.simulated_clock import watching as watching_clock
-from poptorch_shim._run import profiling
-from poptorch_shim._run.profiling import ReportsNotWritten, write_pending_reports
+from poptorch_shim._run import model_reports
+from poptorch_shim._run.model_reports import ReportsNotWritten, write_pending_reports
 
 
 def install_aliases() -> None:
@@ -40,7 +41,7 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     ``IPUSIM_*`` environment variables say (checked before the script starts).
     Returns the status the script gave ``sys.exit`` (0 when it ends without
     one), or 1 when a report could not be written (said in one line on stderr,
-    naming the file); the reports written are in ``profiling.reports_written``.
+    naming the file); the reports written are in ``model_reports.reports_written``.
     A script that ends in ``sys.exit(...)`` has finished: its reports and
     figures are written and printed as for one that returns.
     """
@@ -53,11 +54,11 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
     sys.path.insert(0, str(script.resolve().parent))
     if settings is None:
         settings = RunSettings.from_environment()
-    finished, profiling.collecting, first_tracepoint = False, True, tracepoints.count()
+    finished, model_reports.collecting, first_tracepoint = False, True, tracepoints.count()
     computed_before_s = host_calls_s()  # another script's, run earlier in this process
-    profiling.reports_written.clear()
-    profiling.reports_replaced.clear()
-    profiling.traces_written.clear()
+    model_reports.reports_written.clear()
+    model_reports.reports_replaced.clear()
+    model_reports.traces_written.clear()
     status = 0
     simulated_clock = settings.simulated_clock
     try:
@@ -75,16 +76,16 @@ def run_script(path: str, argv: list[str], settings: RunSettings | None = None) 
             if settings.report_dir:  # the script's poptorch.profiling tracepoints beside them
                 tracepoints.write_tracepoints(settings.report_dir, since=first_tracepoint)
             # and in each model's trace, on its host process, in its simulated time
-            tracepoints.add_to_traces(profiling.traces_written, since=first_tracepoint)
+            tracepoints.add_to_traces(model_reports.traces_written, since=first_tracepoint)
         except (ReportsNotWritten, OSError) as error:
             # After the script's own error, if any, which keeps its traceback.
             print(f"ipusim: error: {_one_line(error)}", file=sys.stderr)
             status = status or 1
         finally:
-            profiling.collecting = False
+            model_reports.collecting = False
             if finished:
-                profiling.print_simulated_figures(simulated_clock=simulated_clock,
-                                                  computed_before_s=computed_before_s)
+                model_reports.print_simulated_figures(simulated_clock=simulated_clock,
+                                                      computed_before_s=computed_before_s)
     return status
 
 
@@ -96,6 +97,18 @@ def _exit_status(exit_: SystemExit) -> int:
         return int(code or 0)
     print(code, file=sys.stderr)
     return 1
+
+
+def print_script_error(error: BaseException, script: str, stream=None) -> None:
+    """Print ``error``, raised from the script at ``script``, as ``python script.py``
+    prints it: the traceback from the script's own frame down, without the runner's
+    and runpy's frames above it (all of it where the script has no frame in it)."""
+    path = os.path.abspath(script)
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb or error.__traceback__,
+                              file=stream or sys.stderr)
 
 
 def _one_line(error: Exception) -> str:
@@ -180,4 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args[0]).is_file():
         print(f"python -m poptorch_shim: error: no such script: {args[0]}", file=sys.stderr)
         return 2
-    return run_script(args[0], args[1:], settings)
+    try:
+        return run_script(args[0], args[1:], settings)
+    except Exception as error:  # noqa: BLE001 - the script's own error, shown as python would
+        print_script_error(error, args[0])
+        return 1

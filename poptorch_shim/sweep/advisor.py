@@ -82,7 +82,8 @@ def search_space(measurements: Measurements, ipus: int, system: str) -> tuple[di
     if per_replica > ipus:
         raise ValueError(f"--ipus {ipus}: the model's stages need {per_replica} IPUs per "
                          "replica")
-    machine = [system, ipus] + ([dict(options.sim_overrides)] if options.sim_overrides else [])
+    overrides = options.Simulation.overrides
+    machine = [system, ipus] + ([dict(overrides)] if overrides else [])
     fixed: dict[str, Any] = {SYSTEM: machine}
     replicas = _divisors(ipus // per_replica)
     micro_batches = sorted({m for m in (micro_batch // 2, micro_batch, micro_batch * 2) if m >= 1})

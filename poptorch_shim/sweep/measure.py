@@ -23,8 +23,8 @@ from ipusim import Work
 from poptorch_shim import enums
 from poptorch_shim._core.compile_hooks import compiling, registerPreCompileHook
 from poptorch_shim._core.run_settings import RunSettings
+from poptorch_shim._execution.executor import PoplarExecutor
 from poptorch_shim._run.runner import install_aliases
-from poptorch_shim.model import PoplarExecutor
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.spec import ModelError, ModelSource
@@ -199,7 +199,8 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     options.deviceIterations(1 if case.training else _MEASURE_REPEATS)
     options.Training.gradientAccumulation(_MEASURE_REPEATS if case.training else 1)
     options.outputMode(enums.OutputMode.Final)
-    options.Simulation.system(options.sim_preset, _MEASURE_IPUS, **options.sim_overrides)
+    simulation = options.Simulation
+    simulation.system(simulation.preset, _MEASURE_IPUS, **simulation.overrides)
     options.Simulation.timingOnly(True)
     options._Popart.set("engineOptions", {"debug.allowOutOfMemory": "true"})
     optimizer = case.optimizer if case.training else None

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from ipusim.explore.design_point import DesignPoint
-from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import (
     check_inference_options,
     checked_run_config,
     cost_model,
     instance_system,
 )
+from poptorch_shim._execution.step_shape import StepShape
 from poptorch_shim.options import Options
 from poptorch_shim.sweep import settings as sweep_settings
 from poptorch_shim.sweep.measure import Measured

@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import random
-import shlex
 import tomllib
 from dataclasses import dataclass, field
 from math import prod
@@ -78,14 +77,12 @@ class ModelSource:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"[model] {name} must be a non-empty string, got {value!r}")
         args = self.args
-        if isinstance(args, str):  # one string: split as a shell splits it
-            try:
-                args = shlex.split(args)
-            except ValueError as error:
-                raise ValueError(f"[model] args {args!r}: cannot split it as a shell would "
-                                 f"({error})") from None
+        if isinstance(args, str):  # one argument or several? A spec does not guess.
+            raise ValueError(f"[model] args must be a list of strings, one per argument "
+                             f"(e.g. args = {json.dumps(args.split())}), got the string "
+                             f"{args!r}")
         if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
-            raise ValueError("[model] args must be a list of strings or one string, got "
+            raise ValueError("[model] args must be a list of strings, got "
                              f"{self.args!r}")
         object.__setattr__(self, "args", tuple(args))
         if not isinstance(self.kwargs, dict):

@@ -15,6 +15,7 @@ from ipusim import (
     simulate,
     system_spec,
 )
+from ipusim.plan.run_config import PipelineTooShallow, SettingError
 
 ONE_STAGE = Work((Stage("model", 0, Cost(time_ps=10)),))
 
@@ -164,3 +165,21 @@ def test_a_design_point_refuses_a_bad_number_of_steps(steps):
     from ipusim.explore.design_point import DesignPoint
     with pytest.raises(ValueError, match=r"DesignPoint\.steps"):
         DesignPoint(ONE_STAGE, RunConfig(), SystemSpec(), CostModel(), steps)
+
+
+@pytest.mark.parametrize("run, stages, setting, value, needed", [
+    (RunConfig(gradient_accumulation=6, execution=Execution.PIPELINED), (0, 1, 2, 3),
+     "gradient_accumulation", 6, 7),
+    (RunConfig(training=False, device_iterations=3, execution=Execution.PIPELINED),
+     (0, 1, 2, 3), "device_iterations", 3, 4),
+    (RunConfig(replicas=3), (0, 1), "replicas", 3, 2),
+    (RunConfig(), (0, 4), "num_ipus", 4, 5),
+])
+def test_a_refused_run_names_its_setting_the_value_and_the_bound(run, stages, setting, value,
+                                                                 needed):
+    with pytest.raises(SettingError) as caught:
+        simulate(stages_on(*stages), run, system_spec("mk2", 4))
+    error = caught.value
+    assert (error.setting, error.value, error.needed) == (setting, value, needed)
+    assert f"{setting}={value}" in str(error)
+    assert isinstance(error, PipelineTooShallow) == (run.execution is Execution.PIPELINED)

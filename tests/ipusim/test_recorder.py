@@ -3,9 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ipusim import Cost, RunConfig, Stage, Work, system_spec
 from ipusim.engine.recorder import COLUMNS, KINDS, Recorder, Row
-from ipusim.plan.engine_plan import EnginePlan
 
 ROWS = [
     Row(5, 9, 1, "forward", stage=0, micro_batch=3, step=0,
@@ -17,14 +15,6 @@ ROWS = [
     Row(5, 8, 0, "ipu_copy", stage=1, micro_batch=2, step=0,
         pipeline_cycle=2, bytes=300.0, flops=0.0),
 ]
-
-
-def plan(ipus_per_replica: int, replicas: int) -> EnginePlan:
-    """The plan of an engine of ``replicas`` replicas, each on ``ipus_per_replica`` IPUs."""
-    work = Work(tuple(Stage(f"s{i}", i, Cost(time_ps=1), Cost(time_ps=1))
-                      for i in range(ipus_per_replica)))
-    return EnginePlan.build(work, RunConfig(replicas=replicas),
-                            system_spec("mk2", ipus_per_replica * replicas))
 
 
 def recorded(rows=ROWS) -> Recorder:
@@ -41,7 +31,7 @@ def test_a_row_costs_32_bytes_once_packed():
 
 
 def test_the_frame_holds_every_row_sorted_by_start_then_ipu_with_stable_ties():
-    frame = recorded().to_frame(plan(1, 2), instance=3)
+    frame = recorded().to_frame(ipus_per_replica=1, instance=3)
     assert list(frame.columns) == ["start_ps", "end_ps", "ipu", "replica", "instance",
                                    *COLUMNS[3:]]
     expected = sorted(ROWS, key=lambda row: (row[0], row[2]))  # stable: sync_wait first
@@ -61,24 +51,24 @@ def test_a_folded_record_is_expanded_to_every_replica():
     one = Recorder()
     for row in ROWS:
         one.record_row(row)
-    frame = one.to_frame(plan(2, 3), copies=3)
+    frame = one.to_frame(ipus_per_replica=2, copies=3)
     every = Recorder()
     for replica in range(3):
         for row in ROWS:
             every.record_row(row._replace(ipu=row.ipu + 2 * replica))
-    pd.testing.assert_frame_equal(frame, every.to_frame(plan(2, 3)))
+    pd.testing.assert_frame_equal(frame, every.to_frame(ipus_per_replica=2))
     assert frame["replica"].value_counts().to_dict() == {0: 4, 1: 4, 2: 4}
 
 
-def test_the_replicas_are_the_plans_and_one_without_a_plan():
-    frame = recorded([row._replace(ipu=ipu) for ipu, row in enumerate(ROWS * 2)]).to_frame(
-        plan(2, 4))
+def test_the_replicas_number_their_ipus_and_one_without_ipus_per_replica():
+    eight_ipus = recorded([row._replace(ipu=ipu) for ipu, row in enumerate(ROWS * 2)])
+    frame = eight_ipus.to_frame(ipus_per_replica=2)
     assert (frame["replica"] == frame["ipu"] // 2).all() and frame["replica"].max() == 3
     assert (recorded().to_frame()["replica"] == 0).all()
-    with pytest.raises(ValueError, match="needs its engine's plan to expand to 3 replicas"):
+    with pytest.raises(ValueError, match="needs its IPUs per replica to expand to 3 replicas"):
         recorded().to_frame(copies=3)
     with pytest.raises(ValueError, match="holds one replica's 1 IPU"):
-        recorded().to_frame(plan(1, 3), copies=3)
+        recorded().to_frame(ipus_per_replica=1, copies=3)
 
 
 def test_an_empty_record_keeps_the_dtypes():

@@ -13,7 +13,9 @@ from ipusim import (
     simulate,
     system_spec,
 )
+from ipusim.engine.sync_groups import SyncPattern
 from ipusim.explore.what_if import what_ifs
+from ipusim.report.verdict import bottleneck
 
 
 def pipeline(slow: int = 2, ipus: int = 4, **run) -> tuple[Work, RunConfig]:
@@ -40,7 +42,29 @@ def test_four_times_the_accumulation_is_exactly_a_run_with_it():
     what_if = by_change(found)["four times the gradient accumulation"]
     assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-12)
     assert what_if.speedup == pytest.approx(by_hand.throughput() / found.items_per_s, rel=1e-12)
-    assert what_if.setting == "gradient_accumulation"
+    assert (what_if.setting, what_if.value) == ("gradient_accumulation", 64)
+
+
+def test_each_change_of_a_setting_carries_the_value_a_run_made_that_way_sets():
+    work, run = pipeline(ipus=2)
+    system = system_spec("mk2", num_ipus=4)
+    timeline = simulate(work, run, system, steps=2)
+    found = by_change(what_ifs(timeline))
+    assert {w.setting: w.value for w in found.values() if w.value is not None} == {
+        "gradient_accumulation": 64, "device_iterations": 4, "replicas": 2,
+        "sync_pattern": SyncPattern.SINGLE_PIPELINE}
+    for what_if in found.values():
+        if what_if.value is not None:  # the value is the run: simulating it gives the figure
+            by_hand = simulate(work, replace(run, **{what_if.setting: what_if.value}),
+                               system, steps=3)
+            assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-12)
+    # The verdict's table and profile.json read the same value, in the caller's words.
+    entries = {e["change"]: e for e in bottleneck(timeline).what_if}
+    assert entries["twice the replicas"]["value"] == 2
+    assert entries["four times the device iterations"]["value"] == 4
+    assert entries["the SinglePipeline sync pattern"]["value"] is None
+    assert entries["the SinglePipeline sync pattern"]["option"] == \
+        "RunConfig.sync_pattern=SyncPattern.SINGLE_PIPELINE"
 
 
 def test_balancing_a_slow_stage_is_a_run_whose_stages_all_take_the_mean():

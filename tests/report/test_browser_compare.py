@@ -6,8 +6,9 @@ kept as ``reports/compare.png`` (ignored by git) for a person to look at.
 """
 from support.browser import dump_dom, needs_chromium, screenshot
 
-from ipusim.plan.run_config import SettingNames
-from ipusim.report.compare import Run, compare, write_comparison_html
+from ipusim.analysis.comparison import ComparedRun, compare
+from ipusim.plan.setting_names import SettingNames
+from ipusim.report.compare import write_comparison_html
 from ipusim.report.page import render_check_json
 
 from report_timelines import pipeline_run
@@ -19,8 +20,8 @@ NAMES = SettingNames(columns={"gradient_accumulation": "Training.gradientAccumul
 
 
 def test_the_comparison_draws_without_script_errors(tmp_path, pipeline_timeline):
-    before = Run("g8", pipeline_timeline, {"Training.gradientAccumulation": 8}, NAMES)
-    after = Run("g16_r2", pipeline_run(micro_batches=16, replicas=2),
+    before = ComparedRun("g8", pipeline_timeline, {"Training.gradientAccumulation": 8}, NAMES)
+    after = ComparedRun("g16_r2", pipeline_run(micro_batches=16, replicas=2),
                 {"Training.gradientAccumulation": 16, "replicationFactor": 2}, NAMES)
     comparison = compare(before, after)
     page = write_comparison_html(comparison, tmp_path / "compare.html")

@@ -6,7 +6,7 @@ import types
 import pytest
 
 import ipusim.report
-from ipusim.analysis import headline as analysis
+from ipusim.analysis import headline
 from ipusim.report import bottleneck, write_autoreport
 from ipusim.report.summary import text_summary
 
@@ -20,7 +20,7 @@ def test_the_summary_the_verdict_and_the_reports_read_the_one_dict_of_figures(
         replicated_timeline, tmp_path):
     figures = replicated_timeline.figures()
     assert replicated_timeline.summary() == {name: figures[name]
-                                             for name in analysis.SUMMARY_FIGURES}
+                                             for name in headline.SUMMARY_FIGURES}
     verdict = bottleneck(replicated_timeline)
     assert (verdict.device_items_per_s, verdict.utilisation, verdict.host_io_share,
             verdict.host_link_occupancy, verdict.host_call_share, verdict.sync_wait_share,
@@ -37,7 +37,7 @@ def test_the_summary_the_verdict_and_the_reports_read_the_one_dict_of_figures(
     write_autoreport(tmp_path, replicated_timeline, outputs={"profile.json"})
     profile = json.loads(next(tmp_path.rglob("profile.json")).read_text())
     assert profile["figures"] == {name: pytest.approx(float(figures[name]))
-                                  for name in analysis.REPORTED_FIGURES}
+                                  for name in headline.REPORTED_FIGURES}
 
 
 def test_the_timeline_reaches_every_analysis(pipeline_timeline):

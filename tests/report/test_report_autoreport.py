@@ -15,6 +15,7 @@ from ipusim import (
     SyncPattern,
     system_spec,
 )
+from ipusim.analysis.codec import decode, encode
 from ipusim.cost.work import Work
 from ipusim.plan.memory import MemoryModel, memory_per_ipu
 from ipusim.report import (
@@ -25,7 +26,6 @@ from ipusim.report import (
     text_summary,
     write_autoreport,
 )
-from ipusim.report.autoreport import decode, encode
 
 from report_timelines import pipeline_run
 

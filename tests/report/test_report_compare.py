@@ -12,17 +12,16 @@ from pathlib import Path
 import pytest
 
 from ipusim import Cost, RunConfig, Stage, Work, simulate, system_spec
+from ipusim.analysis.comparison import ComparedRun, compare
 from ipusim.analysis.step_time import STEP_PARTS
 from ipusim.cli import main
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.cost.work import Kernel, KernelKind
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
-from ipusim.plan.run_config import SettingNames
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report import write_autoreport, write_out_of_memory_report
 from ipusim.report.compare import (
-    Run,
     baseline_pairs,
-    compare,
     comparison_text,
     load_run,
     render_comparison_html,
@@ -39,7 +38,7 @@ NAMES = SettingNames(columns={"gradient_accumulation": "Training.gradientAccumul
 
 
 def run(name, timeline, options=None):
-    return Run(name, timeline, options or {}, NAMES)
+    return ComparedRun(name, timeline, options or {}, NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +128,9 @@ def test_the_settings_that_differ_by_the_profiles_words(accumulation, pipeline_t
     rows = {row.setting: (row.a, row.b) for row in accumulation.options.itertuples()}
     # The script's option says it; the run setting it makes is not said twice.
     assert rows == {"Training.gradientAccumulation": (8, 16)}
-    without_options = compare(Run("a", pipeline_timeline, {}, NAMES),
-                              Run("b", pipeline_run(micro_batches=16, replicas=2), {}, NAMES))
+    wider = pipeline_run(micro_batches=16, replicas=2)
+    without_options = compare(ComparedRun("a", pipeline_timeline, {}, NAMES),
+                              ComparedRun("b", wider, {}, NAMES))
     rows = {row.setting: (row.a, row.b) for row in without_options.options.itertuples()}
     assert rows["Training.gradientAccumulation (gradient_accumulation)"] == (8, 16)
     assert rows["replicationFactor (replicas)"] == (1, 2)

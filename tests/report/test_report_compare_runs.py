@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from support.reports import fresh_report_registry
 
+from ipusim.analysis.comparison import compare
 from ipusim.cli import main as ipusim
-from ipusim.report.compare import compare, load_run
+from ipusim.report.compare import load_run
 from poptorch_shim.commands import main as ipusim_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.reports import fresh_report_registry, profiled_inference
 
-from poptorch_shim._run import profiling
+from poptorch_shim._run import model_reports
 
 pytestmark = [pytest.mark.slow]  # runs scripts in their own processes
 
@@ -26,7 +26,7 @@ def fresh_registry(monkeypatch):
 
 def test_two_models_of_one_name_write_two_directories(tmp_path, capsys):
     first, second = profiled_inference(tmp_path), profiled_inference(tmp_path)
-    written = profiling.write_pending_reports()
+    written = model_reports.write_pending_reports()
     assert sorted(p.name for p in written) == ["inference", "inference-2"]
     assert all((p / "profile.json").is_file() for p in written)
     assert "this one writes to" in capsys.readouterr().err and first is not second
@@ -35,10 +35,10 @@ def test_two_models_of_one_name_write_two_directories(tmp_path, capsys):
 def test_a_report_that_fails_does_not_stop_the_others(tmp_path):
     (tmp_path / "broken").write_text("a file where the report's directory should go")
     profiled_inference(tmp_path, "broken"), profiled_inference(tmp_path, "fine")
-    with pytest.raises(profiling.ReportsNotWritten, match=r"1 report\(s\).*\(1 were\).*broken"):
-        profiling.write_pending_reports()
+    with pytest.raises(model_reports.ReportsNotWritten, match=r"1 report\(s\).*\(1 were\).*broken"):
+        model_reports.write_pending_reports()
     assert (tmp_path / "fine" / "profile.json").is_file()
-    assert profiling._pending == []
+    assert model_reports._pending == []
 
 
 def test_run_refuses_an_unwritable_report_directory_before_the_script(tmp_path):

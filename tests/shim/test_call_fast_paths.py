@@ -16,8 +16,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import poptorch_shim as poptorch
 from ipusim import Simulation
-from poptorch_shim._execution.batching import StepShape, flatten, flatten_inputs, split
 from poptorch_shim._execution.engine_config import cost_model
+from poptorch_shim._execution.step_shape import StepShape, flatten, flatten_inputs, split
 
 Pair = namedtuple("Pair", "a b")
 T = torch.arange(12.0).reshape(4, 3)

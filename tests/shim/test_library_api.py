@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._core import aliases as _aliases
 
 ROOT = Path(__file__).resolve().parents[2]
 

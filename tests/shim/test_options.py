@@ -144,12 +144,13 @@ SETTERS = [
          lambda o: (o._Popart.options["patterns"], o._Popart.options["patterns_level"]),
          ({"PadSum": True}, 0)),
     Case("Simulation.system", lambda: ("GC200", 8),
-         lambda o: (o.sim_preset, o.sim_num_ipus, o.sim_overrides), ("gc200", 8, {})),
-    Case("Simulation.system", lambda: ("mk1",), lambda o: o.sim_preset, "mk1"),
+         lambda o: (o.Simulation.preset, o.Simulation.num_ipus, o.Simulation.overrides),
+         ("gc200", 8, {})),
+    Case("Simulation.system", lambda: ("mk1",), lambda o: o.Simulation.preset, "mk1"),
     Case("Simulation.costModel", lambda: (),
-         lambda o: o.sim_cost_overrides, {}),
-    Case("Simulation.loaderRate", lambda: (51_700,), lambda o: o.sim_loader_rate, 51_700),
-    Case("Simulation.timingOnly", lambda: (True,), lambda o: o.sim_timing_only, True),
+         lambda o: o.Simulation.cost_overrides, {}),
+    Case("Simulation.loaderRate", lambda: (51_700,), lambda o: o.Simulation.loader_rate, 51_700),
+    Case("Simulation.timingOnly", lambda: (True,), lambda o: o.Simulation.runs_timing_only, True),
 ]
 
 
@@ -196,16 +197,17 @@ def test_simulation_overrides_are_stored_as_given():
     options = Options()
     options.Simulation.system("mk2", 16, clock_hz=1.2e9, host_link_bandwidth=8e9)
     options.Simulation.costModel(compute_efficiency=0.3, profile="tutorial")
-    assert options.sim_overrides == {"clock_hz": 1.2e9, "host_link_bandwidth": 8e9}
-    assert options.sim_cost_overrides == {"compute_efficiency": 0.3, "profile": "tutorial"}
+    assert options.Simulation.overrides == {"clock_hz": 1.2e9, "host_link_bandwidth": 8e9}
+    assert options.Simulation.cost_overrides == {"compute_efficiency": 0.3, "profile": "tutorial"}
     options.Simulation.system("mk1")
-    assert (options.sim_preset, options.sim_num_ipus, options.sim_overrides) == ("mk1", None, {})
+    simulation = options.Simulation
+    assert (simulation.preset, simulation.num_ipus, simulation.overrides) == ("mk1", None, {})
 
 
 def test_a_setter_of_several_settings_is_recorded_as_its_call():
     """A report lists ``Simulation.system("bow", 128)`` as the call's arguments, as a
     sweep spec gives them, not as whichever of its settings was stored last."""
-    from poptorch_shim._run.profiling import user_options
+    from poptorch_shim._run.model_reports import user_options
 
     options = Options()
     options.Simulation.system("bow", 128)
@@ -229,8 +231,9 @@ def test_defaults():
     assert options.recomputation is RecomputationType.NoRecompute
     assert all(options.TensorLocations.location(kind) is None
                for kind in ("activation", "weight", "optimizer", "accumulator"))
-    assert (options.sim_preset, options.sim_num_ipus, options.sim_overrides,
-            options.sim_cost_overrides, options.sim_loader_rate) == ("mk2", None, {}, {}, None)
+    simulation = options.Simulation
+    assert (simulation.preset, simulation.num_ipus, simulation.overrides,
+            simulation.cost_overrides, simulation.loader_rate) == ("mk2", None, {}, {}, None)
 
 
 BAD_CALLS = [
@@ -428,7 +431,7 @@ def test_to_dict_holds_every_setting_as_a_copy():
     flat["engineOptions"]["autoReport.all"] = "false"
     flat["sim_overrides"]["clock_hz"] = 0
     assert options.engine_options == {"autoReport.all": "true"}
-    assert options.sim_overrides == {"clock_hz": 1.85e9}
+    assert options.Simulation.overrides == {"clock_hz": 1.85e9}
 
 
 @pytest.mark.parametrize("round_trip", [Options.clone, lambda o: pickle.loads(pickle.dumps(o))],

@@ -9,7 +9,7 @@ import pytest
 
 import poptorch_shim
 from poptorch_shim import popart
-from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._core import aliases as _aliases
 
 ROOT = Path(__file__).resolve().parents[2]
 

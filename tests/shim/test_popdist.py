@@ -9,9 +9,9 @@ import torch
 
 import poptorch_shim as poptorch
 from poptorch_shim import popdist
+from poptorch_shim._core.aliases import ALIASES
 from poptorch_shim._distributed import process_group
 from poptorch_shim._distributed.poprun import Layout
-from poptorch_shim._run.runner import ALIASES
 from poptorch_shim.popdist.poptorch import Options as PopdistOptions
 
 pytestmark = [pytest.mark.slow]  # starts distributed instances

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from poptorch_shim import commands
-from poptorch_shim._aliases import ipusim_aliases as _aliases
+from poptorch_shim._core import aliases as _aliases
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -33,9 +33,9 @@ def test_a_bad_machine_size_names_the_variable(value):
 def test_settings_given_to_the_runner_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("IPUSIM_TIMING_ONLY", "1")
     monkeypatch.setenv("IPUSIM_NUM_IPUS", "8")
-    assert poptorch.Options().sim_timing_only and run_settings.current().num_ipus == 8
+    assert poptorch.Options().Simulation.runs_timing_only and run_settings.current().num_ipus == 8
     with run_settings.given(RunSettings(num_ipus=32)):
-        assert not poptorch.Options().sim_timing_only
+        assert not poptorch.Options().Simulation.runs_timing_only
         assert not poptorch.ipuHardwareIsAvailable(64) and poptorch.ipuHardwareIsAvailable(32)
     after = run_settings.current()  # the environment's again
     assert after.timing_only and after.num_ipus == 8

@@ -5,8 +5,8 @@ import pytest
 import poptorch_shim as poptorch
 from ipusim import Stage, Work
 from poptorch_shim._core.batching import MicroBatchCounts, gradient_accumulation_for
-from poptorch_shim._execution.batching import StepShape
 from poptorch_shim._execution.engine_config import run_config
+from poptorch_shim._execution.step_shape import StepShape
 
 ONE_STAGE = Work((Stage("model"),))
 
@@ -23,7 +23,7 @@ def options(mode=poptorch.OutputMode.Default, period=None) -> poptorch.Options:
 
 def test_the_shape_counts_a_call_as_the_options_ask():
     shape = StepShape.of(options(), training=True)
-    assert (shape.rows, shape.input_groups, shape.micro_batches) == (6, 2, 12)
+    assert (shape.micro_batches_per_step, shape.input_groups, shape.micro_batches) == (6, 2, 12)
     assert shape.output_mode is poptorch.OutputMode.Final
     assert StepShape.of(options(), training=False).output_mode is poptorch.OutputMode.All
 
@@ -34,12 +34,12 @@ def test_the_rows_assembled_are_those_the_simulated_device_returns(mode, period)
     shape = StepShape.of(opts, training=True)
     run = run_config(opts, shape, training=True, work=ONE_STAGE)
     sent = [mb for mb in range(run.micro_batches_per_step) if run.returns_outputs(mb)]
-    assert run.micro_batches_per_step == shape.rows
+    assert run.micro_batches_per_step == shape.micro_batches_per_step
     if mode is poptorch.OutputMode.Sum:  # added up on the device: one result goes back
-        assert sent == [shape.rows - 1]
-        assert list(shape.returned_rows(shape.rows)) == [0, 1, 2, 3, 4, 5]
+        assert sent == [shape.micro_batches_per_step - 1]
+        assert list(shape.returned_rows(shape.micro_batches_per_step)) == [0, 1, 2, 3, 4, 5]
     else:
-        assert list(shape.returned_rows(shape.rows)) == sent
+        assert list(shape.returned_rows(shape.micro_batches_per_step)) == sent
     expected = {"All": [0, 1, 2, 3, 4, 5], "Final": [5], "EveryN": [2, 5], "Sum": [5]}
     assert expected[mode.name] == sent
 
@@ -60,7 +60,8 @@ def test_the_counts_of_a_call_and_an_update_are_the_shapes():
     opts = options()
     counts = MicroBatchCounts.of(opts)
     shape = StepShape.of(opts, training=True)
-    assert (counts.rows, counts.micro_batches) == (shape.rows, shape.micro_batches) == (6, 12)
+    assert (counts.micro_batches_per_step, counts.micro_batches) == \
+        (shape.micro_batches_per_step, shape.micro_batches) == (6, 12)
     assert counts.micro_batches_per_update == 3 * 4  # every replica's accumulated steps
     # the advisor keeps a global batch of 12 micro-batches of 8 items
     assert gradient_accumulation_for(12 * 8, replicas=4, micro_batch_size=8) == 3

@@ -93,7 +93,7 @@ def test_the_environment_turns_timing_only_on(monkeypatch):
     training, outputs, _, _ = run(False, calls=1)
     assert torch.isnan(outputs[0][0]).all()
     monkeypatch.setenv("IPUSIM_TIMING_ONLY", "0")
-    assert not poptorch.Options().sim_timing_only
+    assert not poptorch.Options().Simulation.runs_timing_only
 
 
 def test_ipusim_run_timing_only_reaches_the_script(tmp_path):

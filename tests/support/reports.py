@@ -5,16 +5,16 @@ from pathlib import Path
 import torch
 
 import poptorch_shim as poptorch
-from poptorch_shim._run import profiling
+from poptorch_shim._run import model_reports
 
 
 def fresh_report_registry(monkeypatch) -> None:
     """No pending reports, no report directories given out, no directories locked."""
-    monkeypatch.setattr(profiling, "_pending", [])
-    monkeypatch.setattr(profiling, "_taken", set())
-    monkeypatch.setattr(profiling, "_given", profiling.weakref.WeakKeyDictionary())
-    monkeypatch.setattr(profiling, "_reported", profiling.weakref.WeakSet())
-    monkeypatch.setattr(profiling, "_locks", {}, raising=False)
+    monkeypatch.setattr(model_reports, "_pending", [])
+    monkeypatch.setattr(model_reports, "_taken", set())
+    monkeypatch.setattr(model_reports, "_given", model_reports.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(model_reports, "_reported", model_reports.weakref.WeakSet())
+    monkeypatch.setattr(model_reports, "_locks", {}, raising=False)
 
 
 def profiled_inference(root: Path, name: str | None = None):

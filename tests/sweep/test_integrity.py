@@ -246,7 +246,9 @@ MODEL = {"factory": "sweep_models:pipelined"}
 @pytest.mark.parametrize("data, message", [
     ({"model": {**MODEL, "args": 3}}, r"\[model\] args must be a list of strings"),
     ({"model": {**MODEL, "args": ["--a", 1]}}, r"\[model\] args must be a list of strings"),
-    ({"model": {**MODEL, "args": "--name 'a"}}, r"\[model\] args .*: cannot split it"),
+    ({"model": {**MODEL, "args": "--width 8"}},
+     r"\[model\] args must be a list of strings, one per argument \(e.g. args = "
+     r"\[\"--width\", \"8\"\]\), got the string '--width 8'"),
     ({"model": {**MODEL, "kwargs": 3}}, r"\[model\] kwargs must be a table"),
     ({"model": {"factory": 3}}, r"\[model\] factory must be a non-empty string"),
     ({"model": MODEL, "sweep": {"sample": True}}, r"\[sweep\] sample must be a positive integer"),
@@ -260,11 +262,6 @@ MODEL = {"factory": "sweep_models:pipelined"}
 def test_a_spec_value_of_the_wrong_type_is_refused_naming_its_key(data, message):
     with pytest.raises(ValueError, match=message):
         from_dict(data)
-
-
-def test_a_scripts_arguments_may_be_one_string_split_as_a_shell_splits_it():
-    spec = from_dict({"model": {"script": "train.py", "args": "--width 8 --name 'a b'"}})
-    assert spec.model.args == ("--width", "8", "--name", "a b")
 
 
 def test_a_grids_size_is_computed_without_building_it():
@@ -468,3 +465,38 @@ def test_without_pyarrow_parquet_results_go_to_the_csv_beside_them(tmp_path, mon
     assert store.path == tmp_path / "bert.csv" and not (tmp_path / "bert.parquet").exists()
     assert "the results go to " in capsys.readouterr().err
     assert list(store_module.read(tmp_path / "bert.parquet")["work"]) == ["12e45"]
+
+
+WIDTH_SCRIPT = """
+import argparse
+import torch, poptorch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--width", type=int, required=True)
+width = parser.parse_args().width
+model = poptorch.inferenceModel(torch.nn.Linear(width, width), poptorch.Options())
+model(torch.ones(2, width))
+print("width", width)
+"""
+
+
+@pytest.mark.slow  # runs the sweep command in a fresh interpreter
+@pytest.mark.parametrize("args, refused", [('"--width 8"', True), ('["--width", "8"]', False)])
+def test_a_scripts_args_are_a_list_and_a_string_is_refused_naming_the_key(tmp_path, args,
+                                                                            refused):
+    (tmp_path / "wide.py").write_text(WIDTH_SCRIPT)
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[model]\nscript = "wide.py"\nargs = {args}\n[space]\n'
+                    'deviceIterations = [1]\n')
+    run = subprocess.run([sys.executable, "-m", "ipusim", "sweep", str(spec), "--workers", "0",
+                          "--no-progress"], capture_output=True, text=True, timeout=300)
+    if refused:
+        assert run.returncode == 1, run.stderr  # as every fault of a spec
+        assert run.stderr.strip() == f"ipusim sweep: error: {spec}: " + (
+            "[model] args must be a list of strings, one per argument (e.g. args = "
+            "[\"--width\", \"8\"]), got the string '--width 8'")
+        assert not (tmp_path / "s.parquet").exists()  # nothing measured, nothing recorded
+    else:
+        assert run.returncode == 0, run.stderr
+        results = pd.read_parquet(tmp_path / "s.parquet")
+        assert len(results) == 1 and results["fits"].all()

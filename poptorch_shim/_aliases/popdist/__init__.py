@@ -2,7 +2,7 @@
 name is ``poptorch_shim.popdist``.
 
 This folder is put on ``sys.path`` (and ``PYTHONPATH``, for child processes)
-only by :mod:`poptorch_shim._run.runner` and :mod:`poptorch_shim._distributed.poprun`. The
+by :mod:`poptorch_shim._core.aliases`, wherever ``poptorch`` is aliased. The
 submodule alias is imported first, while this package's own path still
 resolves it, so that ``popdist.poptorch`` is never loaded a second time from
 ``poptorch_shim/popdist/`` under another name.

@@ -48,11 +48,9 @@ class _Figures:
     name: str
     device: object | None  # the SimulatedDevice, until its figures are taken
     directory: Path | None
-    executor: weakref.ref
+    given_options: Options  # the script's own: the DataLoaders built with them know them
     line: str | None = None
     whose: str = ""  # under poprun: which instance's replicas the figures are
-    options: object = None        # the model's options and the user's, for its loader's rate
-    given_options: object = None
 
 
 _compiled: list[_Figures] = []
@@ -167,10 +165,8 @@ def register(executor) -> None:
     if collecting:
         name = model_name(executor.options, executor.training)
         directory = report_directory(executor)
-        _compiled.append(_Figures(name, executor.device, directory, weakref.ref(executor),
-                                  whose=_whose(executor.options.Distributed, directory),
-                                  options=executor.options,
-                                  given_options=executor._given_options))
+        _compiled.append(_Figures(name, executor.device, directory, executor.given_options,
+                                  whose=_whose(executor.options.Distributed, directory)))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -192,16 +188,18 @@ def keep_figures(executor) -> None:
 
 
 def _figures_line(entry: _Figures) -> str | None:
+    """The exit line of a model: its verdict (the one its report shows, a model that
+    does not fit saying so first), throughput and latency, and where its report is."""
     device = entry.device
     if device is None or not device.step_durations:
         return None
     timeline = device.timeline
-    rate = (_rate(entry.options, device.fed_loader_rate, entry.given_options)
-            if entry.options is not None else None)
-    verdict = device.verdict(_items_per_s(rate))
+    rate = loader_rate(device, entry.given_options)
+    verdict = model_verdict(device, entry.given_options)
     where = f"; report {entry.directory}" if entry.directory is not None else ""
-    return (f"  {entry.name}{entry.whose}: {_throughput(timeline.throughput(), rate)}, latency "
-            f"{timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
+    fit = f"{verdict.does_not_fit} Simulated as if it fitted: " if verdict.does_not_fit else ""
+    return (f"  {entry.name}{entry.whose}: {fit}{_throughput(timeline.throughput(), rate)}, "
+            f"latency {timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
             f"{verdict.kind}{_gain(verdict)}{where}")
 
 
@@ -229,23 +227,24 @@ def _items_per_s(rate: LoaderRate | None) -> float | None:
     return None if rate is None else rate.items_per_s
 
 
-def loader_rate(executor) -> LoaderRate | None:
-    """The data loader's rate for ``executor``'s verdict: the one the script gave
-    (``Options.Simulation.loaderRate``), else the one measured on the loader whose
-    steps the model received, else on a loader built with its options that fed no
-    other model."""
-    return _rate(executor.options, executor.fed_loader_rate, executor._given_options)
-
-
-def _rate(options, fed: LoaderRate | None, given_options) -> LoaderRate | None:
-    """:func:`loader_rate` from a model's options, its loader's rate and the user's
-    options (the model has its own copy; loaders know the user's)."""
-    given = options.sim_loader_rate
+def loader_rate(device, given_options: Options) -> LoaderRate | None:
+    """The data loader's rate for a model's verdict, with its spread: the one the
+    script gave (``Options.Simulation.loaderRate``), else the one measured on the
+    loader whose steps the model received (``device.fed_loader_rate``), else on a
+    loader built with the script's options (``given_options``) that fed no other
+    model. It needs no executor: a model the script no longer holds still has its
+    exit line."""
+    given = given_options.Simulation.loader_rate
     if given:
         return LoaderRate.given(given)
-    if fed is not None:
-        return fed
+    if device.fed_loader_rate is not None:
+        return device.fed_loader_rate
     return measured_loader_rate(given_options)
+
+
+def model_verdict(device, given_options: Options):
+    """The one verdict of a model, which its exit line and every report show."""
+    return device.verdict(_items_per_s(loader_rate(device, given_options)))
 
 
 def print_simulated_figures(stream=None, simulated_clock: bool = False,
@@ -288,7 +287,8 @@ def write_report(executor) -> Path | None:
     # Engine options that name no autoReport output (only a directory, or an
     # IPUSIM_REPORT_DIR run) still get the whole report.
     outputs = outputs_from_engine_options(options.engine_options) or None
-    rate = loader_rate(executor)
+    device = executor.device
+    rate = loader_rate(device, executor.given_options)
     plain = user_options(options)
     spread = (rate.low, rate.high) if rate is not None and rate.measured else None
     if (directory / "profile.json").is_file():  # an earlier run's, in the folder it names
@@ -296,7 +296,7 @@ def write_report(executor) -> Path | None:
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
-                                verdict=executor.device.verdict(_items_per_s(rate)),
+                                verdict=model_verdict(device, executor.given_options),
                                 loader_spread=spread)
     finally:
         _release(directory)

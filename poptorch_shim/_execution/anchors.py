@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from poptorch_shim import enums
-from poptorch_shim._execution.batching import StepShape, assemble, flatten
+from poptorch_shim._execution.step_shape import StepShape, assemble, flatten
 from poptorch_shim.errors import InvalidUseError
 
 GRADIENT, UPDATED = "Gradient___", "UpdatedVar___"
@@ -94,7 +94,7 @@ class Anchors:
             kind, key = _classify(name)
             self._targets[short_name] = (kind, key)
             own = self._shape(spec, kind, shape)
-            rows, period = own.rows, own.output_return_period
+            rows, period = own.micro_batches_per_step, own.output_return_period
             if own.output_mode is enums.OutputMode.EveryN and rows % period:
                 raise InvalidUseError(
                     f"anchorTensor({short_name!r}, {spec.long_name!r}): the return period "

@@ -1,12 +1,11 @@
 """Where ``import poptorch`` (and ``import popdist``, ``import popart``) resolve
 to the shim.
 
-This folder holds three alias packages, ``poptorch/``, ``popdist/`` and
-``popart/``; putting the folder on ``sys.path`` makes those names the shim's. This module
-(``poptorch_shim._aliases.ipusim_aliases``; the folder is no regular package,
-so that walking the shim's packages never imports the aliases) is what the
-rest of the shim uses to do that, and to carry it into the processes the
-shim starts:
+The folder ``poptorch_shim/_aliases/`` holds three alias packages, ``poptorch/``,
+``popdist/`` and ``popart/``; putting the folder on ``sys.path`` makes those names
+the shim's (it is no regular package, so that walking the shim's packages never
+imports the aliases). This module, below every subsystem, is what the rest of
+the shim uses to do that, and to carry it into the processes the shim starts:
 
 - :func:`install`: here and in every process started from here (``sys.path``
   and ``PYTHONPATH``): the runner, the pytest plugin (``poptorch_shim.testing``),
@@ -20,8 +19,8 @@ shim starts:
 - :func:`install_in_site` / :func:`remove_from_site`: a ``.pth`` file that
   makes the names the shim's in a whole environment (``ipusim alias``).
 
-The folder goes first on ``sys.path``, so any module here is also a top-level
-module there: this one has a name nothing else uses, and no other may be added.
+The folder goes first on ``sys.path``, so any module in it is also a top-level
+module: it holds the three alias packages and nothing else.
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ALIASES = Path(__file__).resolve().parent  # the folder that goes on sys.path
+ALIASES = Path(__file__).resolve().parent.parent / "_aliases"  # the folder on sys.path
 #: The names the folder makes the shim's.
 NAMES = ("poptorch", "popdist", "popart")
 #: The file ``ipusim alias install`` writes into site-packages.

@@ -80,12 +80,12 @@ class StepShape(MicroBatchCounts):
 
     def check_output_period(self) -> None:
         """EveryN's period must divide the micro-batches each replica runs per call."""
-        period = self.output_return_period
-        if self.output_mode == OutputMode.EveryN and self.rows % period:
+        period, per_step = self.output_return_period, self.micro_batches_per_step
+        if self.output_mode == OutputMode.EveryN and per_step % period:
             raise ValueError(
                 f"outputMode(OutputMode.EveryN, {period}): the output return period must "
                 f"divide the micro-batches each replica runs per call, deviceIterations x "
-                f"gradientAccumulation = {self.rows}; choose a period that divides {self.rows}")
+                f"gradientAccumulation = {per_step}; choose a period that divides {per_step}")
 
 
 def flatten(value: Any) -> tuple[list[Any], TreeSpec]:
