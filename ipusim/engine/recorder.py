@@ -54,6 +54,8 @@ class Row(NamedTuple):
 
 
 COLUMNS = Row._fields
+# The event DataFrame's columns, in order: a row's, with its replica and instance.
+FRAME_COLUMNS = COLUMNS[:3] + ("replica", "instance") + COLUMNS[3:]
 _KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 # A row while pending, as the system's hot path appends it: two int64 times, then
 # int32 fields, the first of them the label of (kind, stage, bytes, flops).
@@ -281,24 +283,25 @@ class Recorder:
             ipus = ipu[order]
             replica = (np.zeros_like(ipus) if ipus_per_replica is None
                        else replica_of(ipus, ipus_per_replica))
+        # Each column gathered, and each source dropped once nothing more is gathered from
+        # it, so that the peak holds little more than the frame itself.
+        out = {"start_ps": times[order, TIME["start_ps"]], "end_ps": times[order, TIME["end_ps"]],
+               "ipu": ipus, "replica": replica}
+        del times, ipu, ipus, replica
         codes = fields[order, FIELD["label"]]
+        for name in ("micro_batch", "step", "pipeline_cycle"):
+            out[name] = fields[order, FIELD[name]].astype(np.int64)
+        del fields, order
         table = {name: np.frombuffer(getattr(LABELS, name), dtype)
                  for name, dtype in (("kind", np.int8), ("stage", np.int64),
                                      ("bytes", np.float64), ("flops", np.float64))}
-        return pd.DataFrame({  # copy=False: the columns stay apart, none copied into a block
-            "start_ps": times[order, TIME["start_ps"]],
-            "end_ps": times[order, TIME["end_ps"]],
-            "ipu": ipus,
-            "replica": replica,
-            "instance": np.full(len(ipus), instance, np.int64),
-            "kind": pd.Categorical.from_codes(table["kind"][codes], categories=KINDS),
-            "stage": table["stage"][codes],
-            "micro_batch": fields[order, FIELD["micro_batch"]].astype(np.int64),
-            "step": fields[order, FIELD["step"]].astype(np.int64),
-            "pipeline_cycle": fields[order, FIELD["pipeline_cycle"]].astype(np.int64),
-            "bytes": table["bytes"][codes],
-            "flops": table["flops"][codes],
-        }, copy=False)
+        out["instance"] = np.full(len(codes), instance, np.int64)
+        out["kind"] = pd.Categorical.from_codes(table["kind"][codes], categories=KINDS)
+        for name in ("stage", "bytes", "flops"):
+            out[name] = table[name][codes]
+        del codes
+        # copy=False: the columns stay apart, none copied into a block.
+        return pd.DataFrame({name: out.pop(name) for name in FRAME_COLUMNS}, copy=False)
 
 
 def _expanded(order: np.ndarray, starts: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
