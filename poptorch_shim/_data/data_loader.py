@@ -235,7 +235,7 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def measured_items_per_s(self) -> float | None:
         """Items per second the caller received, timed on the host's wall clock
-        while it waited for steps (the median of windows of steps: see
+        while it waited for steps (over windows of steps but the slowest: see
         :mod:`poptorch_shim._data.loader_rate`); None before two steps were read.
         With an asynchronous loader that keeps up, the wait (and so the
         bottleneck) is small and this figure large, as it should be."""

@@ -5,18 +5,18 @@ time the caller's thread waited, ready to run, for a CPU that other processes
 held (Linux's per-thread schedstat): a loader that loads in the caller's
 thread (``Sync``, no workers) is then timed as on an idle host, whatever else
 the host is doing; a sleep or a read in the dataset still counts. The steps
-after the first are cut into :data:`WINDOWS` runs of consecutive steps; each
-window's rate is its items over its wait, and the loader's rate is the median
-window's. A window the host spent on something else (another process, the
-garbage collector, a worker's start) moves the lowest window, not the median,
-which the mean over all steps followed. The lowest and highest windows are the
-spread the reports quote; ``Options.Simulation.loaderRate`` replaces the
-measurement by a given rate, which holds exactly.
+after the first are cut into :data:`WINDOWS` runs of consecutive steps, and the
+loader's rate is their items over their wait, the slowest window left out: a
+window the host spent on something else (the garbage collector, a worker's
+start, a burst of another process's I/O) moves the spread, not the rate, while
+a loader whose workers deliver in bursts is still timed over all its other
+steps, as the mean over every step timed it. The lowest and highest windows'
+rates are the spread the reports quote; ``Options.Simulation.loaderRate``
+replaces the measurement by a given rate, which holds exactly.
 """
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,9 @@ _SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
 @dataclass(frozen=True)
 class LoaderRate:
-    """Items per second a data loader delivered: the median window's, and the
-    lowest and highest windows' (equal when the rate was given, not measured)."""
+    """Items per second a data loader delivered, over its windows of steps but the
+    slowest, and the lowest and highest windows' (all equal when the rate was given,
+    not measured)."""
 
     items_per_s: float
     low: float
@@ -47,15 +48,15 @@ def measured_rate(waits: list[float], items_per_step: int) -> LoaderRate | None:
         return None
     count = min(WINDOWS, len(waits))
     bounds = [round(k * len(waits) / count) for k in range(count + 1)]
-    rates = []
-    for start, end in zip(bounds, bounds[1:]):
-        waited = sum(waits[start:end])
-        rates.append((end - start) * items_per_step / waited if waited > 0 else math.inf)
-    median = statistics.median(rates)
-    if math.isinf(median):  # most windows never waited: the rate over every step
-        median = len(waits) * items_per_step / sum(waits)
-    finite = [rate for rate in rates if math.isfinite(rate)]
-    return LoaderRate(median, min(finite), max(max(finite), median))
+    windows = [((end - start) * items_per_step, sum(waits[start:end]))
+               for start, end in zip(bounds, bounds[1:])]
+    rates = [items / waited if waited > 0 else math.inf for items, waited in windows]
+    kept = [window for _, window in sorted(zip(rates, windows))[1:]] if count > 2 else windows
+    waited = sum(wait for _, wait in kept)
+    rate = (sum(items for items, _ in kept) / waited if waited > 0
+            else len(waits) * items_per_step / sum(waits))  # only the slowest window waited
+    finite = [r for r in rates if math.isfinite(r)]
+    return LoaderRate(rate, min(min(finite), rate), max(max(finite), rate))
 
 
 def queued_s() -> float:
