@@ -34,6 +34,12 @@ NOT_RUN = {
     "about a minute and a half; tests/sweep/test_ray.py runs the Ray backend",
     ".venv/bin/ipusim advise --ray": "starts a local Ray; tests/sweep/test_ray.py runs it",
     "from poptorch_shim.sweep import RayCluster": "a 240-point sweep on a local Ray: minutes",
+    "python3 -m venv .venv-ecosystem": "the ecosystem lane's own environment, over a hundred "
+    "pinned packages: tests/ecosystem/test_ecosystem.py builds it and runs these scripts",
+    ".venv-ecosystem/bin/python -m pip install": "the same environment's packages: minutes",
+    "PYTHONPATH=. .venv-ecosystem/bin/python": "a script of the ecosystem lane, in its "
+    "environment: tests/ecosystem/test_ecosystem.py runs it",
+    "PYTHONPATH=. IPUSIM_TIMING_ONLY=1 .venv-ecosystem": "likewise, BERT-Large timing-only",
 }
 
 # The reader's own files the docs name, as small PopTorch scripts.
@@ -125,6 +131,21 @@ def prepare(command: str, where: Path) -> None:
             f"import sys\nsys.path.insert(0, {str(where)!r})  # mydata.py\n")
 
 
+def shell_commands(line: int, text: str) -> list[tuple[int, str]]:
+    """A bash block's commands with the line each starts on, a line that ends in a
+    backslash joined to the next as the shell joins it."""
+    commands, pending = [], None
+    for k, command in enumerate(text.splitlines()):
+        if pending is not None:
+            pending = (pending[0], pending[1] + "\n" + command)
+        elif command.strip():
+            pending = (line + k + 1, command)
+        if pending is not None and not pending[1].endswith("\\"):
+            commands.append(pending)
+            pending = None
+    return commands + ([pending] if pending else [])
+
+
 def python_command(snippet: str) -> str | None:
     """How the docs run a python snippet: a PopTorch one through the runner, the
     simulator's with the venv's interpreter; None for the test file that the pytest
@@ -141,8 +162,7 @@ def test_every_command_and_snippet_runs_as_written(page, workspace):
     failures, ran = [], 0
     for line, lang, text in snippets(page):
         if lang == "bash":
-            commands = [(line + k + 1, command) for k, command in enumerate(text.splitlines())
-                        if command.strip()]
+            commands = shell_commands(line, text)
         elif lang == "python":
             (workspace / "snippet.py").write_text(textwrap.dedent(text))
             command = python_command(text)
