@@ -21,15 +21,20 @@ for _ in range(3):
 """
 
 
-def test_a_round_trip_bound_inference_pipeline_is_called_host_round_trip(tmp_path, capsys,
-                                                                        monkeypatch):
+def run_script(tmp_path, monkeypatch):
+    """The script above through ``ipusim run --report``: its model's report folder."""
     fresh_report_registry(monkeypatch)
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     reports = tmp_path / "reports"
     assert commands.main(["run", "--no-progress", "--report", str(reports), str(script)]) == 0
+    return reports / "inference"
+
+
+def test_a_round_trip_bound_inference_pipeline_is_called_host_round_trip(tmp_path, capsys,
+                                                                        monkeypatch):
+    folder = run_script(tmp_path, monkeypatch)
     exit_line = capsys.readouterr().err
-    folder = reports / "inference"
     profile = json.loads((folder / "profile.json").read_text())
     assert profile["verdict"]["host_call_share"] > 0.8
     assert profile["figures"]["bubble_fraction"] < 0.1
@@ -41,17 +46,11 @@ def test_a_round_trip_bound_inference_pipeline_is_called_host_round_trip(tmp_pat
     assert "host_round_trip" in (folder / "report.html").read_text()
 
 
-def test_its_report_opens_on_the_pipeline_not_the_host_round_trip(tmp_path, monkeypatch,
-                                                                    capsys):
+def test_its_report_opens_on_the_pipeline_not_the_host_round_trip(tmp_path, monkeypatch):
     from ipusim.report import load_autoreport
     from ipusim.report.figures import initial_view
 
-    fresh_report_registry(monkeypatch)
-    script = tmp_path / "script.py"
-    script.write_text(SCRIPT)
-    reports = tmp_path / "reports"
-    assert commands.main(["run", "--no-progress", "--report", str(reports), str(script)]) == 0
-    timeline = load_autoreport(reports / "inference")
+    timeline = load_autoreport(run_script(tmp_path, monkeypatch))
     x0, x1, note = initial_view(timeline, timeline.events)
     run = timeline.pipeline_phases().groupby(["step", "run"]).agg(
         start=("start_ps", "min"), end=("end_ps", "max")).iloc[0] / 10**6
