@@ -80,13 +80,15 @@ class OperatorCycles:
 #: Worker cycles per 64-bit vector of each vector kind, (16-bit, 32-bit): the
 #: inner loop's cycles plus its loop overhead. Add and multiply: 1 cycle and 2 of
 #: loop for the natural-width asm codelets (PCE:63-84, popopsCycleEstimators.hpp:
-#: 310-311, 371-372); exp: 4 per 4 halves and 6 per 2 floats, plus 4 of loop
-#: (popopsCycleEstimators.hpp:142-144, PCE:1493-1507); divide, sqrt, rsqrt: sqrt's
-#: 23 and 10, plus 4 (popopsCycleEstimators.hpp:193-211).
+#: 310-311, 371-372); exp: 4 per 4 halves and 6 per 2 floats, the table's own
+#: figures (popopsCycleEstimators.hpp:142-144: its entries unroll, so no loop
+#: overhead is added, PCE:1497-1498; the 4 of loop PCE:1506 adds is the other
+#: path's); divide: 21 per 4 halves and 10 per 2 floats (.hpp:348-349), which also
+#: stands for sqrt (23, 10) and rsqrt (19, 8) (.hpp:193-194, 209-210).
 CYCLES_PER_VECTOR: dict[KernelKind, tuple[float, float]] = {
     KernelKind.ELEMENTWISE: (3, 3),
-    KernelKind.TRANSCENDENTAL: (8, 10),
-    KernelKind.DIVIDE: (27, 14),
+    KernelKind.TRANSCENDENTAL: (4, 6),
+    KernelKind.DIVIDE: (21, 10),
 }
 
 #: The passes over the whole tensor of popnn's multi-pass operators, as (add or
