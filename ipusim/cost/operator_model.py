@@ -205,18 +205,21 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
         else weight_load_bytes_per_cycle
     loads = units * in_chans * min(width, 4) / load_rate
     rows_per_worker = -(-rows // ipu.workers)
-    overhead = model.amp_worker_overhead_cycles if width <= 2 \
-        else model.amp_worker_overhead_cycles_float
-    worker = overhead + ipu.amp_cycles_per_output(width) * rows_per_worker
+    if width <= 2:  # half inputs: the first pass also sets up the state the rest retain
+        worker_overhead, in_group = (model.amp_worker_overhead_cycles,
+                                     model.amp_in_group_overhead_cycles)
+        vertex = (model.amp_vertex_overhead_cycles
+                  + ipu.workers * model.amp_worker_retention_cycles)
+        zeroing = 0
+    else:
+        worker_overhead, in_group = (model.amp_worker_overhead_cycles_float,
+                                     model.amp_in_group_overhead_cycles_float)
+        vertex = model.amp_vertex_overhead_cycles_float
+        zeroing = ipu.workers * (FLOAT_ZEROING_CYCLES
+                                 + FLOAT_ZEROING_CYCLES_PER_ROW * rows_per_worker)
+    worker = worker_overhead + ipu.amp_cycles_per_output(width) * rows_per_worker
     per_pass = model.amp_pass_overhead_cycles + loads + ipu.workers * worker
-    zeroing = 0 if width <= 2 else ipu.workers * (
-        FLOAT_ZEROING_CYCLES + FLOAT_ZEROING_CYCLES_PER_ROW * rows_per_worker)
-    half = width <= 2
-    vertex = model.amp_vertex_overhead_cycles if half else model.amp_vertex_overhead_cycles_float
-    in_group = model.amp_in_group_overhead_cycles if half \
-        else model.amp_in_group_overhead_cycles_float
-    first_pass = ipu.workers * model.amp_worker_retention_cycles if half else 0
-    cycles = vertex + first_pass + conv_groups * (model.amp_conv_group_overhead_cycles
+    cycles = vertex + conv_groups * (model.amp_conv_group_overhead_cycles
                                      + in_groups * in_group
                                      + out_groups * (in_groups * per_pass + zeroing))
     cycles = np.where(np.asarray(rows) > 0, cycles, 0)
