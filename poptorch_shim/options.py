@@ -349,7 +349,8 @@ class Options(OptionsGroup):
     def setAvailableMemoryProportion(self, available_memory_proportion: dict) -> "Options":
         """The proportion of each IPU's memory that convolutions and matmuls may
         use for temporary values, e.g. ``{"IPU0": 0.5, "IPU1": 0.3}``: stored
-        as ``{0: 0.5, 1: 0.3}`` (recorded; the cost model plans without it)."""
+        as ``{0: 0.5, 1: 0.3}``: each IPU's matmuls and convolutions are planned
+        within it (:func:`ipusim.cost.operator_model.plan_matmul`)."""
         require_arg(self._path, "setAvailableMemoryProportion", "available_memory_proportion",
                     available_memory_proportion, dict)
         proportions = {}

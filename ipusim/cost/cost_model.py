@@ -10,10 +10,11 @@ assumptions no public figure pins say so, with their ranges (docs/cost-model.md)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_steps
 from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
+from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateOp, UpdateProgram
 from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount, check_type
 from ipusim.hardware import IPUSpec, SystemSpec
 
@@ -51,6 +52,16 @@ class CostModel:
         default=False, metadata={"help": "fp16 matmuls accumulate in fp16 partials, on all the "
                                          "AMP's conv units (PopTorch's default is fp32 partials: "
                                          "half of them on Mk2)"})
+    available_memory_proportion: float = field(
+        default=0.6, metadata={"help": "the share of each tile's memory a matmul's or "
+                                       "convolution's plan may use for its temporary operands "
+                                       "and partials (Poplar's availableMemoryProportion, "
+                                       "default 0.6: lib/poplin/ConvOptions.hpp; the plan's "
+                                       "bound, ConvPlan.cpp:1703-1704, ConvModel.cpp:3531)"})
+    available_memory_by_ipu: tuple[tuple[int, float], ...] = field(
+        default=(), metadata={"help": "(IPU of a replica, proportion) pairs that set "
+                                      "available_memory_proportion for that IPU's stages "
+                                      "(PopTorch's setAvailableMemoryProportion)"})
     amp_worker_overhead_cycles: float = field(
         default=19, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
                                       "rows, half inputs: 38 for 3 rows at 4 a row after that, "
@@ -142,16 +153,6 @@ class CostModel:
     ipu_link_efficiency: float = field(
         default=1.0, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
                                        "collectives reach (no public figure for less than all)"})
-    update_flops_per_weight_byte: float = field(
-        default=1.0, metadata={"help": "weight-update FLOPs per byte of weights (SGD+momentum: "
-                                       "about 4 FLOPs per FP32 weight)"})
-    update_bytes_per_weight_byte: float = field(
-        default=4.0, metadata={"help": "weight-update memory traffic per byte of weights"})
-    update_ops_per_tensor: int = field(
-        default=2, metadata={"help": "vector operators the optimizer runs on each parameter "
-                                     "tensor: PopART's SGD with momentum updates the velocity, "
-                                     "then the weight (SGD1AcclUpdateOp, SGD1VarUpdateOp)"})
-
     def __post_init__(self) -> None:
         if not isinstance(self.precision, str) or self.precision not in ("fp32", "fp16"):
             raise ValueError(
@@ -159,8 +160,12 @@ class CostModel:
         for name in ("flops_efficiency", "memory_efficiency", "ipu_link_efficiency"):
             check_amount("CostModel.", name, getattr(self, name), fraction=True)
         check_type("CostModel.", "half_partials", self.half_partials, bool)
-        check_amount("CostModel.", "update_ops_per_tensor", self.update_ops_per_tensor,
-                     integer=True, positive=True)
+        check_amount("CostModel.", "available_memory_proportion",
+                     self.available_memory_proportion, fraction=True)
+        check_type("CostModel.", "available_memory_by_ipu", self.available_memory_by_ipu, tuple)
+        for ipu, proportion in self.available_memory_by_ipu:
+            check_amount("CostModel.", f"available_memory_by_ipu[{ipu}]", proportion,
+                         fraction=True)
         check_amount("CostModel.", "amp_weight_load_bytes_per_cycle",
                      self.amp_weight_load_bytes_per_cycle, positive=True)
         for name in ("sync_cycles", "exchange_overhead_cycles",
@@ -168,12 +173,19 @@ class CostModel:
                      "amp_worker_retention_cycles",
                      "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
                      "amp_vertex_overhead_cycles_float", "amp_conv_group_overhead_cycles",
-                     "amp_in_group_overhead_cycles", "amp_in_group_overhead_cycles_float",
-                     "update_flops_per_weight_byte", "update_bytes_per_weight_byte"):
+                     "amp_in_group_overhead_cycles", "amp_in_group_overhead_cycles_float"):
             check_amount("CostModel.", name, getattr(self, name))
         for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
                      "host_transfer_latency_ps", "poptorch_call_ps", "engine_run_ps"):
             check_amount("CostModel.", name, getattr(self, name), integer=True)
+
+    def on_ipu(self, ipu: int) -> CostModel:
+        """The model that prices the stages of IPU ``ipu`` of a replica: its own
+        available memory proportion where one is set."""
+        own = dict(self.available_memory_by_ipu).get(ipu)
+        if own is None or own == self.available_memory_proportion:
+            return self
+        return replace(self, available_memory_proportion=own, available_memory_by_ipu=())
 
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
@@ -188,27 +200,47 @@ class CostModel:
         overhead_s = cost.ops * self.op_overhead_cycles / ipu.clock_hz
         return cost.time_ps + to_ps(overhead_s + max(flop_s, mem_s))
 
-    def update_cost(self, stage: Stage) -> Cost:
-        """The weight update of ``stage``: given, or derived from its weight bytes.
-
-        A measured stage's update is the element-wise program the optimizer
-        runs: ``update_ops_per_tensor`` vector operators on each parameter
-        tensor (a tensor of the stage's mean size), together reading and
-        writing ``update_bytes_per_weight_byte`` bytes per weight byte.
-        """
+    def update_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,
+                    accumulating: bool = False) -> Cost:
+        """The weight update of ``stage``: given, or the operators ``program`` runs
+        once a step over each of its parameter tensors (:mod:`ipusim.cost.optimizer`),
+        each tensor of the stage's mean size."""
         if stage.update is not None:
             return stage.update
-        if stage.weight_bytes == 0:
+        return self._optimizer_cost(stage, program.step_ops(accumulating), program)
+
+    def accumulate_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,
+                        accumulating: bool = False) -> Cost:
+        """What the optimizer adds to each micro-batch's backward of ``stage``: with
+        gradient accumulation, each gradient's add into its accumulator."""
+        return self._optimizer_cost(stage, program.micro_batch_ops(accumulating), program)
+
+    @staticmethod
+    def _optimizer_cost(stage: Stage, ops: tuple[UpdateOp, ...],
+                        program: UpdateProgram) -> Cost:
+        """``ops`` over each parameter tensor of ``stage``: vector kernels where the
+        stage's operators are measured, a roofline's FLOPs and bytes otherwise."""
+        if stage.weight_bytes == 0 or not ops:
             return Cost()
-        flops = self.update_flops_per_weight_byte * stage.weight_bytes
-        nbytes = self.update_bytes_per_weight_byte * stage.weight_bytes
-        if not stage.forward.kernels:
-            return Cost(flops=flops, bytes=nbytes, ops=1)
+        elements = stage.weight_bytes // program.weight_width
         tensors = stage.parameter_tensors
-        ops = tensors * self.update_ops_per_tensor
-        per_op = int(nbytes) // ops
-        update = Kernel(KernelKind.ELEMENTWISE, width=4, elements=per_op // 4, bytes=per_op)
-        return Cost(flops=flops, bytes=nbytes, ops=ops, kernels=((update, ops),))
+        flops = float(elements * sum(op.operations for op in ops))
+        nbytes = float(elements * program.bytes_per_element(ops))
+        if not stage.forward.kernels:
+            return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops))
+        per_tensor = max(1, elements // tensors)
+        kernels: dict[Kernel, int] = {}
+        for op in ops:
+            traffic = per_tensor * (op.reads + op.writes) * op.width
+            parts = [(Kernel(KernelKind.ELEMENTWISE, width=op.width, elements=per_tensor,
+                             bytes=traffic // op.passes, op=op.name), op.passes)]
+            if op.reduction:   # the tiles' partial sums reduced in a second compute set
+                parts.append((Kernel(KernelKind.ELEMENTWISE, width=4, elements=1, bytes=4,
+                                     op=op.name), 1))
+            for kernel, count in parts:
+                kernels[kernel] = kernels.get(kernel, 0) + count * tensors
+        return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops),
+                    kernels=tuple(kernels.items()))
 
     # Links -----------------------------------------------------------------
     def ipu_sync_ps(self, num_ipus: int) -> int:

@@ -245,8 +245,52 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
                 model: CostModel) -> OperatorCycles:
     """The quickest split of ``groups`` (rows x k) @ (k x n) products over the tiles, as
     poplin's planner chooses it, priced on the busiest tile. Elements wider than 4
-    bytes are priced as 4: the AMP has no wider path."""
+    bytes are priced as 4: the AMP has no wider path.
+
+    A plan must fit its temporary memory, the operands and partial sums a tile holds
+    while it runs, within :attr:`CostModel.available_memory_proportion` of the tile
+    (ConvPlan.cpp:1703-1704, ConvModel.cpp:2082-2088, 3531). Where the split over the
+    tiles alone cannot, the output channels are also split serially: each serial slice
+    runs as its own plan over all the tiles, one after another, so the cycles multiply
+    (ConvModel.cpp:2075-2076). Where nothing fits, poplin plans for the least memory
+    instead (ConvPlan.cpp:1682-1688), and so does this.
+    """
     width = min(width, 4)
+    half_partials = model.half_partials and width <= 2
+    in_chans, units = ipu.amp_block(width, half_partials)
+    n_blocks = ceil(n / units)
+    budget = ipu.sram_per_tile_bytes * model.available_memory_proportion
+    best: tuple[float, float, int, dict] | None = None
+    for serial in _split_candidates(n_blocks, n_blocks):
+        plans = _tile_plans(groups, rows, k, ceil(n_blocks / serial) * units, width, ipu, model)
+        total, temp = plans["total"] * serial, plans["temp"]
+        fits = temp <= budget
+        index = int(np.argmin(np.where(fits, total, np.inf))) if fits.any() \
+            else int(np.argmin(temp))
+        key = (0.0 if fits[index] else float(temp[index]), float(total[index]))
+        if best is None or key < best[:2]:
+            best = (*key, int(serial), {name: float(value[index]) if np.ndim(value) else value
+                                        for name, value in plans.items()})
+        if fits.any():
+            break   # more serial slices only add passes once a plan fits
+    _, _, serial, plan = best
+    outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
+    partial_width = 2 if half_partials else 4
+    cast_vector = ipu.workers * (CAST_WORKER_OVERHEAD + ceil(outputs / ipu.workers / 4)) \
+        if partial_width != width else 0.0
+    sets = serial * (int(plan["stages"]) + 1) + int(partial_width != width)
+    return OperatorCycles(amp=serial * plan["amp"],
+                          exchange=serial * (plan["received"] + plan["reduce_exchange"]),
+                          sync=sets * compute_set_fixed_cycles(model),
+                          vector=serial * plan["reduce_vector"] + cast_vector,
+                          compute_sets=sets)
+
+
+def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
+                model: CostModel) -> dict[str, np.ndarray]:
+    """Every split of the product over the tiles, priced on its busiest tile: arrays
+    of its AMP, exchange, reduction and total cycles, its reduction's stages and the
+    temporary bytes a tile holds."""
     half_partials = model.half_partials and width <= 2
     in_chans, units = ipu.amp_block(width, half_partials)
     partial_width = 2 if half_partials else 4
@@ -265,8 +309,10 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     # split the output channels share an exchange bus and receive the same inputs at
     # twice the rate (lib/poplin/ExchangeEstimator.hpp:57-87).
     bus_sharing = np.where(nn % 2 == 0, 2, 1)
-    inputs = g_t * r_t * k_t * in_chans * width * (1 - 1 / nn) / bus_sharing
-    weights = g_t * k_t * in_chans * n_t * units * width * (1 - 1 / r)
+    input_bytes = g_t * r_t * k_t * in_chans * width
+    weight_bytes = g_t * k_t * in_chans * n_t * units * width
+    inputs = input_bytes * (1 - 1 / nn) / bus_sharing
+    weights = weight_bytes * (1 - 1 / r)
     received = (inputs + weights) / ipu.exchange_bytes_per_cycle
     # A split reduction dimension leaves kk partial sums of each output: each tile's
     # partials cross the exchange and are summed in one to three stages over all the
@@ -284,21 +330,15 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     # plan (ConvModel.cpp:1088-1097), the reduction's stages only where k is split.
     unsplit = kk == 1
     reduce_exchange[unsplit] = partials[unsplit] * partial_width / ipu.exchange_bytes_per_cycle
-    cast = partial_width != width
     total = amp + received + reduce_vector + reduce_exchange \
         + (stages + 1) * compute_set_fixed_cycles(model)
-    best = int(np.argmin(total))
-
-    def at(value) -> float:
-        return float(value[best])
-
-    outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
-    cast_vector = ipu.workers * (CAST_WORKER_OVERHEAD + ceil(outputs / ipu.workers / 4)) \
-        if cast else 0.0
-    sets = int(at(stages)) + 1 + int(cast)
-    return OperatorCycles(amp=at(amp), exchange=at(received) + at(reduce_exchange),
-                          sync=sets * compute_set_fixed_cycles(model),
-                          vector=at(reduce_vector) + cast_vector, compute_sets=sets)
+    # Temporary bytes while the convolution runs: the operands the tile works on, held
+    # as copies where they were exchanged to it, and its partial sums
+    # (inputsConvTempMemory, weightsConvTempMemory, partialsConvTempMemory: CM:2044-2046).
+    temp = np.where(nn > 1, input_bytes, 0) + np.where(r > 1, weight_bytes, 0) \
+        + partials * partial_width
+    return {"amp": amp, "received": received, "reduce_vector": reduce_vector,
+            "reduce_exchange": reduce_exchange, "stages": stages, "total": total, "temp": temp}
 
 
 def _regroup_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCycles:

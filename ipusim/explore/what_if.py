@@ -134,6 +134,8 @@ def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], 
     ``update``, the weight update) to new ones."""
     passes = {name: [getattr(p, f"{name}_ps") for p in plan.prices]
               for name in ("forward", "backward", "recompute", "update")}
+    # The accumulators' adds are priced again from the stage's weights when it runs.
+    passes["backward"] = [ps - p.accumulate_ps for ps, p in zip(passes["backward"], plan.prices)]
     passes = {name: times(ps) if update or name != "update" else ps
               for name, ps in passes.items()}
     # A given update is divided among the optimizer's shards when priced: undo that here.

@@ -49,7 +49,9 @@ def pipeline_stages(forward_stages: int, training: bool) -> list[PipelineStage]:
 
 
 class StagePrices(NamedTuple):
-    """A stage's costs and their durations on this system, per micro-batch."""
+    """A stage's costs and their durations on this system, per micro-batch. The
+    backward includes the optimizer's adds into the gradient accumulators, whose
+    share of it is ``accumulate_ps``."""
 
     forward: Cost
     backward: Cost
@@ -59,6 +61,7 @@ class StagePrices(NamedTuple):
     backward_ps: int
     recompute_ps: int
     update_ps: int
+    accumulate_ps: int = 0
 
 
 def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StagePrices:
@@ -69,15 +72,21 @@ def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StageP
     whole), a given one divided by the shards.
     """
     shards = run.optimizer_shards
+    cost = cost.on_ipu(stage.ipu)
     share = (stage if shards == 1 or stage.update is not None
              else replace(stage, weight_bytes=-(-stage.weight_bytes // shards)))
-    update = cost.update_cost(share)
+    update = cost.update_cost(share, run.optimizer, run.accumulating)
     update_ps = cost.compute_ps(update, ipu)
     if stage.update is not None:
         update_ps = -(-update_ps // shards)
-    return StagePrices(stage.forward, stage.backward, stage.recompute_cost, update,
-                       cost.compute_ps(stage.forward, ipu), cost.compute_ps(stage.backward, ipu),
-                       cost.compute_ps(stage.recompute_cost, ipu), update_ps)
+    # With gradient accumulation, each micro-batch's backward also adds its gradients
+    # into the accumulators.
+    accumulate = cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+    backward = stage.backward + accumulate
+    return StagePrices(stage.forward, backward, stage.recompute_cost, update,
+                       cost.compute_ps(stage.forward, ipu), cost.compute_ps(backward, ipu),
+                       cost.compute_ps(stage.recompute_cost, ipu), update_ps,
+                       cost.compute_ps(accumulate, ipu))
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,8 @@ class EnginePlan:
     def build(cls, work: Work, run: RunConfig, system: SystemSpec,
               cost: CostModel = DEFAULT) -> EnginePlan:
         """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``."""
-        scheduled = run.scheduled(work, cost.update_cost)
+        scheduled = run.scheduled(work, lambda stage: cost.update_cost(
+            stage, run.optimizer, run.accumulating))
         compute_ipu = run.compute_ipu(system.ipu)
         forward_stages = len(scheduled.stages)
         pipelined = run.execution is Execution.PIPELINED

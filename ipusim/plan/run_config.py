@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateProgram
 from ipusim.cost.work import Cost, Execution, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import IPUSpec
@@ -136,6 +137,9 @@ class RunConfig:
         default=False, metadata={"help": "phased training: each phase's stash streams out after "
                                          "the forward and back in before the backward "
                                          "(PopTorch's Liveness other than AlwaysLive)"})
+    optimizer: UpdateProgram = field(
+        default=DEFAULT_PROGRAM, metadata={"help": "the weight update's operators over each "
+                                                   "parameter tensor, as PopART builds them"})
 
     def __post_init__(self) -> None:
         for name in ("replicas", "device_iterations", "gradient_accumulation", "instances"):
@@ -149,6 +153,7 @@ class RunConfig:
         check_type("RunConfig.", "execution", self.execution, Execution)
         check_type("RunConfig.", "sync_pattern", self.sync_pattern, SyncPattern)
         check_type("RunConfig.", "offload", self.offload, Offload)
+        check_type("RunConfig.", "optimizer", self.optimizer, UpdateProgram)
         if not isinstance(self.io_tiles, int) or self.io_tiles < 0:
             raise ValueError(f"io_tiles must be a non-negative integer, got {self.io_tiles!r}")
         if (self.overlap_inputs or self.overlap_outputs) and not self.io_tiles:
@@ -174,6 +179,11 @@ class RunConfig:
     def returned_micro_batches(self) -> range:
         """The micro-batches of a call whose outputs go back to the host."""
         return returned_micro_batches(self.micro_batches_per_step, self.output_period)
+
+    @property
+    def accumulating(self) -> bool:
+        """Whether gradients accumulate over several micro-batches before an update."""
+        return self.training and self.gradient_accumulation > 1
 
     @property
     def optimizer_shards(self) -> int:

@@ -298,10 +298,12 @@ def instance_system(options, run: RunConfig, work: Work) -> ipusim.SystemSpec:
 
 def cost_model(options) -> ipusim.CostModel:
     """The calibrated Mk2 cost model with the options' partials type
-    (``Precision.setPartialsType``) and overrides."""
+    (``Precision.setPartialsType``), available memory proportions per IPU
+    (``setAvailableMemoryProportion``) and overrides."""
     half_partials = options.Precision.partials_type == torch.float16
+    by_ipu = tuple(sorted(options.available_memory_proportion.items()))
     return replace(ipusim.CALIBRATED_MK2, half_partials=half_partials,
-                   **options.Simulation.cost_overrides)
+                   available_memory_by_ipu=by_ipu, **options.Simulation.cost_overrides)
 
 
 def check_inference_options(options) -> None:

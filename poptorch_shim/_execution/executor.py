@@ -53,6 +53,7 @@ from poptorch_shim.blocks import BlockRecorder, module_repr, recording
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
+from poptorch_shim._optim.state import update_program
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
 from poptorch_shim.strategies import PipelinedExecution
@@ -256,7 +257,8 @@ class PoplarExecutor:
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
                 output_bytes=tensor_bytes(output),
-                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
+                optimizer=update_program(self._optimizer))
         except OutOfMemoryError as error:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise

@@ -14,6 +14,9 @@ from typing import Any
 
 import torch
 
+from ipusim.cost import optimizer as optimizer_programs
+from ipusim.cost.optimizer import UpdateProgram
+
 
 class AdamMoments:
     """Marks an optimizer class that keeps Adam's two moments per weight
@@ -114,3 +117,35 @@ def check_ipu_optimizer(optimizer: torch.optim.Optimizer) -> None:
             raise ValueError("All parameter groups must have the same value for the "
                              f"'centered' attribute (Group 0: {groups[0]['centered']} / "
                              f"Group {i}: {group['centered']}).")
+
+
+def update_program(optimizer: torch.optim.Optimizer | None) -> UpdateProgram:
+    """The operators PopART runs over each weight tensor to apply ``optimizer``
+    (:mod:`ipusim.cost.optimizer`), in the weights' and its state's types; PopTorch's
+    default SGD for none. The first group's settings stand for all, and any group's
+    weight decay or momentum turns it on."""
+    if optimizer is None:
+        return optimizer_programs.DEFAULT_PROGRAM
+    _require_supported(optimizer)
+    groups = optimizer.param_groups
+    params = [p for group in groups for p in group["params"]]
+    weight = params[0].element_size() if params else 4
+    accum = getattr(optimizer, "accum_type", None) or torch.float32
+    first = getattr(optimizer, "first_order_momentum_accum_type", None) or torch.float32
+    second = getattr(optimizer, "second_order_momentum_accum_type", None) or torch.float32
+    widths = {"weight_width": weight, "accum_width": accum.itemsize}
+    decay = any(group.get("weight_decay", 0) for group in groups)
+    momentum = any(group.get("momentum", 0) for group in groups)
+    if isinstance(optimizer, torch.optim.SGD):
+        combined = bool(getattr(optimizer, "use_combined_accum", False))
+        velocity = getattr(optimizer, "velocity_accum_type", None) or torch.float32
+        return optimizer_programs.sgd(momentum=momentum, weight_decay=decay, combined=combined,
+                                      velocity_width=velocity.itemsize, **widths)
+    moments = {"first_width": first.itemsize, "second_width": second.itemsize}
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return optimizer_programs.rmsprop(centred=any(g["centered"] for g in groups),
+                                          momentum=momentum, **moments, **widths)
+    lamb = not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+    return optimizer_programs.adam(
+        decoupled=isinstance(optimizer, torch.optim.AdamW), lamb=lamb,
+        bias_correction=getattr(optimizer, "bias_correction", True), **moments, **widths)

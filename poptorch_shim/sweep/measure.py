@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ipusim import Work
+from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateProgram
 from poptorch_shim import enums
 from poptorch_shim._core.compile_hooks import compiling, registerPreCompileHook
 from poptorch_shim._core.run_settings import RunSettings
@@ -56,14 +57,17 @@ class Measured:
     training: bool
     strategy: Any  # the execution strategy the stages were placed by (None: one stage)
     overlap: tuple[bool, bool]  # overlapped input / output stream copies asked for
+    optimizer: UpdateProgram = DEFAULT_PROGRAM  # the weight update's operators
 
     @property
     def fingerprint(self) -> str:
-        """A hash of what was measured: the work, training or not, the overlap."""
+        """A hash of what was measured: the work, training or not, the overlap, the
+        optimizer's program."""
+        measured = (self.work, self.training, self.overlap, self.optimizer)
         try:
-            data = pickle.dumps((self.work, self.training, self.overlap), protocol=4)
+            data = pickle.dumps(measured, protocol=4)
         except Exception:  # something in the work that does not pickle: its text
-            data = repr((self.work, self.training, self.overlap)).encode()
+            data = repr(measured).encode()
         return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -210,7 +214,7 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
         executor._compile((tuple(inputs), dict(kwargs)))
     run = executor.device.run
     return Measured(executor.device.work, case.training, executor._runner.strategy,
-                    (run.overlap_inputs, run.overlap_outputs))
+                    (run.overlap_inputs, run.overlap_outputs), run.optimizer)
 
 
 class Measurements:

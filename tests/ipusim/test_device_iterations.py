@@ -39,8 +39,11 @@ def test_a_call_is_its_overhead_plus_its_iterations(iterations, training, accumu
     stage = one_ipu_work().stages[0]
     per_iteration = accumulation * cost.compute_ps(FORWARD, spec.ipu)
     if training:
-        per_iteration += (accumulation * cost.compute_ps(BACKWARD, spec.ipu)
-                          + cost.compute_ps(cost.update_cost(stage), spec.ipu))
+        # With accumulation, each micro-batch's backward also adds into the accumulators.
+        backward = BACKWARD + cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+        per_iteration += (accumulation * cost.compute_ps(backward, spec.ipu)
+                          + cost.compute_ps(cost.update_cost(stage, run.optimizer,
+                                                             run.accumulating), spec.ipu))
     assert timeline.duration_ps == cost.host_call_ps + iterations * per_iteration
 
 

@@ -110,12 +110,15 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     runs = run.device_iterations if run.training else 1
     sync = cost.ipu_sync_ps(spec.num_ipus)
     ps = {kind: [cost.compute_ps(getattr(s, attr), spec.ipu) for s in stages]
-          for kind, attr in (("forward", "forward"), ("backward", "backward"),
-                             ("recompute", "recompute_cost"))}
+          for kind, attr in (("forward", "forward"), ("recompute", "recompute_cost"))}
+    # With accumulation, each micro-batch's backward also adds into the accumulators.
+    ps["backward"] = [cost.compute_ps(s.backward + cost.accumulate_cost(
+        s, run.optimizer, run.accumulating), spec.ipu) for s in stages]
     per_ipu_update = defaultdict(int)
     grads = defaultdict(int)
     for stage in stages:
-        per_ipu_update[stage.ipu] += cost.compute_ps(cost.update_cost(stage), spec.ipu)
+        per_ipu_update[stage.ipu] += cost.compute_ps(
+            cost.update_cost(stage, run.optimizer, run.accumulating), spec.ipu)
         grads[stage.ipu] += stage.weight_bytes
     total = cost.host_call_ps
     updating: dict[int, int] = {}

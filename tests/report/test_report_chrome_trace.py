@@ -208,9 +208,11 @@ def test_operators_lie_end_to_end_inside_their_pass_in_proportion_to_their_cycle
     operators = [e for e in trace["traceEvents"] if e.get("cat") == "operator"]
     table = with_operators.operator_breakdown()
     passes = [e for e in simulated(trace) if e["cat"] in COMPUTE_KINDS]
-    # The weight update's operator, derived by the cost model, is named for its kind.
+    # The optimizer's operators (PopTorch's default SGD, and with gradient accumulation
+    # the accumulators' add in each backward) are named for what PopART runs.
     assert {e["name"] for e in operators} == {"aten::addmm", "aten::relu", "aten::mm",
-                                              "elementwise"}
+                                              "SGD0 weight decay scale", "SGD0 weight update",
+                                              "accumulate gradient"}
     assert len(operators) == sum(
         len(table[(table["stage"] == e["args"]["stage"]) & (table["pass"] == e["cat"])])
         for e in passes)
@@ -234,7 +236,8 @@ def test_operators_lie_end_to_end_inside_their_pass_in_proportion_to_their_cycle
         assert all(ns(a)[1] == ns(b)[0] for a, b in zip(inside, inside[1:]))
         shares = [e["dur"] / parent["dur"] for e in inside]
         cycles = rows["total_cycles"] / rows["total_cycles"].sum()
-        assert shares == pytest.approx(cycles.tolist(), abs=1e-4)
+        # Within the whole nanosecond each piece is placed on.
+        assert shares == pytest.approx(cycles.tolist(), abs=max(1e-4, 1e-3 / parent["dur"]))
         assert [e["args"]["count"] for e in inside] == rows["count"].tolist()
 
 
@@ -242,10 +245,11 @@ def test_operators_only_inside_the_passes_shown_and_within_their_budget(with_ope
     full = chrome_trace(with_operators)["otherData"]
     table = with_operators.operator_breakdown()
     kinds = with_operators.events["kind"].astype(str)
-    # Each forward and backward lists two operators, each weight update one.
+    # Each forward lists two operators, each backward three (two and the accumulators'
+    # add), each weight update two (SGD's).
     assert full["operator_slices"] == sum((kinds == kind).sum() * (table["pass"] == kind).sum()
                                           / 2 for kind in ("forward", "backward",
-                                                           "weight_update")) == 100
+                                                           "weight_update")) == 128
     assert full["compute_slices_with_operators"] == full["compute_slices"] == 52
     edges = chrome_trace(with_operators, Detail(full_up_to=0, edge=1, edge_steps=1))
     shown_passes = {(e["pid"], e["ts"]) for e in simulated(edges)
@@ -255,7 +259,9 @@ def test_operators_only_inside_the_passes_shown_and_within_their_budget(with_ope
     assert all(any(pid == e["pid"] and ts <= e["ts"] for pid, ts in shown_passes)
                for e in operators)
     capped = chrome_trace(with_operators, Detail(full=True, operators_up_to=10))["otherData"]
-    assert capped["operator_slices"] == 10 and capped["compute_slices_with_operators"] == 5
+    # Whole passes' operators up to the cap: one more pass (at most 3) would pass it.
+    assert 10 - 3 < capped["operator_slices"] <= 10
+    assert 3 <= capped["compute_slices_with_operators"] < full["compute_slices"]
 
 
 def counters(trace: dict, name: str) -> dict[int, list[dict]]:

@@ -70,7 +70,8 @@ def test_the_table_rows_add_up_to_the_breakdown(operator_timeline):
     shares = operator_timeline.operator_shares()
     pd.testing.assert_frame_equal(shares[breakdown.columns], breakdown)
     cells = table_cells(shares)
-    assert len(cells.rows) == len(breakdown) == 4 * (4 + 4 + 1)  # fwd, bwd operators, update
+    # per stage: 4 forward operators, 4 backward and the accumulators' add, SGD's 2 updates
+    assert len(cells.rows) == len(breakdown) == 4 * (4 + 5 + 2)
     for term, name, _ in TERMS:
         shown = sum(float(row[column(name)]) for _, row in cells.rows)
         assert shown == pytest.approx(breakdown[term].sum())
