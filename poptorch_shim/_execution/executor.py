@@ -47,13 +47,13 @@ from poptorch_shim._execution.step_shape import (
     flatten_inputs,
     split,
 )
+from poptorch_shim._optim.state import update_program
 from poptorch_shim._run import model_reports
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, module_repr, recording
 from poptorch_shim.custom_args import flatten_custom_types
 from poptorch_shim.errors import ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
-from poptorch_shim._optim.state import update_program
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
 from poptorch_shim.strategies import PipelinedExecution
