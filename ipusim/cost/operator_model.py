@@ -217,13 +217,27 @@ def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu:
         vertex = model.amp_vertex_overhead_cycles_float
         zeroing = ipu.workers * (FLOAT_ZEROING_CYCLES
                                  + FLOAT_ZEROING_CYCLES_PER_ROW * rows_per_worker)
-    worker = worker_overhead + ipu.amp_cycles_per_output(width) * rows_per_worker
+    worker = worker_overhead + ipu.amp_cycles_per_output(width) * rows_per_worker \
+        + _short_rows_cycles(rows_per_worker, width > 2)
     per_pass = model.amp_pass_overhead_cycles + loads + ipu.workers * worker
     cycles = vertex + conv_groups * (model.amp_conv_group_overhead_cycles
                                      + in_groups * in_group
                                      + out_groups * (in_groups * per_pass + zeroing))
     cycles = np.where(np.asarray(rows) > 0, cycles, 0)
     return cycles if np.ndim(cycles) else float(cycles)
+
+
+#: Worker cycles ConvPartial1x1Out's estimate adds to a worker of one or two rows beyond
+#: the general formula (three rows or more) the overheads above follow: its own cases
+#: for one and two rows (PE:425-467). Half inputs: 31 and 40 (+2 without zeroing) less
+#: the 7 retention saves, against 19 + 4 a row; float: 47 and 46 against 22 + 8 a row.
+SHORT_ROWS_CYCLES = {False: (3, 8), True: (17, 8)}   # by float inputs: (one row, two rows)
+
+
+def _short_rows_cycles(rows_per_worker, float_inputs: bool):
+    """The extra worker cycles of a worker with one or two rows (numbers or arrays)."""
+    one, two = SHORT_ROWS_CYCLES[float_inputs]
+    return np.where(rows_per_worker == 1, one, np.where(rows_per_worker == 2, two, 0))
 
 
 def _split_candidates(extent: int, tiles: int) -> np.ndarray:

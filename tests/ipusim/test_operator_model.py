@@ -347,3 +347,22 @@ def test_each_ipu_may_have_its_own_available_memory():
     model = replace(CALIBRATED_MK2, available_memory_by_ipu=((1, 0.1),))
     assert model.on_ipu(0) is model
     assert model.on_ipu(1).available_memory_proportion == 0.1
+
+
+@pytest.mark.parametrize("width,half_partials,workers", [
+    # ConvPartial1x1Out's worker for 1, 2 and 3 rows (PE:425-467): half inputs 31 + 2,
+    # 40 + 2 and 38, less 7 of retention; float inputs 47, 46 and 46, each with its
+    # zeroing of 2 + 8 a row on an output group's first pass.
+    (2, True, (26, 35, 31)),
+    (4, False, (47 + 10, 46 + 18, 46 + 26)),
+])
+def test_workers_of_one_or_two_rows_cost_what_the_vertex_estimate_says(width, half_partials,
+                                                                        workers):
+    model = replace(CALIBRATED_MK2, half_partials=half_partials)
+    ipu = ipusim.MK2_GC200
+
+    def vertex(rows_per_worker):
+        return ipusim.amp_vertex_cycles(ipu.workers * rows_per_worker, 1, 1, 1, width, ipu,
+                                        model, half_partials)
+    steps = [vertex(n + 1) - vertex(n) for n in (1, 2)]
+    assert steps == [ipu.workers * (workers[n] - workers[n - 1]) for n in (1, 2)]
