@@ -159,10 +159,17 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     if kernel.kind is KernelKind.MATMUL:
         if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
             return OperatorCycles()
-        orders = ((kernel.m, kernel.n),) if kernel.m == kernel.n else \
-            ((kernel.m, kernel.n), (kernel.n, kernel.m))
-        planned = min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model)
-                       for rows, cols in orders), key=lambda cycles: cycles.total)
+        # The operand a convolution's kernel positions expand: (its positions' dimension,
+        # its taps' dimension) in the plan, for each order of the operands.
+        expanded = {"k": (("rows", "k"), ("cols", "k")), "n": (("k", "cols"), ("k", "rows"))}[
+            kernel.taps_on] if kernel.taps > 1 else (None, None)
+        orders = [(kernel.m, kernel.n, expanded[0]), (kernel.n, kernel.m, expanded[1])]
+        if kernel.m == kernel.n and kernel.taps == 1:
+            orders = orders[:1]
+        planned = min((plan_matmul(kernel.groups, rows, kernel.k, cols, kernel.width, ipu, model,
+                                   Convolution(*dims, kernel.taps, kernel.stride) if dims
+                                   else None)
+                       for rows, cols, dims in orders), key=lambda cycles: cycles.total)
         return planned + _regroup_cycles(kernel, ipu, model) if kernel.regroup else planned
     sets = VECTOR_COMPUTE_SETS[kernel.kind]
     fixed = OperatorCycles(sync=sets * compute_set_fixed_cycles(model), compute_sets=sets)
@@ -255,8 +262,29 @@ def _split_candidates(extent: int, tiles: int) -> np.ndarray:
     return np.array(sorted(values), dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Convolution:
+    """Where a convolution's implicit GEMM counts its input more than once: the plan
+    dimension (``rows``, ``k`` or ``cols``) of the field's positions and the one that
+    holds each channel ``taps`` times (its kernel positions, at ``stride``)."""
+
+    positions: str
+    expanded: str
+    taps: int
+    stride: int
+
+    def operand_share(self, positions) -> np.ndarray:
+        """The share of its implicit-GEMM view a tile receives of the expanded operand,
+        holding ``positions`` of the field (numbers or arrays): poplin exchanges the
+        input field a tile's outputs need, its halo included, times its channels
+        (ConvModel.cpp:1020-1044), for a square block of outputs."""
+        side = np.sqrt(np.maximum(positions, 1))
+        halo = ((side - 1) * self.stride + np.sqrt(self.taps)) ** 2
+        return np.minimum(1.0, halo / (np.maximum(positions, 1) * self.taps))
+
+
 def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
-                model: CostModel) -> OperatorCycles:
+                model: CostModel, conv: Convolution | None = None) -> OperatorCycles:
     """The quickest split of ``groups`` (rows x k) @ (k x n) products over the tiles, as
     poplin's planner chooses it, priced on the busiest tile. Elements wider than 4
     bytes are priced as 4: the AMP has no wider path.
@@ -267,7 +295,8 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     tiles alone cannot, the output channels are also split serially: each serial slice
     runs as its own plan over all the tiles, one after another, so the cycles multiply
     (ConvModel.cpp:2075-2076). Where nothing fits, poplin plans for the least memory
-    instead (ConvPlan.cpp:1682-1688), and so does this.
+    instead (ConvPlan.cpp:1682-1688), and so does this. A convolution (``conv``)
+    receives its expanded operand as its field with a halo.
     """
     width = min(width, 4)
     half_partials = model.half_partials and width <= 2
@@ -276,7 +305,8 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     budget = ipu.sram_per_tile_bytes * model.available_memory_proportion
     best: tuple[float, float, int, dict] | None = None
     for serial in _split_candidates(n_blocks, n_blocks):
-        plans = _tile_plans(groups, rows, k, ceil(n_blocks / serial) * units, width, ipu, model)
+        plans = _tile_plans(groups, rows, k, ceil(n_blocks / serial) * units, width, ipu, model,
+                            conv)
         total, temp = plans["total"] * serial, plans["temp"]
         fits = temp <= budget
         index = int(np.argmin(np.where(fits, total, np.inf))) if fits.any() \
@@ -301,7 +331,7 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
 
 
 def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
-                model: CostModel) -> dict[str, np.ndarray]:
+                model: CostModel, conv: Convolution | None = None) -> dict[str, np.ndarray]:
     """Every split of the product over the tiles, priced on its busiest tile: arrays
     of its AMP, exchange, reduction and total cycles, its reduction's stages and the
     temporary bytes a tile holds."""
@@ -325,6 +355,13 @@ def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     bus_sharing = np.where(nn % 2 == 0, 2, 1)
     input_bytes = g_t * r_t * k_t * in_chans * width
     weight_bytes = g_t * k_t * in_chans * n_t * units * width
+    if conv is not None:
+        per_tile = {"rows": r_t, "k": k_t * in_chans, "cols": n_t * units}
+        share = conv.operand_share(per_tile[conv.positions])
+        if {conv.positions, conv.expanded} == {"rows", "k"}:
+            input_bytes = input_bytes * share
+        else:
+            weight_bytes = weight_bytes * share
     inputs = input_bytes * (1 - 1 / nn) / bus_sharing
     weights = weight_bytes * (1 - 1 / r)
     received = (inputs + weights) / ipu.exchange_bytes_per_cycle

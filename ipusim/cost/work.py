@@ -46,6 +46,11 @@ class Kernel:
     for fp16/bf16, 4 for fp32. ``bytes`` is everything read and written.
     ``regroup`` is the bytes of a matmul operand rearranged into the AMP's
     layout first: in a backward pass, the transposed weights or activations.
+    A convolution's implicit GEMM counts each input element once per kernel
+    position (``taps``, at ``stride``): in ``k`` for the forward and the input
+    gradient (``taps_on="k"``, the field's positions the rows), in ``n`` for the
+    weight gradient (``taps_on="n"``, the positions ``k``); the operand crosses
+    the exchange as its field with a halo, not as those copies.
     ``op`` names the framework operator it comes from (``aten::addmm``), for
     the reports; it takes no part in the price.
     """
@@ -59,6 +64,9 @@ class Kernel:
     elements: int = 0
     bytes: int = 0
     regroup: int = 0
+    taps: int = 1
+    stride: int = 1
+    taps_on: str = "k"
     op: str = ""
 
     def __post_init__(self) -> None:
@@ -72,6 +80,10 @@ class Kernel:
         check_amount("Kernel.", "groups", self.groups, integer=True)
         if self.groups < 1:
             raise ValueError(f"Kernel.groups must be at least 1, got {self.groups!r}")
+        for name in ("taps", "stride"):
+            check_amount("Kernel.", name, getattr(self, name), integer=True, positive=True)
+        if self.taps_on not in ("k", "n"):
+            raise ValueError(f"Kernel.taps_on must be 'k' or 'n', got {self.taps_on!r}")
         if self.regroup and self.kind is not KernelKind.MATMUL:
             raise ValueError(f"Kernel.regroup is for matmuls, got regroup={self.regroup} on a "
                              f"{self.kind.value} kernel")

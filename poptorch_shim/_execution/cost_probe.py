@@ -72,30 +72,38 @@ def _prod(values) -> int:
     return out
 
 
+def _stride(stride) -> int:
+    """A convolution's stride as one number (the largest of its dimensions')."""
+    return max(int(value) for value in stride) if len(stride) else 1
+
+
 def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     """A convolution (or its backward) as implicit GEMMs on the AMP."""
     if name == "convolution":
         x, weight, transposed, groups = args[0], args[1], args[6], args[8]
-        taps = _prod(weight.shape[2:])
+        taps, stride = _prod(weight.shape[2:]), _stride(args[3])
         if transposed:  # weight is (in, out/groups, *kernel): each input scatters its taps
             return [Kernel(KernelKind.MATMUL, width, m=x.shape[0] * _prod(x.shape[2:]),
                            k=weight.shape[0] // groups, n=weight.shape[1] * taps,
                            groups=groups)]
         # weight is (out, in/groups, *kernel): each output gathers its taps
         return [Kernel(KernelKind.MATMUL, width, m=out.shape[0] * _prod(out.shape[2:]),
-                       k=weight.shape[1] * taps, n=weight.shape[0] // groups, groups=groups)]
+                       k=weight.shape[1] * taps, n=weight.shape[0] // groups, groups=groups,
+                       taps=taps, stride=stride)]
     grad_out, x, weight = args[0], args[1], args[2]
     groups, mask = args[9], args[10]
     c_out, c_in = grad_out.shape[1], x.shape[1]
-    taps = _prod(weight.shape[2:])
+    taps, stride = _prod(weight.shape[2:]), _stride(args[4])
     kernels = []
     if mask[0]:  # the input gradient: a convolution of the output gradient
         kernels.append(Kernel(KernelKind.MATMUL, width, m=x.shape[0] * _prod(x.shape[2:]),
-                              k=c_out // groups * taps, n=c_in // groups, groups=groups))
+                              k=c_out // groups * taps, n=c_in // groups, groups=groups,
+                              taps=taps))
     if mask[1]:  # the weight gradient: reduce over every output position
         kernels.append(Kernel(KernelKind.MATMUL, width, m=c_out // groups,
                               k=grad_out.shape[0] * _prod(grad_out.shape[2:]),
-                              n=c_in // groups * taps, groups=groups))
+                              n=c_in // groups * taps, groups=groups, taps=taps,
+                              stride=stride, taps_on="n"))
     if mask[2]:
         kernels.append(Kernel(KernelKind.ELEMENTWISE, width, elements=grad_out.numel(),
                               bytes=grad_out.numel() * width))

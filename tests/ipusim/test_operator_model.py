@@ -366,3 +366,24 @@ def test_workers_of_one_or_two_rows_cost_what_the_vertex_estimate_says(width, ha
                                         model, half_partials)
     steps = [vertex(n + 1) - vertex(n) for n in (1, 2)]
     assert steps == [ipu.workers * (workers[n] - workers[n - 1]) for n in (1, 2)]
+
+
+def test_a_convolutions_input_crosses_the_exchange_as_its_field_with_a_halo():
+    """poplin exchanges the input field a tile's outputs need, halo included, times its
+    channels (ConvModel.cpp:1020-1044), not the implicit GEMM's copy per kernel position."""
+    from ipusim.cost.operator_model import Convolution
+    conv = Convolution("rows", "k", taps=9, stride=1)
+    assert conv.operand_share(1) == 1                        # one output needs all 9 taps
+    assert conv.operand_share(64) == pytest.approx(100 / (64 * 9))   # (8 + 2)^2 of 8 x 8
+    assert conv.operand_share(10**6) == pytest.approx(1 / 9, rel=0.01)
+    assert Convolution("rows", "k", taps=9, stride=2).operand_share(64) > conv.operand_share(64)
+    # A ResNet-like 3x3 layer: splitting its output channels over tiles broadcasts the
+    # input, which is cheaper than its im2col view, so the planner's best split is quicker.
+    gemm = Kernel(KernelKind.MATMUL, 2, m=18 * 56 * 56, k=64 * 9, n=64)
+    assert operator_cycles(replace(gemm, taps=9), ipusim.BOW, HALF).total \
+        < operator_cycles(gemm, ipusim.BOW, HALF).total
+
+
+def test_kernel_refuses_taps_on_another_dimension():
+    with pytest.raises(ValueError, match="Kernel.taps_on must be 'k' or 'n', got 'm'"):
+        Kernel(KernelKind.MATMUL, 2, m=1, k=9, n=1, taps=9, taps_on="m")
