@@ -289,7 +289,9 @@ def test_real_models_run_timing_only_on_a_bow_pod16(scenario, script, args, samp
     result = scenario(script, *args)
     throughput = _figure(result.output, "throughput")
     step_ms = _figure(result.output, "step time")
-    assert throughput == pytest.approx(samples_per_step / (step_ms / 1e3), rel=0.01)
+    # the step time is printed to a tenth of a millisecond
+    assert samples_per_step / ((step_ms + 0.05) / 1e3) <= throughput \
+        <= samples_per_step / ((step_ms - 0.05) / 1e3)
     rows = result.table("Per IPU")
     assert [row[0] for row in rows[1:]] == list(range(ipus_per_replica))  # after the index header
     assert all(0 < row[7] <= 1 for row in rows[1:]), "utilisation is a share of the step"
