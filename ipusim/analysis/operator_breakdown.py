@@ -43,7 +43,7 @@ def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
             passes[RECOMPUTE] = prices.recompute
         for name, cost in passes.items():
             for kernel, count in cost.kernels:
-                cycles = operator_cycles(kernel, ipu, plan.cost).times(count)
+                cycles = operator_cycles(kernel, ipu, plan.cost.on_ipu(stage.ipu)).times(count)
                 rows.append((stage.name, index, stage.ipu, name, kernel.op, kernel.kind.value,
                              kernel.width, kernel.m, kernel.k, kernel.n, kernel.groups,
                              kernel.elements, count,

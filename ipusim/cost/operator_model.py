@@ -291,11 +291,11 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
 
     A plan must fit its temporary memory, the operands and partial sums a tile holds
     while it runs, within :attr:`CostModel.available_memory_proportion` of the tile
-    (ConvPlan.cpp:1703-1704, ConvModel.cpp:2082-2088, 3531). Where the split over the
-    tiles alone cannot, the output channels are also split serially: each serial slice
-    runs as its own plan over all the tiles, one after another, so the cycles multiply
-    (ConvModel.cpp:2075-2076). Where nothing fits, poplin plans for the least memory
-    instead (ConvPlan.cpp:1682-1688), and so does this. A convolution (``conv``)
+    (ConvPlan.cpp:1703-1704, ConvModel.cpp:2082-2088, 3531). The output channels may
+    also be split serially: each serial slice runs as its own plan over all the
+    tiles, one after another, so the cycles multiply (ConvModel.cpp:2075-2076); the
+    quickest plan that fits is kept. Where nothing fits, poplin plans for the least
+    memory instead (ConvPlan.cpp:1682-1688), and so does this. A convolution (``conv``)
     receives its expanded operand as its field with a halo.
     """
     width = min(width, 4)
@@ -304,7 +304,8 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     n_blocks = ceil(n / units)
     budget = ipu.sram_per_tile_bytes * model.available_memory_proportion
     best: tuple[float, float, int, dict] | None = None
-    for serial in _split_candidates(n_blocks, n_blocks):
+    for serial in _serial_candidates(n_blocks):
+        # Each serial slice is planned alike, the last one padded to the others' size.
         plans = _tile_plans(groups, rows, k, ceil(n_blocks / serial) * units, width, ipu, model,
                             conv)
         total, temp = plans["total"] * serial, plans["temp"]
@@ -315,8 +316,6 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
         if best is None or key < best[:2]:
             best = (*key, int(serial), {name: float(value[index]) if np.ndim(value) else value
                                         for name, value in plans.items()})
-        if fits.any():
-            break   # more serial slices only add passes once a plan fits
     _, _, serial, plan = best
     outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
     partial_width = 2 if half_partials else 4
@@ -328,6 +327,16 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
                           sync=sets * compute_set_fixed_cycles(model),
                           vector=serial * plan["reduce_vector"] + cast_vector,
                           compute_sets=sets)
+
+
+@lru_cache(maxsize=4096)
+def _serial_candidates(n_blocks: int) -> tuple[int, ...]:
+    """Serial splits of ``n_blocks`` output-channel groups the planner tries: its
+    divisors (equal slices) and the powers of two."""
+    divisors = {d for d in range(1, int(n_blocks ** 0.5) + 1) if n_blocks % d == 0}
+    divisors |= {n_blocks // d for d in divisors}
+    powers = {1 << i for i in range(n_blocks.bit_length()) if 1 << i <= n_blocks}
+    return tuple(sorted(divisors | powers))
 
 
 def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,

@@ -148,6 +148,10 @@ class Stage:
         default=None, metadata={"help": "forward recomputed before backward; None: the forward"})
     update: Cost | None = field(
         default=None, metadata={"help": "weight update; None: derived from weight_bytes"})
+    accumulate: Cost | None = field(
+        default=None, metadata={"help": "with gradient accumulation, the optimizer's adds into "
+                                        "the accumulators after each micro-batch's backward; "
+                                        "None: derived from weight_bytes"})
     activation_bytes: int = field(
         default=0, metadata={"help": "bytes of the stage's output for one micro-batch"})
     stash_bytes: int = field(
@@ -177,7 +181,7 @@ class Stage:
                      optional=True)
         for name in ("forward", "backward"):
             check_type(owner, name, getattr(self, name), Cost)
-        for name in ("recompute", "update"):
+        for name in ("recompute", "update", "accumulate"):
             check_type(owner, name, getattr(self, name), Cost, optional=True)
 
     @property
@@ -252,19 +256,27 @@ class Work:
         """Device-to-host bytes of one micro-batch."""
         return self.output_bytes_per_sample * self.micro_batch_size
 
-    def merged(self, derived_update: Callable[[Stage], Cost] | None = None) -> Work:
+    def merged(self, derived_update: Callable[[Stage], Cost] | None = None,
+               derived_accumulate: Callable[[Stage], Cost] | None = None) -> Work:
         """Merge consecutive stages on the same IPU into one, as PopART does.
 
-        A stage without an explicit update cost has one derived by the cost
-        model (``derived_update``); merged with a stage that gives its own,
-        the merged update is the sum of both. Callers that want only the
-        stages' structure (names, IPUs, bytes) may leave ``derived_update``
-        out; the schedule, which prices the update, passes it.
+        A stage without an explicit update (or accumulation) cost has one derived
+        by the cost model (``derived_update``, ``derived_accumulate``); merged with
+        a stage that gives its own, the merged cost is the sum of both. Callers
+        that want only the stages' structure (names, IPUs, bytes) may leave them
+        out; the schedule, which prices the update, passes them.
         """
-        def update(stage: Stage) -> Cost:
-            if stage.update is not None:
-                return stage.update
-            return derived_update(stage) if derived_update is not None else Cost()
+        def given(stage: Stage, name: str, derived: Callable[[Stage], Cost] | None) -> Cost:
+            own = getattr(stage, name)
+            if own is not None:
+                return own
+            return derived(stage) if derived is not None else Cost()
+
+        def either(prev: Stage, stage: Stage, name: str,
+                   derived: Callable[[Stage], Cost] | None) -> Cost | None:
+            if getattr(prev, name) is None and getattr(stage, name) is None:
+                return None
+            return given(prev, name, derived) + given(stage, name, derived)
 
         out: list[Stage] = []
         for stage in self.stages:
@@ -276,8 +288,8 @@ class Work:
                     backward=prev.backward + stage.backward,
                     recompute=(None if prev.recompute is None and stage.recompute is None
                                else prev.recompute_cost + stage.recompute_cost),
-                    update=(None if prev.update is None and stage.update is None
-                            else update(prev) + update(stage)),
+                    update=either(prev, stage, "update", derived_update),
+                    accumulate=either(prev, stage, "accumulate", derived_accumulate),
                     activation_bytes=stage.activation_bytes,
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,

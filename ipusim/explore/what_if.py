@@ -133,8 +133,9 @@ def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], 
     stages' priced times of one pass (forward, backward, recompute and, with
     ``update``, the weight update) to new ones."""
     passes = {name: [getattr(p, f"{name}_ps") for p in plan.prices]
-              for name in ("forward", "backward", "recompute", "update")}
-    # The accumulators' adds are priced again from the stage's weights when it runs.
+              for name in ("forward", "backward", "recompute", "update", "accumulate")}
+    # The backward's time holds the accumulators' adds: they become a given time of
+    # their own, so that pricing the stage again adds them once.
     passes["backward"] = [ps - p.accumulate_ps for ps, p in zip(passes["backward"], plan.prices)]
     passes = {name: times(ps) if update or name != "update" else ps
               for name, ps in passes.items()}
@@ -144,7 +145,8 @@ def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], 
         replace(stage, forward=Cost(time_ps=passes["forward"][k]),
                 backward=Cost(time_ps=passes["backward"][k]),
                 recompute=Cost(time_ps=passes["recompute"][k]),
-                update=Cost(time_ps=passes["update"][k] * shards))
+                update=Cost(time_ps=passes["update"][k] * shards),
+                accumulate=Cost(time_ps=passes["accumulate"][k]))
         for k, stage in enumerate(plan.stages))
     return replace(plan.work, stages=stages)
 

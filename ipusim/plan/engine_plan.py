@@ -81,7 +81,8 @@ def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StageP
         update_ps = -(-update_ps // shards)
     # With gradient accumulation, each micro-batch's backward also adds its gradients
     # into the accumulators.
-    accumulate = cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+    accumulate = stage.accumulate if stage.accumulate is not None else \
+        cost.accumulate_cost(stage, run.optimizer, run.accumulating)
     backward = stage.backward + accumulate
     return StagePrices(stage.forward, backward, stage.recompute_cost, update,
                        cost.compute_ps(stage.forward, ipu), cost.compute_ps(backward, ipu),
@@ -116,8 +117,9 @@ class EnginePlan:
     def build(cls, work: Work, run: RunConfig, system: SystemSpec,
               cost: CostModel = DEFAULT) -> EnginePlan:
         """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``."""
-        scheduled = run.scheduled(work, lambda stage: cost.update_cost(
-            stage, run.optimizer, run.accumulating))
+        scheduled = run.scheduled(
+            work, lambda stage: cost.update_cost(stage, run.optimizer, run.accumulating),
+            lambda stage: cost.accumulate_cost(stage, run.optimizer, run.accumulating))
         compute_ipu = run.compute_ipu(system.ipu)
         forward_stages = len(scheduled.stages)
         pipelined = run.execution is Execution.PIPELINED

@@ -200,12 +200,15 @@ class RunConfig:
         """Replicas over all instances: the width of the gradient all-reduce."""
         return self.replicas * self.instances
 
-    def scheduled(self, work: Work, derived_update: Callable[[Stage], Cost] | None = None) -> Work:
+    def scheduled(self, work: Work, derived_update: Callable[[Stage], Cost] | None = None,
+                  derived_accumulate: Callable[[Stage], Cost] | None = None) -> Work:
         """The stages as the schedule runs them: consecutive stages on one IPU
         merge (as PopART does), except in phased execution, where each stage
-        is a phase of its own. ``derived_update`` prices the weight update of
-        a stage that gives none (see :meth:`Work.merged`)."""
-        return work if self.execution.phased else work.merged(derived_update)
+        is a phase of its own. ``derived_update`` and ``derived_accumulate`` price
+        the weight update and the accumulators' adds of a stage that gives none
+        (see :meth:`Work.merged`)."""
+        return work if self.execution.phased else work.merged(derived_update,
+                                                               derived_accumulate)
 
     def compute_ipu(self, ipu: IPUSpec) -> IPUSpec:
         """The IPU its compute runs on: the tiles not kept for I/O."""

@@ -77,11 +77,19 @@ def _stride(stride) -> int:
     return max(int(value) for value in stride) if len(stride) else 1
 
 
+def _haloed(taps: int, dilation, transposed: bool) -> int:
+    """The kernel positions whose copies of the input the exchange does not carry (its
+    field with a halo instead): all of them, except for a transposed or dilated
+    convolution, whose input the implicit GEMM's view is kept for."""
+    return 1 if transposed or any(int(d) > 1 for d in dilation) else taps
+
+
 def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
     """A convolution (or its backward) as implicit GEMMs on the AMP."""
     if name == "convolution":
         x, weight, transposed, groups = args[0], args[1], args[6], args[8]
         taps, stride = _prod(weight.shape[2:]), _stride(args[3])
+        haloed = _haloed(taps, args[5], transposed)
         if transposed:  # weight is (in, out/groups, *kernel): each input scatters its taps
             return [Kernel(KernelKind.MATMUL, width, m=x.shape[0] * _prod(x.shape[2:]),
                            k=weight.shape[0] // groups, n=weight.shape[1] * taps,
@@ -89,21 +97,25 @@ def _conv_kernels(name: str, args: tuple, out, width: int) -> list[Kernel]:
         # weight is (out, in/groups, *kernel): each output gathers its taps
         return [Kernel(KernelKind.MATMUL, width, m=out.shape[0] * _prod(out.shape[2:]),
                        k=weight.shape[1] * taps, n=weight.shape[0] // groups, groups=groups,
-                       taps=taps, stride=stride)]
+                       taps=haloed, stride=stride)]
     grad_out, x, weight = args[0], args[1], args[2]
-    groups, mask = args[9], args[10]
+    stride, dilation, transposed, groups, mask = args[4], args[6], args[7], args[9], args[10]
     c_out, c_in = grad_out.shape[1], x.shape[1]
-    taps, stride = _prod(weight.shape[2:]), _stride(args[4])
+    taps = _prod(weight.shape[2:])
+    haloed = _haloed(taps, dilation, transposed)
     kernels = []
     if mask[0]:  # the input gradient: a convolution of the output gradient
         kernels.append(Kernel(KernelKind.MATMUL, width, m=x.shape[0] * _prod(x.shape[2:]),
                               k=c_out // groups * taps, n=c_in // groups, groups=groups,
-                              taps=taps))
-    if mask[1]:  # the weight gradient: reduce over every output position
-        kernels.append(Kernel(KernelKind.MATMUL, width, m=c_out // groups,
-                              k=grad_out.shape[0] * _prod(grad_out.shape[2:]),
-                              n=c_in // groups * taps, groups=groups, taps=taps,
-                              stride=stride, taps_on="n"))
+                              taps=haloed))
+    if mask[1]:  # the weight gradient: reduce over every position of the output
+        # (of the input, for a transposed convolution, which scatters the input's)
+        field = x if transposed else grad_out
+        kernels.append(Kernel(KernelKind.MATMUL, width,
+                              m=(c_in if transposed else c_out) // groups,
+                              k=field.shape[0] * _prod(field.shape[2:]),
+                              n=(c_out if transposed else c_in) // groups * taps, groups=groups,
+                              taps=haloed, stride=_stride(stride), taps_on="n"))
     if mask[2]:
         kernels.append(Kernel(KernelKind.ELEMENTWISE, width, elements=grad_out.numel(),
                               bytes=grad_out.numel() * width))

@@ -119,17 +119,25 @@ def check_ipu_optimizer(optimizer: torch.optim.Optimizer) -> None:
                              f"Group {i}: {group['centered']}).")
 
 
+def _widest_share(params: list[torch.Tensor]) -> int:
+    """The element size that holds most of the parameters' bytes (4 for none)."""
+    by_width: dict[int, int] = {}
+    for p in params:
+        by_width[p.element_size()] = by_width.get(p.element_size(), 0) + p.numel()
+    return max(by_width, key=lambda width: (by_width[width] * width, width)) if by_width else 4
+
+
 def update_program(optimizer: torch.optim.Optimizer | None) -> UpdateProgram:
     """The operators PopART runs over each weight tensor to apply ``optimizer``
     (:mod:`ipusim.cost.optimizer`), in the weights' and its state's types; PopTorch's
-    default SGD for none. The first group's settings stand for all, and any group's
-    weight decay or momentum turns it on."""
+    default SGD for none. The weights' type is the one holding most of their bytes,
+    and any group's weight decay or momentum turns it on for all."""
     if optimizer is None:
         return optimizer_programs.DEFAULT_PROGRAM
     _require_supported(optimizer)
     groups = optimizer.param_groups
     params = [p for group in groups for p in group["params"]]
-    weight = params[0].element_size() if params else 4
+    weight = _widest_share(params)
     accum = getattr(optimizer, "accum_type", None) or torch.float32
     first = getattr(optimizer, "first_order_momentum_accum_type", None) or torch.float32
     second = getattr(optimizer, "second_order_momentum_accum_type", None) or torch.float32

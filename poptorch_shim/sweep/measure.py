@@ -180,13 +180,17 @@ def micro_batch_size(case: ModelCase) -> int:
 def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     """Measure ``case`` with the point's measured settings, timing-only."""
     model, inputs, kwargs = case.model, case.inputs, case.kwargs
+    optimizer = case.optimizer if case.training else None
     precision = point_settings.get(sweep_settings.PRECISION)
     if precision is not None:
         if precision not in sweep_settings.PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(sweep_settings.PRECISIONS)}, "
                              f"got {precision!r}")
         dtype = sweep_settings.PRECISIONS[precision]
-        model = copy.deepcopy(model).to(dtype)
+        # Copied together, the optimizer holds the copy's parameters, which ``to`` casts
+        # in place: its update is then priced in the point's precision.
+        model, optimizer = copy.deepcopy((model, optimizer))
+        model = model.to(dtype)
         inputs, kwargs = _in_precision(inputs, dtype), _in_precision(kwargs, dtype)
     size = point_settings.get(sweep_settings.MICRO_BATCH)
     if size is not None:
@@ -207,7 +211,6 @@ def measure(case: ModelCase, point_settings: dict[str, Any]) -> Measured:
     simulation.system(simulation.preset, _MEASURE_IPUS, **simulation.overrides)
     options.Simulation.timingOnly(True)
     options._Popart.set("engineOptions", {"debug.allowOutOfMemory": "true"})
-    optimizer = case.optimizer if case.training else None
     executor = PoplarExecutor(model, options, case.training, optimizer)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -387,3 +387,17 @@ def test_a_convolutions_input_crosses_the_exchange_as_its_field_with_a_halo():
 def test_kernel_refuses_taps_on_another_dimension():
     with pytest.raises(ValueError, match="Kernel.taps_on must be 'k' or 'n', got 'm'"):
         Kernel(KernelKind.MATMUL, 2, m=1, k=9, n=1, taps=9, taps_on="m")
+
+
+def test_the_planner_keeps_the_quickest_plan_that_fits_over_its_serial_splits():
+    """A serial split can fit a quicker plan over the tiles than none does: the planner
+    weighs every split it tries, not only the first that fits."""
+    import numpy as np
+
+    from ipusim.cost.operator_model import _tile_plans
+    model = HALF
+    budget = ipusim.BOW.sram_per_tile_bytes * model.available_memory_proportion
+    unsplit = _tile_plans(1, 16384, 4096, 256, 2, ipusim.BOW, model)
+    fitting = float(np.min(np.where(unsplit["temp"] <= budget, unsplit["total"], np.inf)))
+    planned = operator_cycles(matmul(16384, 4096, 256), ipusim.BOW, model)
+    assert planned.total < fitting

@@ -184,3 +184,32 @@ def test_the_throughput_a_what_if_reads_is_the_timelines(replicas, fold, executi
         simulation.step()
     assert simulation.folded is bool(fold and replicas > 1)
     assert simulation.throughput() == simulation.timeline.throughput() > 0
+
+
+def test_a_run_rewritten_with_its_own_pass_times_is_the_same_run():
+    """The what-ifs rewrite each stage's passes as fixed times; rewritten unchanged,
+    with measured kernels and the accumulators' adds in every backward, the run
+    simulates exactly as before (the adds counted once, at their own price)."""
+    from ipusim import Kernel, KernelKind
+    from ipusim.cost.cost_model import CALIBRATED_MK2
+    from ipusim.cost.optimizer import adam
+    from ipusim.explore.what_if import Setup, _fixed_compute
+    from ipusim.plan.engine_plan import EnginePlan
+
+    layer = Cost(kernels=((Kernel(KernelKind.MATMUL, 2, m=512, k=1024, n=1024), 1),))
+    stages = tuple(Stage(f"S{i}", ipu=i, forward=layer, backward=layer + layer,
+                         activation_bytes=1 << 20, weight_bytes=2 << 20, weight_tensors=2)
+                   for i in range(2))
+    work = Work(stages, micro_batch_size=4)
+    run = RunConfig(gradient_accumulation=16, execution=Execution.PIPELINED, synthetic_data=True,
+                    optimizer=adam(weight_width=2, decoupled=True))
+    system = system_spec("mk2", num_ipus=2)
+    plan = EnginePlan.build(work, run, system, CALIBRATED_MK2)
+    assert all(p.accumulate_ps > 0 for p in plan.prices)
+    rewritten = _fixed_compute(Setup(plan.work, run, system, CALIBRATED_MK2), plan,
+                               lambda times: times)
+    again = EnginePlan.build(rewritten, run, system, CALIBRATED_MK2)
+    assert [p.backward_ps for p in again.prices] == [p.backward_ps for p in plan.prices]
+    assert [p.accumulate_ps for p in again.prices] == [p.accumulate_ps for p in plan.prices]
+    assert simulate(rewritten, run, system, CALIBRATED_MK2).duration_ps == \
+        simulate(work, run, system, CALIBRATED_MK2).duration_ps

@@ -260,3 +260,29 @@ def test_ipusim_sweep_runs_a_spec_and_writes_its_report(tmp_path, capsys):
     check = page.split('<pre id="sweep-check" hidden>')[1].split("</pre>")[0]
     assert json.loads(html.unescape(check)).items() >= {
         "points": 4, "runs": 2, "refused": 2, "pareto": len(linked), "links": len(linked)}.items()
+
+
+def test_a_half_precision_point_updates_half_weights():
+    """The point's model is cast to its precision with the optimizer that holds its
+    parameters: the update it prices moves half weights."""
+    import torch
+
+    import poptorch_shim as poptorch
+    from poptorch_shim.sweep.measure import ModelCase, measure
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            out = self.layer(x)
+            return out, out.float().pow(2).mean()
+
+    model = WithLoss()
+    case = ModelCase(model, (torch.zeros(8, 64),), {}, poptorch.Options(), True,
+                     poptorch.optim.AdamW(model.parameters(), lr=0.1))
+    widths = {precision: measure(case, {"precision": precision}).optimizer.weight_width
+              for precision in ("float32", "float16")}
+    assert widths == {"float32": 4, "float16": 2}
+    assert next(model.parameters()).dtype == torch.float32   # the script's model untouched
