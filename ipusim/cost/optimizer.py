@@ -81,8 +81,11 @@ class UpdateProgram:
 
     def step_ops(self, accumulating: bool) -> tuple[UpdateOp, ...]:
         """The operators run once a weight update."""
-        return tuple(op for op in self.ops if not op.per_micro_batch
-                     or not (accumulating or op.accumulator))
+        def once_a_step(op: UpdateOp) -> bool:
+            if op.accumulator and not accumulating:
+                return False
+            return not (op.per_micro_batch and accumulating)
+        return tuple(op for op in self.ops if once_a_step(op))
 
     def micro_batch_ops(self, accumulating: bool) -> tuple[UpdateOp, ...]:
         """The operators run after every micro-batch's backward (only when the
@@ -104,11 +107,13 @@ def _scale(name: str, width: int) -> UpdateOp:
     return UpdateOp(name, 1, 1, width)
 
 
-def _accumulate(accum_width: int) -> UpdateOp:
+def _accumulate(accum_width: int) -> tuple[UpdateOp, UpdateOp]:
     """The gradient accumulator's ``AccumulateOp(Add)`` after each micro-batch
-    (pattern/optimizerdecompose.cpp:282, opx/accumulatex.cpp:133)."""
-    return _scaled_add("accumulate gradient", accum_width, per_micro_batch=True,
-                       accumulator=True)
+    (pattern/optimizerdecompose.cpp:282, opx/accumulatex.cpp:133), and its zeroing
+    once the update has read it (``AccumulatorZeroOp``, popops::zero: :388)."""
+    return (_scaled_add("accumulate gradient", accum_width, per_micro_batch=True,
+                        accumulator=True),
+            UpdateOp("zero accumulator", 0, 1, accum_width, accumulator=True))
 
 
 def sgd(weight_width: int = 4, momentum: bool = False, weight_decay: bool = False,
@@ -128,7 +133,7 @@ def sgd(weight_width: int = 4, momentum: bool = False, weight_decay: bool = Fals
     """
     if not momentum:
         ops = (_scale("SGD0 weight decay scale", weight_width),
-               _scaled_add("SGD0 weight update", weight_width), _accumulate(accum_width))
+               _scaled_add("SGD0 weight update", weight_width), *_accumulate(accum_width))
         return UpdateProgram("SGD", ops, weight_width)
     if combined:
         ops = [_scaled_add("SGD1 dampened gradient into velocity", weight_width,
@@ -142,7 +147,7 @@ def sgd(weight_width: int = 4, momentum: bool = False, weight_decay: bool = Fals
     if weight_decay:
         ops.append(_scaled_add("SGD2 weight decay into velocity", velocity_width))
     ops += [_scaled_add("SGD2 dampened gradient into velocity", velocity_width),
-            _scaled_add("SGD2 weight update", weight_width), _accumulate(accum_width)]
+            _scaled_add("SGD2 weight update", weight_width), *_accumulate(accum_width)]
     return UpdateProgram("SGD", tuple(ops), weight_width)
 
 
@@ -170,7 +175,7 @@ def adam(weight_width: int = 4, decoupled: bool = False, lamb: bool = False,
     if lamb:
         ops += [UpdateOp("LAMB weight norm", 1, 0, weight_width, reduction=True),
                 UpdateOp("LAMB update norm", 1, 0, first_width, reduction=True)]
-    ops += [_scaled_add("Adam weight update", weight_width), _accumulate(accum_width)]
+    ops += [_scaled_add("Adam weight update", weight_width), *_accumulate(accum_width)]
     name = "LAMB" if lamb else "AdamW" if decoupled else "Adam"
     return UpdateProgram(name, tuple(ops), weight_width)
 
@@ -189,7 +194,7 @@ def rmsprop(weight_width: int = 4, centred: bool = False, momentum: bool = False
     ops.append(UpdateOp("RMSprop updater", 2, 1, weight_width, operations=3))
     if momentum:
         ops += [_scaled_add("RMSprop momentum", 4), _scale("RMSprop update cast", 4)]
-    ops += [_scaled_add("RMSprop weight update", weight_width), _accumulate(accum_width)]
+    ops += [_scaled_add("RMSprop weight update", weight_width), *_accumulate(accum_width)]
     return UpdateProgram("RMSprop", tuple(ops), weight_width)
 
 

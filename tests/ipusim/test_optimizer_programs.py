@@ -48,6 +48,10 @@ def test_the_accumulators_add_runs_each_micro_batch_only_when_accumulating():
     assert sgd2.micro_batch_ops(accumulating=False) == ()
     assert [op.name for op in sgd2.micro_batch_ops(accumulating=True)] == ["accumulate gradient"]
     assert "accumulate gradient" not in [op.name for op in sgd2.step_ops(True)]
+    # and once a step the update has read the accumulator, it is zeroed
+    assert "zero accumulator" in [op.name for op in sgd2.step_ops(accumulating=True)]
+    assert "zero accumulator" not in [op.name for op in sgd2.step_ops(accumulating=False)]
+    assert traffic(sgd2, accumulating=True) == (5, 4)
     # SGD1 accumulates into its velocity: its dampened add moves into each micro-batch.
     sgd1 = optimizer.sgd(momentum=True, combined=True)
     dampened = "SGD1 dampened gradient into velocity"
@@ -101,11 +105,15 @@ def test_gradient_accumulation_adds_the_accumulators_add_to_every_backward():
                                     spec.ipu)
     assert prices.accumulate_ps == add > 0
     assert prices.backward_ps == 10**6 + add
-    # and the simulated call holds it four times, once per micro-batch
+    # and the simulated call holds it four times, once per micro-batch, and the
+    # accumulators' zeroing once
     once = simulate(work, replace(run, gradient_accumulation=1), spec, CALIBRATED_MK2)
     four = simulate(work, run, spec, CALIBRATED_MK2)
     forward = CALIBRATED_MK2.compute_ps(stage.forward, spec.ipu)
-    assert four.duration_ps - once.duration_ps == 3 * (forward + 10**6) + 4 * add
+    zeroing = prices.update_ps - CALIBRATED_MK2.compute_ps(
+        CALIBRATED_MK2.update_cost(stage, run.optimizer, accumulating=False), spec.ipu)
+    assert zeroing > 0
+    assert four.duration_ps - once.duration_ps == 3 * (forward + 10**6) + 4 * add + zeroing
 
 
 def test_run_config_refuses_an_optimizer_that_is_not_a_program():

@@ -71,7 +71,8 @@ def test_the_table_rows_add_up_to_the_breakdown(operator_timeline):
     pd.testing.assert_frame_equal(shares[breakdown.columns], breakdown)
     cells = table_cells(shares)
     # per stage: 4 forward operators, 4 backward and the accumulators' add, SGD's 2 updates
-    assert len(cells.rows) == len(breakdown) == 4 * (4 + 5 + 2)
+    # and the accumulators' zeroing
+    assert len(cells.rows) == len(breakdown) == 4 * (4 + 5 + 3)
     for term, name, _ in TERMS:
         shown = sum(float(row[column(name)]) for _, row in cells.rows)
         assert shown == pytest.approx(breakdown[term].sum())
