@@ -130,6 +130,7 @@ VECTOR_COMPUTE_SETS: dict[KernelKind, int] = {
     KernelKind.GATHER: 1,
     KernelKind.POOL: 1,
     KernelKind.POOL_GRAD: 1,
+    KernelKind.DROPOUT: 4,
     **{kind: sets for kind, (_, _, sets) in MULTI_PASS.items()},
 }
 
@@ -179,6 +180,8 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
         return fixed + _gather_cycles(kernel, ipu)
     if kernel.kind in (KernelKind.POOL, KernelKind.POOL_GRAD):
         return fixed + OperatorCycles(vector=_pool_cycles(kernel, ipu))
+    if kernel.kind is KernelKind.DROPOUT:
+        return fixed + OperatorCycles(vector=_dropout_cycles(kernel, ipu))
     if kernel.kind in MULTI_PASS:
         passes, exps, _ = MULTI_PASS[kernel.kind]
         return fixed + OperatorCycles(vector=passes * _vector_cycles(
@@ -506,6 +509,25 @@ def _pool_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
     worker = POOL_WORKER_FIXED[gradient] + 4 + rows * kernel.n \
         + rows * (POOL_CYCLES_PER_ROW + kernel.k * item)
     return POOL_SUPERVISOR + ipu.workers * worker
+
+
+#: poprand's dropout (lib/poprand/RandomGen.cpp:520-585 at 7eac0f2): the hardware seeds
+#: saved, the seed set from PopART's, the Dropout vertex drawing and applying the mask,
+#: the seeds restored: four compute sets. The vertex: 6 cycles of supervisor, 24 a
+#: worker, 2 per 64-bit vector of the tile's elements; SetSeed: 14 and 27 a worker
+#: (lib/poprand/poprandCycleEstimators.cpp:125-146).
+DROPOUT_SUPERVISOR, DROPOUT_WORKER, DROPOUT_CYCLES_PER_VECTOR = 6, 24, 2
+SET_SEED_SUPERVISOR, SET_SEED_WORKER = 14, 27
+
+
+def _dropout_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
+    """Dropout (or PopART's gradient of it, which draws the same mask again from the
+    same seed) over ``kernel.elements``, spread over the tiles, on the busiest tile."""
+    vectors = ceil(kernel.elements * min(kernel.width, 4) / ipu.vector_bytes_per_cycle)
+    per_tile = ceil(vectors / ipu.tiles)
+    return (DROPOUT_SUPERVISOR + ipu.workers * DROPOUT_WORKER
+            + DROPOUT_CYCLES_PER_VECTOR * per_tile
+            + SET_SEED_SUPERVISOR + ipu.workers * SET_SEED_WORKER)
 
 
 def _copy_cycles(kernel: Kernel, ipu: IPUSpec) -> OperatorCycles:

@@ -30,6 +30,7 @@ class KernelKind(str, enum.Enum):
     SOFTMAX_GRAD = "softmax_grad"      # their backward
     POOL = "pool"                      # max pooling: popnn's pooling vertex (m rows of n, k taps)
     POOL_GRAD = "pool_grad"            # its backward: popnn's MaxPoolingGrad
+    DROPOUT = "dropout"                # poprand's dropout: the mask drawn and applied at once
     GATHER = "gather"                  # embedding lookups and their gradients: multi-slice
     DATA = "data"                      # other gathers, scatters, copies: exchange-bound
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
@@ -241,11 +242,18 @@ class TrafficCounter(TorchDispatchMode):
         self.bytes = 0
         self.uncounted_flops = 0
         self.kernels: dict[Kernel, int] = {}
+        self.paused = False   # an operator counted whole above the aten calls it makes
+
+    def count(self, kernel: Kernel, nbytes: int) -> None:
+        """Count one IPU operator the aten calls do not show as such."""
+        self.ops += 1
+        self.bytes += nbytes
+        self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if _does_work(func, args, out):
+        if not self.paused and _does_work(func, args, out):
             self.ops += 1
             operator_measured()
             self.bytes += tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
@@ -303,6 +311,39 @@ class SavedActivations:
         self._segment.clear()
 
 
+#: The functions PopART lowers to poprand's dropout (their CPU forms draw a mask, scale
+#: it and multiply: three aten calls where the IPU runs one operator).
+_DROPOUTS = frozenset({torch.nn.functional.dropout, torch.dropout, torch.nn.functional.dropout1d,
+                       torch.nn.functional.dropout2d, torch.nn.functional.dropout3d})
+
+
+class DropoutAsPoprand(TorchFunctionMode):
+    """Counts a training-mode dropout as the one operator the IPU runs, poprand's
+    dropout (the mask drawn and applied in one vertex), instead of the aten calls
+    of its CPU form; its gradient, the mask multiplied in again, the backward sees."""
+
+    def __init__(self, traffic: TrafficCounter) -> None:
+        super().__init__()
+        self.traffic = traffic
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _DROPOUTS or self.traffic.paused:
+            return func(*args, **kwargs)
+        self.traffic.paused = True
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.traffic.paused = False
+        source = args[0] if args else kwargs.get("input")
+        if isinstance(out, torch.Tensor) and out is not source and out.numel() > 1 \
+                and out.is_floating_point():
+            self.traffic.count(Kernel(KernelKind.DROPOUT, out.element_size(),
+                                      elements=out.numel(), bytes=2 * tensor_bytes(out),
+                                      op="aten::native_dropout"), 2 * tensor_bytes(out))
+        return out
+
+
 @dataclass
 class Measurement:
     """What one measured region cost; filled in when its ``with`` block ends."""
@@ -327,7 +368,7 @@ def measure() -> Iterator[Measurement]:
             result.saved.checkpoint(tensors)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), observing(checkpoint), \
-            flops, traffic:
+            flops, traffic, DropoutAsPoprand(traffic):
         yield result
     result.saved.close_segment()
     result.cost = Cost(flops=float(flops.get_total_flops() + traffic.uncounted_flops),

@@ -401,3 +401,15 @@ def test_the_planner_keeps_the_quickest_plan_that_fits_over_its_serial_splits():
     fitting = float(np.min(np.where(unsplit["temp"] <= budget, unsplit["total"], np.inf)))
     planned = operator_cycles(matmul(16384, 4096, 256), ipusim.BOW, model)
     assert planned.total < fitting
+
+
+def test_dropout_is_poprands_vertex_and_its_seeds_four_compute_sets():
+    """The seeds saved, set and restored around the Dropout vertex: 6 + 24 a worker +
+    2 a 64-bit vector of the tile's share, and SetSeed's 14 + 27 a worker
+    (poprandCycleEstimators.cpp:125-146, RandomGen.cpp:520-585)."""
+    ipu = ipusim.MK2_GC200
+    kernel = Kernel(KernelKind.DROPOUT, 2, elements=ipu.tiles * 400)   # 100 vectors a tile
+    cycles = operator_cycles(kernel, ipu, CALIBRATED_MK2)
+    assert cycles.compute_sets == 4
+    assert cycles.sync == 4 * compute_set_fixed_cycles(CALIBRATED_MK2)
+    assert cycles.vector == 6 + 6 * 24 + 2 * 100 + 14 + 6 * 27

@@ -531,3 +531,29 @@ def test_timing_only_measures_a_model_torch_fx_cannot_trace():
     assert all(p.grad is None for p in untouched.parameters())
     assert int(trained.steps) == 4  # one in-place update per micro-batch, none for measuring
     assert untouched.second.weight is untouched.first.weight
+
+
+def test_a_training_dropout_is_poprands_one_operator_with_the_same_numbers():
+    """PopART lowers dropout to poprand's dropout (the mask drawn and applied in one
+    vertex); its CPU form's Bernoulli draw, scale and multiply are not three IPU
+    operators. The numbers are torch's own."""
+    model = nn.Sequential(nn.Linear(32, 32), nn.Dropout(0.25))
+    x = torch.randn(8, 32)
+    torch.manual_seed(3)
+    expected = model(x)
+    torch.manual_seed(3)
+    with measure() as forward:
+        got = model(x)
+    assert torch.equal(got, expected)
+    kinds = [kernel.kind for kernel, _ in forward.cost.kernels]
+    assert kinds == [KernelKind.MATMUL, KernelKind.DROPOUT]
+    dropout = forward.cost.kernels[1][0]
+    assert dropout.elements == 8 * 32 and dropout.width == 4
+    model.eval()   # inference: dropout is the identity, no operator
+    with measure() as inference:
+        model(x)
+    assert [kernel.kind for kernel, _ in inference.cost.kernels] == [KernelKind.MATMUL]
+    # on fake tensors, as a timing-only run measures, the same operator
+    with fake_inputs((x,)) as (fx,), measure() as faked:
+        model.train()(fx)
+    assert [kernel.kind for kernel, _ in faked.cost.kernels] == kinds
