@@ -11,6 +11,7 @@ timing-only run measures without computing.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -317,6 +318,17 @@ _DROPOUTS = frozenset({torch.nn.functional.dropout, torch.dropout, torch.nn.func
                        torch.nn.functional.dropout2d, torch.nn.functional.dropout3d})
 
 
+def _dropping(func, args: tuple, kwargs: dict) -> bool:
+    """Whether a dropout call drops anything: in training, with a probability above 0
+    (in place or not); otherwise it is the identity and costs nothing."""
+    if func is torch.dropout:   # (input, p, train), a builtin without a signature
+        named = dict(zip(("input", "p", "train"), args)) | kwargs
+        return bool(named.get("train")) and named.get("p", 0) > 0
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bool(bound.arguments["training"]) and bound.arguments["p"] > 0
+
+
 class DropoutAsPoprand(TorchFunctionMode):
     """Counts a training-mode dropout as the one operator the IPU runs, poprand's
     dropout (the mask drawn and applied in one vertex), instead of the aten calls
@@ -335,9 +347,8 @@ class DropoutAsPoprand(TorchFunctionMode):
             out = func(*args, **kwargs)
         finally:
             self.traffic.paused = False
-        source = args[0] if args else kwargs.get("input")
-        if isinstance(out, torch.Tensor) and out is not source and out.numel() > 1 \
-                and out.is_floating_point():
+        if _dropping(func, args, kwargs) and isinstance(out, torch.Tensor) \
+                and out.numel() > 1 and out.is_floating_point():
             self.traffic.count(Kernel(KernelKind.DROPOUT, out.element_size(),
                                       elements=out.numel(), bytes=2 * tensor_bytes(out),
                                       op="aten::native_dropout"), 2 * tensor_bytes(out))

@@ -549,6 +549,9 @@ def test_a_training_dropout_is_poprands_one_operator_with_the_same_numbers():
     assert kinds == [KernelKind.MATMUL, KernelKind.DROPOUT]
     dropout = forward.cost.kernels[1][0]
     assert dropout.elements == 8 * 32 and dropout.width == 4
+    with measure() as in_place:   # in place, the same operator
+        torch.nn.functional.dropout(x.clone(), 0.5, training=True, inplace=True)
+    assert [kernel.kind for kernel, _ in in_place.cost.kernels] == [KernelKind.DROPOUT]
     model.eval()   # inference: dropout is the identity, no operator
     with measure() as inference:
         model(x)
