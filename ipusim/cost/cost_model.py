@@ -211,8 +211,10 @@ class CostModel:
 
     def accumulate_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,
                         accumulating: bool = False) -> Cost:
-        """What the optimizer adds to each micro-batch's backward of ``stage``: with
-        gradient accumulation, each gradient's add into its accumulator."""
+        """What the optimizer adds to each micro-batch's backward of ``stage``: given,
+        or with gradient accumulation each gradient's add into its accumulator."""
+        if stage.accumulate is not None:
+            return stage.accumulate
         return self._optimizer_cost(stage, program.micro_batch_ops(accumulating), program)
 
     @staticmethod

@@ -303,7 +303,7 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     """
     width = min(width, 4)
     half_partials = model.half_partials and width <= 2
-    in_chans, units = ipu.amp_block(width, half_partials)
+    units = ipu.amp_units(width, half_partials)
     n_blocks = ceil(n / units)
     budget = ipu.sram_per_tile_bytes * model.available_memory_proportion
     best: tuple[float, float, int, dict] | None = None
@@ -317,7 +317,7 @@ def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
             else int(np.argmin(temp))
         key = (0.0 if fits[index] else float(temp[index]), float(total[index]))
         if best is None or key < best[:2]:
-            best = (*key, int(serial), {name: float(value[index]) if np.ndim(value) else value
+            best = (*key, int(serial), {name: float(value[index])
                                         for name, value in plans.items()})
     _, _, serial, plan = best
     outputs = ceil(groups * rows * n_blocks * units / ipu.tiles)
@@ -521,8 +521,7 @@ SET_SEED_SUPERVISOR, SET_SEED_WORKER = 14, 27
 
 
 def _dropout_cycles(kernel: Kernel, ipu: IPUSpec) -> float:
-    """Dropout (or PopART's gradient of it, which draws the same mask again from the
-    same seed) over ``kernel.elements``, spread over the tiles, on the busiest tile."""
+    """Dropout over ``kernel.elements``, spread over the tiles, on the busiest tile."""
     vectors = ceil(kernel.elements * min(kernel.width, 4) / ipu.vector_bytes_per_cycle)
     per_tile = ceil(vectors / ipu.tiles)
     return (DROPOUT_SUPERVISOR + ipu.workers * DROPOUT_WORKER

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from ipusim.cost.work import check_element_width
 from ipusim.hardware.specs import check_amount, check_type
 
 #: Cycles a vector of one built-in element-wise pass: what a fused expression's
@@ -51,8 +52,7 @@ class UpdateOp:
         check_type("UpdateOp.", "name", self.name, str)
         for name in ("reads", "writes", "operations"):
             check_amount("UpdateOp.", name, getattr(self, name), integer=True)
-        if self.width not in (1, 2, 4, 8):
-            raise ValueError(f"UpdateOp.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
+        check_element_width("UpdateOp.", self.width)
 
     @property
     def passes(self) -> int:

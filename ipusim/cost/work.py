@@ -35,6 +35,13 @@ class KernelKind(str, enum.Enum):
     DATA = "data"                      # other gathers, scatters, copies: exchange-bound
 
 
+def check_element_width(owner: str, width) -> None:
+    """Refuse an element width that is not 1, 2, 4 or 8 bytes, naming ``owner.width``."""
+    check_amount(owner, "width", width, integer=True)
+    if width not in (1, 2, 4, 8):
+        raise ValueError(f"{owner}width must be 1, 2, 4 or 8 bytes, got {width!r}")
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One operator as the IPU would run it, for the operator-level compute model.
@@ -73,9 +80,7 @@ class Kernel:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
         check_type("Kernel.", "op", self.op, str)
-        check_amount("Kernel.", "width", self.width, integer=True)
-        if self.width not in (1, 2, 4, 8):
-            raise ValueError(f"Kernel.width must be 1, 2, 4 or 8 bytes, got {self.width!r}")
+        check_element_width("Kernel.", self.width)
         for name in ("m", "k", "n", "elements", "bytes", "regroup"):
             check_amount("Kernel.", name, getattr(self, name), integer=True)
         check_amount("Kernel.", "groups", self.groups, integer=True)

@@ -81,8 +81,7 @@ def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StageP
         update_ps = -(-update_ps // shards)
     # With gradient accumulation, each micro-batch's backward also adds its gradients
     # into the accumulators.
-    accumulate = stage.accumulate if stage.accumulate is not None else \
-        cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+    accumulate = cost.accumulate_cost(stage, run.optimizer, run.accumulating)
     backward = stage.backward + accumulate
     return StagePrices(stage.forward, backward, stage.recompute_cost, update,
                        cost.compute_ps(stage.forward, ipu), cost.compute_ps(backward, ipu),

@@ -16,7 +16,6 @@ import pandas as pd
 import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
 from ipusim.cost.cost_model import PS_PER_S, to_cycles
-from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateProgram
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import simulated_clock
@@ -38,20 +37,17 @@ class SimulatedDevice:
     """One compiled model on the simulated system: a step per call."""
 
     def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
-                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
-                 optimizer: UpdateProgram = DEFAULT_PROGRAM):
+                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
         """``run``: the run configuration :func:`.engine_config.check_layout` built and checked
         before the stages were measured; ``stages``: the measured stages, whose
-        optimizer state is ``optimizer_state_ratio`` times their weights in training;
-        ``optimizer``: the weight update's operators, as PopART builds them."""
+        optimizer state is ``optimizer_state_ratio`` times their weights in training."""
         self.work = Work(
             tuple(replace(s, optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio)
                           if run.training else 0) for s in stages),
             micro_batch_size=micro_batch_size,
             input_bytes_per_sample=input_bytes // micro_batch_size,
             output_bytes_per_sample=output_bytes // micro_batch_size)
-        self.run = replace(run, optimizer=optimizer)
-        run = self.run
+        self.run = run
         self.spec = instance_system(options, run, self.work)
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
                                      instance=options.Distributed.process_id)

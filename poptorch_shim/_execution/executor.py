@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -253,12 +254,13 @@ class PoplarExecutor:
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         try:
+            # The weight update runs the operators PopART builds for the optimizer.
+            run = replace(run, optimizer=update_program(self._optimizer))
             self._device = SimulatedDevice(
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
                 output_bytes=tensor_bytes(output),
-                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-                optimizer=update_program(self._optimizer))
+                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
         except OutOfMemoryError as error:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise
