@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from ipusim.cost.work import check_element_width
+from ipusim.cost.operator_model import CYCLES_PER_VECTOR
+from ipusim.cost.work import KernelKind, check_element_width
 from ipusim.hardware.specs import check_amount, check_type
 
-#: Cycles a vector of one built-in element-wise pass: what a fused expression's
-#: ``inputs x operations`` cycles a vector are counted in.
-PASS_CYCLES_PER_VECTOR = 3
+#: Cycles a vector of one built-in element-wise pass (the operator model's add or
+#: multiply): what a fused expression's ``inputs x operations`` cycles a vector are
+#: counted in.
+PASS_CYCLES_PER_VECTOR = CYCLES_PER_VECTOR[KernelKind.ELEMENTWISE][0]
 
 
 @dataclass(frozen=True)
