@@ -6,7 +6,9 @@ timeline of every event with the figures derived from it. Knows nothing of
 PopTorch; ``poptorch_shim`` builds the work from real torch models.
 """
 from ipusim.cost.cost_model import CALIBRATED_MK2, DEFAULT, PROFILES, CostModel
-from ipusim.cost.operator_model import OperatorCycles, amp_vertex_cycles, operator_cycles
+from ipusim.cost.matmul_plan import amp_vertex_cycles
+from ipusim.cost.operator_model import operator_cycles
+from ipusim.cost.program import OperatorCycles
 from ipusim.cost.work import Cost, Execution, Kernel, KernelKind, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import BOW, MK1_GC2, MK2_GC200, PRESETS, IPUSpec, SystemSpec, system_spec
