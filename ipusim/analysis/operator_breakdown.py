@@ -2,9 +2,10 @@
 
 Each stage's passes (forward, backward, recompute, weight update) list their
 operators as :class:`~ipusim.cost.work.Kernel` s; this prices each with the plan's
-cost model and splits its cycles into the AMP, exchange, compute-set syncs and
-vector work (:class:`~ipusim.cost.operator_model.OperatorCycles`), so a user can see
-why a stage takes the time it does; with the timeline's compute events, how much of
+cost model as its program steps (:class:`~ipusim.cost.program.OperatorCycles`) and
+splits its cycles into the AMP, exchange, compute-set syncs and vector work, and
+into its own vertices and the glue around them, so a user can see why a stage
+takes the time it does; with the timeline's compute events, how much of
 a step each operator and each pass takes (:func:`operator_shares`, :func:`pass_shares`).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 from ipusim.analysis.metrics import step_spans
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.cost.operator_model import operator_cycles
+from ipusim.cost.program import Role
 from ipusim.engine.event_kinds import BACKWARD, COMPUTE_KINDS, FORWARD, RECOMPUTE, WEIGHT_UPDATE
 
 if TYPE_CHECKING:
@@ -24,14 +26,19 @@ if TYPE_CHECKING:
 
 COLUMNS = ("stage", "stage_index", "ipu", "pass", "op", "kind", "width", "m", "k", "n",
            "groups", "elements", "count", "amp_cycles", "exchange_cycles", "sync_cycles",
-           "vector_cycles", "compute_sets", "total_cycles", "time_us")
+           "vector_cycles", "vertex_cycles", "glue_cycles", "compute_sets", "total_cycles",
+           "time_us", "steps")
 
 
 def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
     """One row per operator of each stage's passes (the forward, and in training the
     backward, recompute and weight update), for one micro-batch on ``ipu`` (the
     compute tiles): the framework operator it comes from (``op``, empty if unknown), its
-    shape, how many times it runs, and its cycles by term (all runs together).
+    shape, how many times it runs, and its cycles by term (all runs together): by the
+    tile's unit (AMP, exchange, sync, vector) and by what they do (``vertex_cycles``
+    the operator's own vertices, ``glue_cycles`` the copies, transposes,
+    rearrangements, reductions and casts PopLibs builds around them). ``steps`` lists
+    its program steps as (program, name, role, cycles of all runs) tuples.
     ``stage_index`` is the stage's number in the event table. A pass priced by the
     roofline (no operators) has no rows."""
     rows = []
@@ -44,11 +51,16 @@ def operator_breakdown(plan: EnginePlan, ipu: IPUSpec) -> pd.DataFrame:
         for name, cost in passes.items():
             for kernel, count in cost.kernels:
                 cycles = operator_cycles(kernel, ipu, plan.cost.on_ipu(stage.ipu)).times(count)
+                roles = cycles.by_role()
+                steps = tuple((step.program.value, step.name, step.role.value, step.total)
+                              for step in cycles.steps)
                 rows.append((stage.name, index, stage.ipu, name, kernel.op, kernel.kind.value,
                              kernel.width, kernel.m, kernel.k, kernel.n, kernel.groups,
                              kernel.elements, count,
                              cycles.amp, cycles.exchange, cycles.sync, cycles.vector,
-                             cycles.compute_sets, cycles.total, cycles.total / ipu.clock_hz * 1e6))
+                             roles[Role.VERTEX], roles[Role.GLUE],
+                             cycles.compute_sets, cycles.total, cycles.total / ipu.clock_hz * 1e6,
+                             steps))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

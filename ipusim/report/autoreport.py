@@ -6,8 +6,9 @@ directory, this module fills it with files named for what they hold:
 
 =================  ===========================================================
 profile.json       system, run, work, options, memory per IPU and per stage,
-                   cycles per program step, the figures, the verdict and
-                   the names its advice gives the settings
+                   cycles per program step, each operator's program steps,
+                   the figures, the verdict and the names its advice gives
+                   the settings
 events.csv.gz      the event table, to re-render the report without simulating
 trace.json         Chrome Trace Event format (Perfetto, chrome://tracing)
 report.html        the HTML report (plotly.js embedded)
@@ -296,6 +297,19 @@ def saved_verdict(profile: dict) -> Verdict | None:
                       "what_if": tuple(data["what_if"]), "left_out": tuple(data["left_out"])})
 
 
+def _operators(timeline: Timeline) -> list[dict]:
+    """Each stage's operators for one micro-batch with their program steps: the stage,
+    pass, operator, kernel, runs, cycles, and each step's program, name, role and
+    cycles (all runs together)."""
+    table = timeline.operator_breakdown()
+    return [{"stage": row.stage, "stage_index": int(row.stage_index), "pass": row.pass_,
+             "op": row.op, "kind": row.kind, "count": int(row.count),
+             "total_cycles": float(row.total_cycles),
+             "steps": [{"program": program, "name": name, "role": role, "cycles": cycles}
+                       for program, name, role, cycles in row.steps]}
+            for row in table.rename(columns={"pass": "pass_"}).itertuples(index=False)]
+
+
 def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None,
              verdict) -> dict:
     per_ipu = timeline.memory_per_ipu()
@@ -316,6 +330,7 @@ def _profile(timeline: Timeline, options: dict, loader_items_per_s: float | None
             "total_cycles": timeline.to_cycles(timeline.duration_ps),
             "steps": steps.to_dict("records"),
         },
+        "operators": _operators(timeline),
         "figures": reported_figures(timeline),
         "verdict": verdict.to_dict(),
         "event_dtypes": {c: str(t) for c, t in timeline.events.dtypes.items()},

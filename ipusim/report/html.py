@@ -71,6 +71,10 @@ table.operators caption { text-align: left; padding: 0.3rem 0.5rem; color: #555;
 table.operators td:nth-child(1), table.operators td:nth-child(n+5) {
   text-align: right; font-variant-numeric: tabular-nums; }
 table.operators tr.clicked { background: #fff4e5; }
+table.operators td:last-child { text-align: left; }
+table.operators details ol { margin: 0.2rem 0; padding-left: 1.6rem; font-size: 0.8rem; }
+table.operators li.step-sync, table.operators li.step-exchange { color: #777; }
+table.operators li.step-glue .step-name { color: #b35900; }
 """
 
 

@@ -44,11 +44,15 @@ COLUMNS = (
     ("exchange", "cycles receiving operands and partial sums", True),
     ("sync", "compute-set syncs and exchange-phase openings", True),
     ("vector", "vector-unit work: element-wise, reductions, casts", True),
+    ("glue", "of all its cycles, the compute sets PopLibs adds around its own vertices: "
+             "rearrangements, transposes, reductions, casts", True),
     ("µs / micro-batch", "time of all its runs in one pass (the weight update: per update)",
      True),
     ("runs / step", "times its pass runs in one step, counted on the timeline", True),
     ("% of step", "its time in one step ÷ the step's time", True),
     ("% of compute", "its time in one step ÷ the replica's compute time in one step", True),
+    ("program steps", "the steps PopLibs builds for it, as PopVision's program tree lists "
+                      "them: syncs, exchanges and compute sets, with their cycles", False),
 )
 
 
@@ -75,6 +79,15 @@ def _rows(shares: pd.DataFrame):
     return shares.rename(columns={"pass": "pass_"}).itertuples(index=False)
 
 
+def steps_html(steps) -> str:
+    """An operator's program steps as a list that opens on a click: each step's program,
+    name and cycles, as PopVision's program tree names them."""
+    items = "".join(f'<li class="step-{html.escape(role)}">{html.escape(program)} '
+                    f'<span class="step-name">{html.escape(name)}</span> {cycles:,.0f}</li>'
+                    for program, name, role, cycles in steps)
+    return f"<details><summary>{len(steps)} steps</summary><ol>{items}</ol></details>"
+
+
 def operator_table_html(shares: pd.DataFrame) -> str:
     """The sortable table: one row per operator, most of the step first; each cell keeps
     its raw value in ``data-sort`` for the page's sorting."""
@@ -89,10 +102,12 @@ def operator_table_html(shares: pd.DataFrame) -> str:
                  (f"{row.kind} {shape_text(row)}", f"{row.kind} {html.escape(shape_text(row))}"),
                  (row.count, f"{row.count:,}")]
         cells += [(getattr(row, column), f"{getattr(row, column):,.0f}") for column, *_ in TERMS]
-        cells += [(row.time_us, f"{row.time_us:,.2f}"),
+        cells += [(row.glue_cycles, f"{row.glue_cycles:,.0f}"),
+                  (row.time_us, f"{row.time_us:,.2f}"),
                   (row.runs_per_step, f"{row.runs_per_step:,.4g}"),
                   (row.step_share, f"{row.step_share:.2%}"),
-                  (row.compute_share, f"{row.compute_share:.2%}")]
+                  (row.compute_share, f"{row.compute_share:.2%}"),
+                  (len(row.steps), steps_html(row.steps))]
         tds = "".join(f'<td data-sort="{html.escape(str(value))}">{text}</td>'
                       for value, text in cells)
         body.append(f'<tr data-stage="{row.stage_index}" data-pass="{row.pass_}">{tds}</tr>')
