@@ -13,7 +13,11 @@ planner (lib/poplin/ConvModel.cpp:1363-1404 at graphcore/poplibs 7eac0f2): a wei
 update rearranges both operands; input channels that are not a whole number of
 the AMP's input groups (padded, or expanded by the kernel's taps) rearrange the
 activations and the weights; output channels that are not a whole number of the
-conv units' groups rearrange the weights and the output.
+conv units' groups rearrange the weights. The planner also charges the padded
+output a rearrangement; the program does not run one (the result is a slice of
+the padded partials, which the next operator's regroup moves, as the same
+program tree shows: ``partialReduceOut`` of one matmul goes straight into the
+next one's ``preRegroup`` exchange), so neither does this.
 """
 from __future__ import annotations
 
@@ -89,8 +93,9 @@ def rearrangements(kernel: Kernel, cols: int, ipu: IPUSpec,
                    model: CostModel) -> list[tuple[str, float, int]]:
     """The operands poplin rearranges before ``kernel``'s convolve with ``cols``
     output channels, as (step name, bytes, bytes of the atoms the copy moves): the
-    planner's conditions (ConvModel.cpp:1363-1404) on the AMP's groups of ``ipu``.
-    The atoms are the input-channel grain a group holds (ConvModel.cpp:1597-1620)."""
+    planner's conditions (ConvModel.cpp:1363-1404) on the AMP's groups of ``ipu``,
+    the output's aside (above). The atoms are the input-channel grain a group holds
+    (ConvModel.cpp:1597-1620)."""
     width = element_bytes(kernel.width)
     in_chans, units = ipu.amp_block(width, model.half_partials and width <= 2)
     groups, stride_area = kernel.groups, kernel.stride ** 2
@@ -110,9 +115,6 @@ def rearrangements(kernel: Kernel, cols: int, ipu: IPUSpec,
         out.append(("actsRearranged", groups * kernel.m * channels * width * stride_area, atom))
     if pad_in or expand or pad_out:
         out.append(("weightsRearranged", groups * kernel.k * kernel.n * width, atom))
-    if pad_out:
-        out.append(("outputRearranged", groups * kernel.m * kernel.n * width,
-                    min(cols, units) * width))
     return out
 
 
