@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_steps
 from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
 from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateOp, UpdateProgram
-from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount, check_type
+from ipusim.cost.tile_figures import TileFigures
+from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount
 from ipusim.hardware import IPUSpec, SystemSpec
 
 PS_PER_S = 10**12
@@ -34,10 +35,10 @@ def to_cycles(ps: float, clock_hz: float) -> int:
 
 
 @dataclass(frozen=True)
-class CostModel:
-    """The compute model's tile figures (the operator model's, from PopLibs), the
-    links' and syncs' costs, the host round trip, and the roofline that prices a
-    hand-written cost listing no operators."""
+class CostModel(TileFigures):
+    """The compute model's tile figures (:class:`TileFigures`, the operator model's,
+    from PopLibs), the links' and syncs' costs, the host round trip, and the roofline
+    that prices a hand-written cost listing no operators."""
 
     precision: str = field(
         default="fp32", metadata={"help": "roofline only: the precision of a hand-written cost "
@@ -48,72 +49,6 @@ class CostModel:
     memory_efficiency: float = field(
         default=0.5, metadata={"help": "roofline only: fraction of peak SRAM bandwidth a "
                                        "hand-written cost reaches"})
-    half_partials: bool = field(
-        default=False, metadata={"help": "fp16 matmuls accumulate in fp16 partials, on all the "
-                                         "AMP's conv units (PopTorch's default is fp32 partials: "
-                                         "half of them on Mk2)"})
-    available_memory_proportion: float = field(
-        default=0.6, metadata={"help": "the share of each tile's memory a matmul's or "
-                                       "convolution's plan may use for its temporary operands "
-                                       "and partials (Poplar's availableMemoryProportion, "
-                                       "default 0.6: lib/poplin/ConvOptions.hpp; the plan's "
-                                       "bound, ConvPlan.cpp:1703-1704, ConvModel.cpp:3531)"})
-    available_memory_by_ipu: tuple[tuple[int, float], ...] = field(
-        default=(), metadata={"help": "(IPU of a replica, proportion) pairs that set "
-                                      "available_memory_proportion for that IPU's stages "
-                                      "(PopTorch's setAvailableMemoryProportion)"})
-    amp_worker_overhead_cycles: float = field(
-        default=19, metadata={"help": "worker cycles an AMP pass costs each worker beyond its "
-                                      "rows, half inputs: 38 for 3 rows at 4 a row after that, "
-                                      "less the 7 that state retention saves "
-                                      "(ConvPartial1x1Out, PerformanceEstimation.hpp:404, "
-                                      "460-466, 50-59)"})
-    amp_worker_retention_cycles: float = field(
-        default=7, metadata={"help": "worker cycles of state set-up that retention saves a "
-                                     "half AMP pass (PerformanceEstimation.hpp:50-59): a "
-                                     "vertex's first pass has no state to retain and pays "
-                                     "them, as the tile benchmark's one-pass vertices show "
-                                     "(benchmarks: tile_amp rows)"})
-    amp_worker_overhead_cycles_float: float = field(
-        default=22, metadata={"help": "the same for float activations: 46 for 3 rows at 8 a "
-                                      "row after that, no retention savings "
-                                      "(PerformanceEstimation.hpp:457-460, 50-59)"})
-    amp_pass_overhead_cycles: float = field(
-        default=26, metadata={"help": "supervisor cycles per AMP pass besides loading the "
-                                      "weights: 19 per output group and 7 per pass "
-                                      "(PerformanceEstimation.hpp:574-615)"})
-    amp_vertex_overhead_cycles: float = field(
-        default=74, metadata={"help": "supervisor cycles once per AMP vertex, half inputs: 50 "
-                                      "and 6 workers x 7 of retained state, less the first "
-                                      "input-channel group's 6 x 3 "
-                                      "(PerformanceEstimation.hpp:598-602)"})
-    amp_vertex_overhead_cycles_float: float = field(
-        default=50, metadata={"help": "the same for float activations, which retain no state "
-                                      "(PerformanceEstimation.hpp:50-59, 598)"})
-    amp_conv_group_overhead_cycles: float = field(
-        default=9, metadata={"help": "supervisor cycles per conv group of an AMP vertex: "
-                                     "12 + 1 to start it, 10 + 1 around its last input-channel "
-                                     "group, less the 15 + 1 - 1 counted per input-channel "
-                                     "group (PerformanceEstimation.hpp:603-614)"})
-    amp_in_group_overhead_cycles: float = field(
-        default=33, metadata={"help": "supervisor cycles per input-channel group of an AMP "
-                                      "vertex, half inputs: 6 x 3 of retained state and 15 for "
-                                      "its loop (PerformanceEstimation.hpp:601-607)"})
-    amp_in_group_overhead_cycles_float: float = field(
-        default=15, metadata={"help": "the same for float activations: the loop's 15 "
-                                      "(PerformanceEstimation.hpp:605-607)"})
-    amp_weight_load_bytes_per_cycle: float = field(
-        default=8, metadata={"help": "bytes a cycle the weights load into the conv units: "
-                                     "the target's 16 halved unless use128BitConvUnitLoad, "
-                                     "off by default (ConvModel.cpp:290-294, "
-                                     "ConvOptions.hpp:42)"})
-    sync_cycles: float = field(
-        default=90, metadata={"help": "the on-chip sync that ends each compute set (poplibs' "
-                                      "planners: syncCycles, lib/popnn/CTCLossPlan.cpp:349-351)"})
-    exchange_overhead_cycles: float = field(
-        default=100, metadata={"help": "fixed cycles of the exchange phase each compute set "
-                                       "opens, beyond its bytes (fixedOverheadExchangeCycles, "
-                                       "lib/popnn/CTCLossPlan.cpp:309-312)"})
     op_overhead_cycles: int = field(
         default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
                                         "hand-written cost"})
@@ -159,22 +94,7 @@ class CostModel:
                 f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
         for name in ("flops_efficiency", "memory_efficiency", "ipu_link_efficiency"):
             check_amount("CostModel.", name, getattr(self, name), fraction=True)
-        check_type("CostModel.", "half_partials", self.half_partials, bool)
-        check_amount("CostModel.", "available_memory_proportion",
-                     self.available_memory_proportion, fraction=True)
-        check_type("CostModel.", "available_memory_by_ipu", self.available_memory_by_ipu, tuple)
-        for ipu, proportion in self.available_memory_by_ipu:
-            check_amount("CostModel.", f"available_memory_by_ipu[{ipu}]", proportion,
-                         fraction=True)
-        check_amount("CostModel.", "amp_weight_load_bytes_per_cycle",
-                     self.amp_weight_load_bytes_per_cycle, positive=True)
-        for name in ("sync_cycles", "exchange_overhead_cycles",
-                     "amp_worker_overhead_cycles", "amp_worker_overhead_cycles_float",
-                     "amp_worker_retention_cycles",
-                     "amp_pass_overhead_cycles", "amp_vertex_overhead_cycles",
-                     "amp_vertex_overhead_cycles_float", "amp_conv_group_overhead_cycles",
-                     "amp_in_group_overhead_cycles", "amp_in_group_overhead_cycles_float"):
-            check_amount("CostModel.", name, getattr(self, name))
+        super().__post_init__()
         for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
                      "host_transfer_latency_ps", "poptorch_call_ps", "engine_run_ps"):
             check_amount("CostModel.", name, getattr(self, name), integer=True)

@@ -26,7 +26,7 @@ import numpy as np
 from ipusim.cost.transforms import element_bytes
 
 if TYPE_CHECKING:
-    from ipusim.cost.cost_model import CostModel
+    from ipusim.cost.tile_figures import TileFigures
     from ipusim.hardware import IPUSpec
 
 #: Float activations zero their partials on an output group's first pass: 2 cycles and
@@ -45,7 +45,7 @@ CAST_WORKER_OVERHEAD = 26
 
 
 def amp_vertex_cycles(rows, in_groups, out_groups, conv_groups, width: int, ipu: IPUSpec,
-                      model: CostModel, half_partials: bool,
+                      model: TileFigures, half_partials: bool,
                       weight_load_bytes_per_cycle: float | None = None):
     """Tile cycles of one ConvPartial1x1Out vertex: ``rows`` output rows (split
     over the six workers) for each pass of ``in_groups`` x ``out_groups`` weight
@@ -158,13 +158,13 @@ class MatmulPlan:
 
 
 def plan_matmul(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
-                model: CostModel, conv: Convolution | None = None) -> MatmulPlan:
+                model: TileFigures, conv: Convolution | None = None) -> MatmulPlan:
     """The quickest split of ``groups`` (rows x k) @ (k x n) products over the tiles, as
     poplin's planner chooses it, priced on the busiest tile. Elements wider than 4
     bytes are priced as 4: the AMP has no wider path.
 
     A plan must fit its temporary memory, the operands and partial sums a tile holds
-    while it runs, within :attr:`CostModel.available_memory_proportion` of the tile
+    while it runs, within :attr:`TileFigures.available_memory_proportion` of the tile
     (ConvPlan.cpp:1703-1704, ConvModel.cpp:2082-2088, 3531). The output channels may
     also be split serially: each serial slice runs as its own plan over all the
     tiles, one after another, so the cycles multiply (ConvModel.cpp:2075-2076); the
@@ -218,7 +218,7 @@ def _serial_candidates(n_blocks: int) -> tuple[int, ...]:
 
 
 def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec,
-                model: CostModel, conv: Convolution | None = None) -> dict[str, np.ndarray]:
+                model: TileFigures, conv: Convolution | None = None) -> dict[str, np.ndarray]:
     """Every split of the product over the tiles, priced on its busiest tile: arrays
     of its AMP, exchange, reduction and total cycles, its reduction's stages and the
     temporary bytes a tile holds."""

@@ -30,11 +30,11 @@ from ipusim.cost.transforms import element_bytes, rearrange_cycles, transpose_cy
 from ipusim.cost.work import Kernel
 
 if TYPE_CHECKING:
-    from ipusim.cost.cost_model import CostModel
+    from ipusim.cost.tile_figures import TileFigures
     from ipusim.hardware import IPUSpec
 
 
-def matmul_program(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCycles:
+def matmul_program(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> OperatorCycles:
     """The steps of ``kernel`` (a matmul or a convolution as an implicit GEMM) with
     the quicker of its two operand orders (the planner may swap them)."""
     if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
@@ -54,7 +54,7 @@ def matmul_program(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCy
 
 
 def _program(kernel: Kernel, cols: int, plan: MatmulPlan, ipu: IPUSpec,
-             model: CostModel) -> OperatorCycles:
+             model: TileFigures) -> OperatorCycles:
     """The steps of ``kernel`` run with ``plan`` and ``cols`` output channels (its
     ``n``, or its ``m`` with the operands swapped): its transforms, then the plan's."""
     steps: list[Step] = []
@@ -90,7 +90,7 @@ def _program(kernel: Kernel, cols: int, plan: MatmulPlan, ipu: IPUSpec,
 
 
 def rearrangements(kernel: Kernel, cols: int, ipu: IPUSpec,
-                   model: CostModel) -> list[tuple[str, float, int]]:
+                   model: TileFigures) -> list[tuple[str, float, int]]:
     """The operands poplin rearranges before ``kernel``'s convolve with ``cols``
     output channels, as (step name, bytes, bytes of the atoms the copy moves): the
     planner's conditions (ConvModel.cpp:1363-1404) on the AMP's groups of ``ipu``,
@@ -118,7 +118,8 @@ def rearrangements(kernel: Kernel, cols: int, ipu: IPUSpec,
     return out
 
 
-def _transpose(kernel: Kernel, tiles: int, ipu: IPUSpec, model: CostModel) -> tuple[Step, ...]:
+def _transpose(kernel: Kernel, tiles: int, ipu: IPUSpec,
+               model: TileFigures) -> tuple[Step, ...]:
     """A backward pass's operand, laid out for the forward, transposed into the AMP's
     groups: its blocks (an input group by a conv units' group) gathered onto the
     tiles that transpose them, then the transpose vertex on each."""

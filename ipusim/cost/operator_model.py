@@ -17,8 +17,8 @@ same parameters serve a CNN with five channels and BERT-Large:
   is popnn's pooling vertex; **gathers and copies** move their bytes through the
   exchange and a copy vertex.
 - **Every operator is a list of program steps** (:mod:`ipusim.cost.program`): each
-  compute set a sync, an exchange phase and its vertices (:attr:`CostModel.sync_cycles`
-  and :attr:`CostModel.exchange_overhead_cycles` are the first two's fixed costs).
+  compute set a sync, an exchange phase and its vertices (:attr:`TileFigures.sync_cycles`
+  and :attr:`TileFigures.exchange_overhead_cycles` are the first two's fixed costs).
 
 Worker cycles become tile cycles six to one: the six workers share the tile's
 pipeline, each issuing one instruction in six (the estimators multiply a
@@ -37,7 +37,7 @@ from ipusim.cost.work import Kernel, KernelKind
 from ipusim.hardware import IPUSpec
 
 if TYPE_CHECKING:
-    from ipusim.cost.cost_model import CostModel
+    from ipusim.cost.tile_figures import TileFigures
 
 
 #: Worker cycles per 64-bit vector of each vector kind, (16-bit, 32-bit): the
@@ -115,13 +115,13 @@ VECTOR_STEP_NAMES: dict[KernelKind, str] = {
 }
 
 
-def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> float:
+def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> float:
     """Cycles of ``kernel`` on one IPU: its busiest tile's work and its compute sets."""
     return operator_cycles(kernel, ipu, model).total
 
 
 @lru_cache(maxsize=65536)
-def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorCycles:
+def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> OperatorCycles:
     """The program steps of ``kernel`` on one IPU, each priced on its busiest tile."""
     if kernel.kind is KernelKind.MATMUL:
         return matmul_program(kernel, ipu, model)
@@ -150,7 +150,7 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     return OperatorCycles(compute_set(name, cycles, model, ipu, received_bytes=received))
 
 
-def compute_set_fixed_cycles(model: CostModel) -> float:
+def compute_set_fixed_cycles(model: TileFigures) -> float:
     """What a compute set costs besides its work: its sync and its exchange phase."""
     return model.sync_cycles + model.exchange_overhead_cycles
 
@@ -207,7 +207,7 @@ DROPOUT_SUPERVISOR, DROPOUT_WORKER, DROPOUT_CYCLES_PER_VECTOR = 6, 24, 2
 SET_SEED_SUPERVISOR, SET_SEED_WORKER = 14, 27
 
 
-def _dropout_steps(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> tuple[Step, ...]:
+def _dropout_steps(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> tuple[Step, ...]:
     """Dropout over ``kernel.elements``, spread over the tiles, on the busiest tile:
     its four compute sets. Reading and restoring the hardware seeds have no
     published estimate: their sets cost their sync and exchange phase alone."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ipusim.cost.cost_model import CostModel
+    from ipusim.cost.tile_figures import TileFigures
     from ipusim.hardware import IPUSpec
 
 
@@ -136,7 +136,7 @@ class OperatorCycles:
                                     for step in self.steps))
 
 
-def compute_set(name: str, cycles: float, model: CostModel, ipu: IPUSpec, *,
+def compute_set(name: str, cycles: float, model: TileFigures, ipu: IPUSpec, *,
                 unit: Unit = Unit.VECTOR, glue: bool = False, received_bytes: float = 0.0,
                 count: int = 1) -> tuple[Step, ...]:
     """The three steps of one compute set as Poplar runs it: the tiles' sync, the
@@ -144,7 +144,7 @@ def compute_set(name: str, cycles: float, model: CostModel, ipu: IPUSpec, *,
     cost and the bytes at the tile's exchange rate), and the vertices' ``cycles``.
 
     The sync and the exchange phase's fixed cost are PopLibs' planner constants
-    (:attr:`CostModel.sync_cycles`, :attr:`CostModel.exchange_overhead_cycles`).
+    (:attr:`TileFigures.sync_cycles`, :attr:`TileFigures.exchange_overhead_cycles`).
     """
     exchange = model.exchange_overhead_cycles + received_bytes / ipu.exchange_bytes_per_cycle
     return (Step(ProgramKind.SYNC, f"{name}/Sync", model.sync_cycles, Unit.SYNC, count=count),

@@ -25,8 +25,9 @@ from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Cost, Execution, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import SystemSpec
-from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
+from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.memory import MB, fits, memory_per_ipu
+from ipusim.plan.pipeline_stages import pipeline_depth
 from ipusim.plan.run_config import RunConfig
 from ipusim.simulation import Simulation
 

@@ -12,7 +12,8 @@ import pandas as pd
 
 from ipusim.cost.work import Execution, Stage, Work
 from ipusim.hardware import SystemSpec
-from ipusim.plan.engine_plan import EnginePlan, pipeline_depth
+from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.pipeline_stages import pipeline_depth
 from ipusim.plan.run_config import RunConfig
 from ipusim.plan.setting_names import SettingNames
 

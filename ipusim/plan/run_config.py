@@ -13,7 +13,7 @@ from ipusim.cost.work import Cost, Execution, Stage, Work
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import IPUSpec
 from ipusim.hardware.specs import check_amount, check_type
-from ipusim.plan.engine_plan import pipeline_depth
+from ipusim.plan.pipeline_stages import pipeline_depth
 from ipusim.plan.setting_names import error_names
 
 

@@ -15,7 +15,7 @@ import torch
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
-from ipusim.plan.engine_plan import pipeline_depth
+from ipusim.plan.pipeline_stages import pipeline_depth
 from ipusim.plan.run_config import SettingError, check_inference_accumulation
 from poptorch_shim import enums, strategies
 from poptorch_shim._core import run_settings

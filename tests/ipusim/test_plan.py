@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from ipusim import Cost, Execution, RunConfig, Simulation, Stage, Work, simulate, system_spec
-from ipusim.plan.engine_plan import EnginePlan, pipeline_depth, pipeline_stages
+from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.pipeline_stages import pipeline_depth, pipeline_stages
 
 
 def three_stages_on_two_ipus() -> Work:

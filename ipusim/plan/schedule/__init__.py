@@ -5,7 +5,8 @@ from ipusim.cost.work import Execution
 from ipusim.engine.gc_pause import cyclic_gc_paused
 from ipusim.engine.program import Instruction
 from ipusim.hardware import SystemSpec
-from ipusim.plan.engine_plan import EnginePlan, pipeline_stages
+from ipusim.plan.engine_plan import EnginePlan
+from ipusim.plan.pipeline_stages import pipeline_stages
 from ipusim.plan.schedule.builder import ProgramBuilder
 from ipusim.plan.schedule.phased import emit_phased
 from ipusim.plan.schedule.pipelined import emit_pipelined

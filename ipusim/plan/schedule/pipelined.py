@@ -12,7 +12,7 @@ GS2. Training flushes the pipeline before the weight update.
 from __future__ import annotations
 
 from ipusim.engine.event_kinds import BACKWARD, FORWARD, RECOMPUTE
-from ipusim.plan.engine_plan import PipelineStage, pipeline_stages
+from ipusim.plan.pipeline_stages import PipelineStage, pipeline_stages
 from ipusim.plan.schedule.builder import Copy, ProgramBuilder
 
 __all__ = ["PipelineStage", "emit_pipelined", "pipeline_stages"]
