@@ -44,14 +44,12 @@ class CostModel(TileFigures):
         default="fp32", metadata={"help": "roofline only: the precision of a hand-written cost "
                                           "(fp32 or fp16); measured operators carry their own"})
     flops_efficiency: float = field(
-        default=0.039, metadata={"help": "roofline only: fraction of peak FLOP/s a hand-written "
-                                         "cost reaches"})
-    memory_efficiency: float = field(
-        default=0.5, metadata={"help": "roofline only: fraction of peak SRAM bandwidth a "
-                                       "hand-written cost reaches"})
-    op_overhead_cycles: int = field(
-        default=2000, metadata={"help": "roofline only: fixed cycles per operator of a "
-                                        "hand-written cost"})
+        default=0.64, metadata={"help": "roofline only: fraction of peak FLOP/s a hand-written "
+                                        "cost reaches: the best published dense matmul's, "
+                                        "PopSparse's dense baseline of 1024x1024x16384 in "
+                                        "fp16 on a Bow IPU, 223.1 of 350 TFLOP/s "
+                                        "(benchmarks/operator_benchmarks.csv); a cost that "
+                                        "gives only its FLOPs is priced as that best case"})
     ipu_sync_hop_ps: int = field(
         default=to_ps(30e-9), metadata={"help": "a sync between IPUs (GS2) per hop of the sync "
                                                 "network, there and back: 15 ns each way "
@@ -92,10 +90,10 @@ class CostModel(TileFigures):
         if not isinstance(self.precision, str) or self.precision not in ("fp32", "fp16"):
             raise ValueError(
                 f"CostModel.precision must be 'fp32' or 'fp16', got {self.precision!r}")
-        for name in ("flops_efficiency", "memory_efficiency", "ipu_link_efficiency"):
+        for name in ("flops_efficiency", "ipu_link_efficiency"):
             check_amount("CostModel.", name, getattr(self, name), fraction=True)
         super().__post_init__()
-        for name in ("op_overhead_cycles", "ipu_sync_hop_ps", "host_sync_ps",
+        for name in ("ipu_sync_hop_ps", "host_sync_ps",
                      "host_transfer_latency_ps", "poptorch_call_ps", "engine_run_ps"):
             check_amount("CostModel.", name, getattr(self, name), integer=True)
 
@@ -110,14 +108,16 @@ class CostModel(TileFigures):
     # Compute -------------------------------------------------------------
     def compute_ps(self, cost: Cost, ipu: IPUSpec) -> int:
         """Time of ``cost`` on one IPU: its operators priced from their shapes
-        (:mod:`ipusim.cost.operator_model`), or a roofline with a fixed overhead
-        per operator for a cost that lists none."""
+        (:mod:`ipusim.cost.operator_model`), or, for a cost that lists none, a
+        roofline: its FLOPs at :attr:`flops_efficiency` of the peak or its bytes
+        through the tiles' vector paths (8 bytes a cycle a tile), whichever is
+        slower, and each operator one compute set's sync and exchange phase."""
         if cost.kernels:
             cycles = sum(count * kernel_cycles(kernel, ipu, self) for kernel, count in cost.kernels)
             return cost.time_ps + to_ps(cycles / ipu.clock_hz)
         flop_s = cost.flops / (ipu.peak_flops(self.precision) * self.flops_efficiency)
-        mem_s = cost.bytes / (ipu.memory_bandwidth * self.memory_efficiency)
-        overhead_s = cost.ops * self.op_overhead_cycles / ipu.clock_hz
+        mem_s = cost.bytes / (ipu.tiles * ipu.vector_bytes_per_cycle * ipu.clock_hz)
+        overhead_s = cost.ops * compute_set_fixed_cycles(self) / ipu.clock_hz
         return cost.time_ps + to_ps(overhead_s + max(flop_s, mem_s))
 
     def update_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,

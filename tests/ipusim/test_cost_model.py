@@ -7,7 +7,7 @@ from ipusim.cost.cost_model import PS_PER_S, to_ps
 
 SPEC = system_spec("mk2", 4)
 IPU = SPEC.ipu
-COST = CostModel(flops_efficiency=0.5, memory_efficiency=0.5, op_overhead_cycles=1330,
+COST = CostModel(flops_efficiency=0.5, sync_cycles=665, exchange_overhead_cycles=665,
                  host_transfer_latency_ps=7, ipu_link_efficiency=0.5,
                  ipu_sync_hop_ps=11)
 
@@ -20,8 +20,11 @@ def test_to_ps_rounds_to_integer_picoseconds():
 
 
 def test_compute_is_flop_bound_or_memory_bound_plus_operator_overhead():
+    """A hand-written cost's FLOPs at the efficiency given, its bytes through the tiles'
+    64-bit vector paths, each operator one compute set's sync and exchange phase."""
     flop_bound = Cost(flops=62.5e12 * 0.5 * 1e-6)           # 1 us of arithmetic
-    memory_bound = Cost(bytes=47.5e12 * 0.5 * 2e-6)          # 2 us of SRAM traffic
+    vector_path = IPU.tiles * 8 * IPU.clock_hz               # bytes a second
+    memory_bound = Cost(bytes=vector_path * 2e-6)            # 2 us of traffic
     assert COST.compute_ps(flop_bound, IPU) == 10**6
     assert COST.compute_ps(memory_bound, IPU) == 2 * 10**6
     both = Cost(flops=flop_bound.flops, bytes=memory_bound.bytes, ops=3, time_ps=5)

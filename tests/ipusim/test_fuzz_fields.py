@@ -92,7 +92,7 @@ def test_switches_refuse_what_is_not_a_bool(owner, name):
     (lambda: Stage("s", forward=3), "Stage 's': forward must be a Cost, got 3"),
     (lambda: Work(("s",)), "Work.stages must be a Stage, got 's'"),
     (lambda: CostModel(flops_efficiency=True), "CostModel.flops_efficiency must be a number"),
-    (lambda: CostModel(memory_efficiency="0.5"), "CostModel.memory_efficiency must be a number"),
+    (lambda: CostModel(sync_cycles="90"), "CostModel.sync_cycles must be a number"),
     (lambda: SystemSpec(host_link_bandwidth="fast"),
      "SystemSpec.host_link_bandwidth must be positive, got 'fast' (str, not a number)"),
     (lambda: SystemSpec(ipu="mk2"), "SystemSpec.ipu must be a IPUSpec, got 'mk2'"),

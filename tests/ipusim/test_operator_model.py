@@ -216,7 +216,7 @@ def test_a_hand_written_cost_keeps_the_roofline():
     ipu = ipusim.MK2_GC200
     model = CALIBRATED_MK2
     flop_s = 1e9 / (ipu.fp32_flops * model.flops_efficiency)
-    overhead_s = 10 * model.op_overhead_cycles / ipu.clock_hz
+    overhead_s = 10 * (model.sync_cycles + model.exchange_overhead_cycles) / ipu.clock_hz
     assert model.compute_ps(cost, ipu) == round((flop_s + overhead_s) * PS_PER_S)
 
 

@@ -14,7 +14,7 @@ from ipusim.plan.memory import memory_per_ipu
 MB = 1_000_000
 
 
-def work(flops: float = 4e9) -> Work:
+def work(flops: float = 6.4e10) -> Work:
     stage = Stage("model", forward=Cost(flops=flops, ops=10), backward=Cost(flops=2 * flops))
     return Work((stage,), micro_batch_size=8, input_bytes_per_sample=MB // 8,
                 output_bytes_per_sample=1000)
@@ -25,7 +25,7 @@ def run(overlap: bool, **extra) -> RunConfig:
                      overlap_inputs=overlap, overlap_outputs=overlap, **extra)
 
 
-@pytest.mark.parametrize("flops", [4e9, 1e8])  # compute longer, then shorter, than a copy
+@pytest.mark.parametrize("flops", [6.4e10, 1e8])  # compute longer, then shorter, than a copy
 def test_each_input_arrives_before_its_forward_and_once(flops):
     events = simulate(work(flops), run(True), system_spec("mk2", 2), steps=2).events
     copies = events[(events["kind"] == "io_tiles_copy") & (events["bytes"] == MB)]
