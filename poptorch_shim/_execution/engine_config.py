@@ -15,6 +15,7 @@ import torch
 
 import ipusim
 from ipusim import Execution, Offload, RunConfig, Stage, Work
+from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateProgram
 from ipusim.plan.pipeline_stages import pipeline_depth
 from ipusim.plan.run_config import SettingError, check_inference_accumulation
 from poptorch_shim import enums, strategies
@@ -59,11 +60,13 @@ def recomputation(options, execution: Execution, num_ipus: int) -> enums.Recompu
 
 
 def run_config(options, shape: StepShape, training: bool, work: Work, strategy=None,
-               overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
+               overlap: tuple[bool, bool] = (False, False),
+               optimizer: UpdateProgram = DEFAULT_PROGRAM) -> RunConfig:
     """PopTorch options as an ipusim :class:`RunConfig`, for a model of ``work``'s
     stages whose calls have ``shape``; ``strategy`` is the execution strategy the
     model runs under (None: one stage), ``overlap`` whether the model asked for its
-    input and its output stream copies to overlap compute."""
+    input and its output stream copies to overlap compute, ``optimizer`` the weight
+    update PopART builds for the model's optimizer."""
 
     def offloaded(kind: str) -> bool:
         settings = options.TensorLocations.location(kind)
@@ -96,7 +99,8 @@ def run_config(options, shape: StepShape, training: bool, work: Work, strategy=N
         io_tiles=options.TensorLocations.num_io_tiles,
         output_period=shape.output_period,
         stash_off_chip=getattr(strategy, "tensors_liveness",
-                               enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive)
+                               enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive,
+        optimizer=optimizer)
     return overlapped(run, overlap)
 
 
@@ -111,14 +115,14 @@ def overlapped(run: RunConfig, overlap: tuple[bool, bool]) -> RunConfig:
 
 
 def check_layout(options, shape: StepShape, training: bool, layout: list[tuple[str, int]],
-                 strategy=None) -> RunConfig:
+                 strategy=None, optimizer: UpdateProgram = DEFAULT_PROGRAM) -> RunConfig:
     """The run configuration of the stages' placement (name, IPU) under
-    ``strategy``, checked against the options and the simulated system before
-    any compute, with PopTorch's wording."""
+    ``strategy`` with ``optimizer``'s weight update, checked against the options and
+    the simulated system before any compute, with PopTorch's wording."""
     work = Work(tuple(Stage(name, ipu=ipu) for name, ipu in layout))
     # PopTorch reserves the device before it checks the pipeline.
     reserved_ipus(options, shape.replicas * work.ipus_per_replica)
-    run = checked_run_config(options, shape, training, work, strategy)
+    run = checked_run_config(options, shape, training, work, strategy, optimizer=optimizer)
     _check_poprun_ipus(work.ipus_per_replica)
     return run
 
@@ -260,10 +264,11 @@ def _log_defaults(options, run: RunConfig, work: Work, popart: dict, strategy) -
 
 
 def checked_run_config(options, shape: StepShape, training: bool, work: Work, strategy=None,
-                       overlap: tuple[bool, bool] = (False, False)) -> RunConfig:
+                       overlap: tuple[bool, bool] = (False, False),
+                       optimizer: UpdateProgram = DEFAULT_PROGRAM) -> RunConfig:
     """:func:`run_config` for ``work``, checked against the simulated system with
     PopTorch's names for the settings."""
-    run = run_config(options, shape, training, work, strategy, overlap)
+    run = run_config(options, shape, training, work, strategy, overlap, optimizer)
     try:
         run.validate(work, system_spec(options).num_ipus, names=ERROR_NAMES)
     except SettingError as error:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -254,8 +253,6 @@ class PoplarExecutor:
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         try:
-            # The weight update runs the operators PopART builds for the optimizer.
-            run = replace(run, optimizer=update_program(self._optimizer))
             self._device = SimulatedDevice(
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
@@ -285,8 +282,10 @@ class PoplarExecutor:
                     promoting_mixed_floats(probe.model, (args, kwargs)), \
                     observing(lambda kind, tensors: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
+                # The weight update runs the operators PopART builds for the optimizer.
                 run = check_layout(self._options, self._shape, self._training,
-                                   probe.stage_layout(args, kwargs), probe.strategy)
+                                   probe.stage_layout(args, kwargs), probe.strategy,
+                                   update_program(self._optimizer))
                 with self._progress.measuring():
                     stages, output = probe.profile(args, kwargs, self._training)
         finally:

@@ -7,7 +7,6 @@ simulate without torch.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ipusim.explore.design_point import DesignPoint
@@ -38,6 +37,6 @@ def design_point(measured: Measured, options: Options, steps: int) -> DesignPoin
         check_inference_options(options)
     shape = StepShape.of(options, training)
     shape.check_output_period()
-    run = replace(checked_run_config(options, shape, training, work, measured.strategy,
-                                     measured.overlap), optimizer=measured.optimizer)
+    run = checked_run_config(options, shape, training, work, measured.strategy,
+                             measured.overlap, measured.optimizer)
     return DesignPoint(work, run, instance_system(options, run, work), cost_model(options), steps)
