@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ipusim.cost.transforms import element_bytes
+from ipusim.hardware.specs import element_bytes
 
 if TYPE_CHECKING:
     from ipusim.cost.tile_figures import TileFigures

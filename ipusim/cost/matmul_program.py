@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 from ipusim.cost.matmul_plan import Convolution, MatmulPlan, plan_matmul
 from ipusim.cost.program import OperatorCycles, ProgramKind, Step, Unit, compute_set
-from ipusim.cost.transforms import element_bytes, rearrange_cycles, transpose_cycles
+from ipusim.cost.transforms import rearrange_cycles, transpose_cycles
 from ipusim.cost.work import Kernel
+from ipusim.hardware.specs import element_bytes
 
 if TYPE_CHECKING:
     from ipusim.cost.tile_figures import TileFigures

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 from ipusim.cost.matmul_program import matmul_program
 from ipusim.cost.program import OperatorCycles, Step, compute_set
-from ipusim.cost.transforms import element_bytes
 from ipusim.cost.work import Kernel, KernelKind
 from ipusim.hardware import IPUSpec
+from ipusim.hardware.specs import element_bytes
 
 if TYPE_CHECKING:
     from ipusim.cost.tile_figures import TileFigures

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from math import ceil
 
+from ipusim.hardware.specs import element_bytes
+
 #: A rearrangement copy on one tile (lib/poplin/ConvModel.cpp:1571-1590, poplin's
 #: estimate of its transforms' copies, "based on regression analysis of 10k random
 #: tests"): 587 cycles, then per byte of the tile's share 5.1484 cycles where the
@@ -32,12 +34,6 @@ REARRANGE_CYCLES_PER_BYTE = {8: 451 / 1024, 4: 3200 / 1024, 2: 5271 / 1024}
 #: 4 halves (4 cycles).
 TRANSPOSE_SUPERVISOR = 7
 TRANSPOSE_GRAIN = {4: (2, 3), 2: (4, 4)}   # element bytes: (grain, cycles per grain)
-
-
-def element_bytes(width: int) -> int:
-    """Bytes of an element as the tile's vector and AMP paths move it: at most 4
-    (neither has a wider path; an 8-byte type is handled as 4-byte halves)."""
-    return min(width, 4)
 
 
 def rearrange_cycles(bytes_per_tile: float, atom_bytes: int) -> float:

@@ -69,6 +69,12 @@ def check_type(owner: str, name: str, value, kind: type | tuple[type, ...],
                          f"({type(value).__name__})")
 
 
+def element_bytes(width: int) -> int:
+    """Bytes of an element as a tile's vector and AMP paths move it: at most 4
+    (neither has a wider path; an 8-byte type is handled as 4-byte halves)."""
+    return min(width, 4)
+
+
 @dataclass(frozen=True)
 class IPUSpec:
     """One IPU processor: tiles, SRAM, clock, peak compute and IPU-Links."""
@@ -140,7 +146,7 @@ class IPUSpec:
     def amp_block(self, width: int, half_partials: bool) -> tuple[int, int]:
         """The weights one AMP pass holds for inputs of ``width`` bytes: (input
         channels, output channels), 16 halves or 8 floats by the conv units."""
-        return self.amp_input_bytes // min(width, 4), self.amp_units(width, half_partials)
+        return self.amp_input_bytes // element_bytes(width), self.amp_units(width, half_partials)
 
     def amp_cycles_per_output(self, width: int) -> int:
         """Tile cycles per output row of an AMP pass for inputs of ``width`` bytes."""

@@ -14,7 +14,8 @@ from ipusim.cost.cost_model import CALIBRATED_MK2
 from ipusim.cost.matmul_program import rearrangements
 from ipusim.cost.operator_model import operator_cycles
 from ipusim.cost.program import OperatorCycles, ProgramKind, Role, Step, Unit, compute_set
-from ipusim.cost.transforms import element_bytes, rearrange_cycles, transpose_cycles
+from ipusim.cost.transforms import rearrange_cycles, transpose_cycles
+from ipusim.hardware.specs import element_bytes
 
 MK2 = ipusim.MK2_GC200
 
