@@ -96,7 +96,9 @@ def run_config(options, shape: StepShape, training: bool, work: Work, strategy=N
         io_tiles=options.TensorLocations.num_io_tiles,
         output_period=shape.output_period,
         stash_off_chip=getattr(strategy, "tensors_liveness",
-                               enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive)
+                               enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive,
+        merge_all_reduce=bool(options._Popart.options.get(
+            "replicatedCollectivesSettings.mergeAllReduceCollectives", False)))
     return overlapped(run, overlap)
 
 
