@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_steps
+from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_links, ring_steps
 from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
 from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateOp, UpdateProgram
 from ipusim.cost.tile_figures import TileFigures
@@ -84,8 +84,10 @@ class CostModel(TileFigures):
                           "ipusim prices those at, 0.70 ms (range 0.55 to 0.80 ms: the "
                           "measurement less at most 0.25 ms of copies and compute)"})
     ipu_link_efficiency: float = field(
-        default=1.0, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
-                                       "collectives reach (no public figure for less than all)"})
+        default=0.85, metadata={"help": "fraction of IPU-Link bandwidth that copies and "
+                                        "collectives reach: PopLibs' own model of the links "
+                                        "(linkEfficiency, lib/poplibs_test/Util.cpp:405 at "
+                                        "graphcore/poplibs 7eac0f2)"})
     def __post_init__(self) -> None:
         if not isinstance(self.precision, str) or self.precision not in ("fp32", "fp16"):
             raise ValueError(
@@ -146,15 +148,17 @@ class CostModel(TileFigures):
             return Cost()
         elements = stage.weight_bytes // program.weight_width
         tensors = stage.parameter_tensors
-        flops = float(elements * sum(op.operations for op in ops))
-        nbytes = float(elements * program.bytes_per_element(ops))
+        flops = float(sum((tensors if op.scalar else elements) * op.operations for op in ops))
+        nbytes = float(elements * program.bytes_per_element(ops) + tensors * sum(
+            (op.reads + op.writes) * op.width for op in ops if op.scalar))
         if not stage.forward.kernels:
             return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops))
         per_tensor = max(1, elements // tensors)
         kernels: dict[Kernel, int] = {}
         for op in ops:
-            traffic = per_tensor * (op.reads + op.writes) * op.width
-            parts = [(Kernel(KernelKind.ELEMENTWISE, width=op.width, elements=per_tensor,
+            size = 1 if op.scalar else per_tensor
+            traffic = size * (op.reads + op.writes) * op.width
+            parts = [(Kernel(KernelKind.ELEMENTWISE, width=op.width, elements=size,
                              bytes=traffic // op.passes, op=op.name), op.passes)]
             if op.reduction:   # the tiles' partial sums reduced in a second compute set
                 parts.append((Kernel(KernelKind.ELEMENTWISE, width=4, elements=1, bytes=4,
@@ -197,27 +201,34 @@ class CostModel(TileFigures):
         engine's run (its set-up and the host syncs that start and end it)."""
         return self.poptorch_call_ps + self.engine_run_ps
 
-    def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec) -> int:
-        """An inter-IPU copy of ``nbytes`` over one IPU-Link (the GS2 sync that opens
-        its exchange is the schedule's)."""
+    def ipu_copy_ps(self, nbytes: float, ipu: IPUSpec, system: SystemSpec | None = None) -> int:
+        """An inter-IPU copy of ``nbytes`` between neighbouring IPUs of a replica
+        (the GS2 sync that opens its exchange is the schedule's), on its slowest
+        hop: a rail's links (a copy from an odd IPU to the next even one crosses
+        the rung, then a rail), as PopLibs' model routes it (Util.cpp:360-430)."""
         if nbytes <= 0:
             return 0
-        return to_ps(nbytes / (ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
+        links = (system or _LADDER).rail_links
+        return to_ps(nbytes / (links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency))
 
     def all_reduce_ps(self, nbytes: float, replicas: int, ipu: IPUSpec,
                       system: SystemSpec | None = None, ipus_per_replica: int = 1) -> int:
         """An all-reduce of ``nbytes`` across ``replicas`` as PopLibs' replicated
         collectives run it: a reduce-scatter, then an all-gather, each a ring over
-        the IPU-Links (:func:`ring_steps`), every step a copy between neighbours
-        on one IPU-Link each way, a sync of the ring and three compute sets (the
-        ring index, the next fragment's slice, and in the reduce-scatter the add,
-        in the gradient's own dtype: its bytes are the buffer's). Replicas of
-        ``ipus_per_replica`` IPUs that fill more than one IPU-Link domain of
-        ``system`` reduce in two levels (:meth:`gw_all_reduce_ps`).
+        the IPU-Links (:func:`ring_steps`, :func:`ring_links`). Each phase sets up
+        its ring index (two maps) and slices its first fragment: three compute
+        sets (RC:229-270, CollectivesProgram.hpp:235-241); every step copies a
+        fragment to a neighbour over the links of its slowest hop, syncs the
+        replicas' IPUs and runs three compute sets (the ring index, the next
+        fragment's slice, and in the reduce-scatter the add, in the gradient's
+        own dtype: its bytes are the buffer's). Replicas of ``ipus_per_replica``
+        IPUs that fill more than one IPU-Link domain of ``system`` reduce in two
+        levels (:meth:`gw_all_reduce_ps`); without a system, the IPU-M2000's
+        ladder in one domain.
 
         graphcore/poplibs f5f9369 (the last public version of the collectives),
-        lib/popops/ReplicatedCollectives.cpp:951-989, 1072-1113, 1761-1795 and
-        lib/popops/CollectivesProgram.hpp:210-221.
+        lib/popops/ReplicatedCollectives.cpp:434-523, 883-1113, 1761-1795 and
+        lib/popops/CollectivesProgram.hpp:179-332.
         """
         if replicas <= 1 or nbytes <= 0:
             return 0
@@ -226,39 +237,71 @@ class CostModel(TileFigures):
             if replicas > per_domain:
                 return self.gw_all_reduce_ps(nbytes, replicas, per_domain, ipu, system,
                                              ipus_per_replica)
-        link = ipu.ipu_link_bandwidth * self.ipu_link_efficiency
-        step_sets = 3 * compute_set_fixed_cycles(self)
+        ladder = system or _LADDER
+        torus = ladder.ipu_link_topology == "torus"
+        twist = ladder.ipu_link_configuration == "barley-twist"
+        links = ring_links(replicas, ipus_per_replica, ladder.rung_links, ladder.rail_links,
+                           twist and ipus_per_replica == 1)
+        link = links * ipu.ipu_link_bandwidth * self.ipu_link_efficiency
+        sets = 3 * compute_set_fixed_cycles(self)
+        sync = self.ipu_sync_ps(replicas * ipus_per_replica)
         total = 0
         for phase in (REDUCE_SCATTER, ALL_GATHER):
-            steps, step_bytes = ring_steps(phase, nbytes, replicas, ipus_per_replica)
+            steps, step_bytes = ring_steps(phase, nbytes, replicas, ipus_per_replica, torus,
+                                           twist and ipus_per_replica == 1)
             add = (kernel_cycles(Kernel(KernelKind.ELEMENTWISE, width=1, elements=int(
                 nbytes / replicas), bytes=int(3 * nbytes / replicas)), ipu, self)
                 if phase is REDUCE_SCATTER else 0)
-            total += steps * (self.ipu_sync_ps(replicas)
-                              + to_ps(step_bytes / link + (step_sets + add) / ipu.clock_hz))
+            total += to_ps(sets / ipu.clock_hz) + steps * (
+                sync + to_ps(step_bytes / link + (sets + add) / ipu.clock_hz))
         return total
+
+    def gradients_all_reduce_ps(self, sizes: tuple[int, ...], replicas: int, ipu: IPUSpec,
+                                system: SystemSpec | None = None, ipus_per_replica: int = 1,
+                                merged: bool = False) -> int:
+        """The all-reduces of one IPU's gradients, of ``sizes`` bytes each, one
+        after the other: PopART reduces each weight's gradient on its own
+        (``OptimizerDecompose::gradReduce``, one ReplicatedAllReduceOp per weight,
+        willow/src/patterns/optimizerdecompose.cpp:419-450 at graphcore/popart
+        d2f20d78), each with its fixed costs and its own ring; with
+        ``replicatedCollectivesSettings.mergeAllReduceCollectives`` they run as one
+        larger all-reduce (willow/src/transforms/mergecollectives.cpp:76-85,
+        ir.cpp:1660-1665): here all of the IPU's, one buffer."""
+        if merged:
+            return self.all_reduce_ps(sum(sizes), replicas, ipu, system, ipus_per_replica)
+        return sum(self.all_reduce_ps(size, replicas, ipu, system, ipus_per_replica)
+                   for size in sizes)
 
     def gw_all_reduce_ps(self, nbytes: float, replicas: int, per_domain: int, ipu: IPUSpec,
                          system: SystemSpec, ipus_per_replica: int) -> int:
-        """An all-reduce across IPU-Link domains: a ring within each domain (its
-        reduce-scatter and all-gather), and between them a ring all-reduce of each
-        IPU's 1/``per_domain`` share over the machines' GW-Links, which a
-        machine's IPUs share."""
+        """An all-reduce across IPU-Link domains, in two levels: a ring within each
+        domain (its reduce-scatter and all-gather, :meth:`all_reduce_ps`), and
+        between them a ring all-reduce of each IPU's 1/``per_domain`` share over
+        the machines' GW-Links, east and west at once, which a machine's IPUs
+        share. Public PopLibs rings within a domain only (replicasPerILD,
+        ReplicatedCollectives.cpp:80-90 at f5f9369); the cross-domain phase is
+        GCL's, closed: its shape here is an assumption (docs/cost-model.md)."""
         domains = -(-replicas // per_domain)
         share = nbytes / per_domain
         volume = 2 * (domains - 1) / domains * share
-        rate = system.gw_link_bandwidth / system.ipus_per_host_link  # both ways: east and west
+        rate = system.gw_link_bandwidth / system.ipus_per_machine  # both ways: east and west
         across = (2 * (domains - 1) * self.ipu_sync_ps(replicas * ipus_per_replica)
                   + to_ps(volume / rate))
-        return self.all_reduce_ps(nbytes, per_domain, ipu,
-                                  ipus_per_replica=ipus_per_replica) + across
+        within = replace(system, ipus_per_link_domain=per_domain * ipus_per_replica)
+        return self.all_reduce_ps(nbytes, per_domain, ipu, within, ipus_per_replica) + across
 
-    def streaming_ps(self, nbytes: float, system: SystemSpec) -> int:
-        """Moving ``nbytes`` between an IPU and streaming memory."""
+    def streaming_ps(self, nbytes: float, system: SystemSpec, to_device: bool = True) -> int:
+        """Moving ``nbytes`` between an IPU and streaming memory, into the IPU
+        (``to_device``) or out (:meth:`SystemSpec.streaming_bandwidth`)."""
         if nbytes <= 0:
             return 0
-        return self.host_transfer_latency_ps + to_ps(nbytes / system.streaming_memory_bandwidth)
+        return self.host_transfer_latency_ps + to_ps(
+            nbytes / system.streaming_bandwidth(to_device))
 
+
+#: The IPU-Links of an IPU-M2000 Pod (:class:`SystemSpec`'s defaults): what a
+#: copy or an all-reduce priced without a system runs on.
+_LADDER = SystemSpec()
 
 # The defaults: PopLibs' figures, Graphcore's measured host and sync figures, and
 # the one host-side parameter calibrated on popxl's measured session.run (see

@@ -38,7 +38,9 @@ class UpdateOp:
     operations (1 for a built-in vertex); ``reduction``: it reduces the tensor
     to one scalar; ``per_micro_batch``: with gradient accumulation it runs after
     every micro-batch's backward rather than once a step; ``accumulator``: it
-    exists only with gradient accumulation (the accumulator's own add).
+    exists only with gradient accumulation (the accumulator's own add);
+    ``scalar``: it works on one element, not the tensor (a compute set of its own
+    all the same).
     """
 
     name: str
@@ -49,6 +51,7 @@ class UpdateOp:
     reduction: bool = False
     per_micro_batch: bool = False
     accumulator: bool = False
+    scalar: bool = False
 
     def __post_init__(self) -> None:
         check_type("UpdateOp.", "name", self.name, str)
@@ -95,8 +98,9 @@ class UpdateProgram:
         return tuple(op for op in self.ops if op.per_micro_batch) if accumulating else ()
 
     def bytes_per_element(self, ops: tuple[UpdateOp, ...]) -> int:
-        """Bytes ``ops`` read and write per element of a parameter tensor."""
-        return sum((op.reads + op.writes) * op.width for op in ops)
+        """Bytes ``ops`` read and write per element of a parameter tensor (its
+        scalar operators' aside)."""
+        return sum((op.reads + op.writes) * op.width for op in ops if not op.scalar)
 
 
 def _scaled_add(name: str, width: int, **kwargs) -> UpdateOp:
@@ -107,6 +111,15 @@ def _scaled_add(name: str, width: int, **kwargs) -> UpdateOp:
 def _scale(name: str, width: int) -> UpdateOp:
     """``a *= s`` in place: one read, one write."""
     return UpdateOp(name, 1, 1, width)
+
+
+def _negate_learning_rate() -> UpdateOp:
+    """``-lr``: PopTorch's learning rate is a variable, so each weight update
+    negates it in a map of its own, one element and its own compute set, before
+    its ``scaledAddTo`` (opx/sgd0varupdatex.cpp:84-92; opx/sgd1varupdatex.cpp:44-52,
+    which SGD2's update is too, op/sgd2varupdate.hpp:17; opx/adamvarupdatex.cpp:
+    121-123; opx/scaledvarupdatex.cpp:136-137)."""
+    return UpdateOp("negate learning rate", 1, 1, 4, scalar=True)
 
 
 def _accumulate(accum_width: int) -> tuple[UpdateOp, UpdateOp]:
@@ -134,13 +147,13 @@ def sgd(weight_width: int = 4, momentum: bool = False, weight_decay: bool = Fals
       gradient added (:214), the weight update (:381).
     """
     if not momentum:
-        ops = (_scale("SGD0 weight decay scale", weight_width),
+        ops = (_scale("SGD0 weight decay scale", weight_width), _negate_learning_rate(),
                _scaled_add("SGD0 weight update", weight_width), *_accumulate(accum_width))
         return UpdateProgram("SGD", ops, weight_width)
     if combined:
         ops = [_scaled_add("SGD1 dampened gradient into velocity", weight_width,
                            per_micro_batch=True),
-               _scaled_add("SGD1 weight update", weight_width),
+               _negate_learning_rate(), _scaled_add("SGD1 weight update", weight_width),
                _scale("SGD1 velocity momentum", weight_width)]
         if weight_decay:
             ops.append(_scaled_add("SGD1 weight decay into velocity", weight_width))
@@ -149,7 +162,8 @@ def sgd(weight_width: int = 4, momentum: bool = False, weight_decay: bool = Fals
     if weight_decay:
         ops.append(_scaled_add("SGD2 weight decay into velocity", velocity_width))
     ops += [_scaled_add("SGD2 dampened gradient into velocity", velocity_width),
-            _scaled_add("SGD2 weight update", weight_width), *_accumulate(accum_width)]
+            _negate_learning_rate(), _scaled_add("SGD2 weight update", weight_width),
+            *_accumulate(accum_width)]
     return UpdateProgram("SGD", tuple(ops), weight_width)
 
 
@@ -161,15 +175,18 @@ def adam(weight_width: int = 4, decoupled: bool = False, lamb: bool = False,
     Adam adds the L2 term into the gradient first, always (:279,
     optimizerdecompose.cpp:556); then the two moments' moving averages, fused
     expressions of 3 and 4 operations (:297, :312; opx/accumulatex.cpp:263, 288);
-    the updater, a fused expression of 9 operations over the moments, 11 with
-    AdamW's and LAMB's decoupled weight decay, which also reads the weight, 7
-    without bias correction (:351, opx/adamupdaterx.cpp:170); LAMB's two squared
-    norms, of the weight and of the update (:436, :451, opx/lambx.cpp:32); and the
-    weight update (:479, opx/adamvarupdatex.cpp:114).
+    the updater, a fused expression of 9 operations over the moments (the two
+    corrections' subtract and power, 4; m / c1, v / c2, the square root, + eps and
+    the divide, 5: opx/adamupdaterx.cpp:86-147), 11 with AdamW's and LAMB's
+    decoupled weight decay, which also reads the weight (+ wd x w, :155-167), and
+    without bias correction the corrections are the constant 1, so 5 and 7
+    (:83-126); LAMB's two squared norms, of the weight and of the update (:436,
+    :451, opx/lambx.cpp:32); and the weight update, its variable learning rate
+    negated first (:479, opx/adamvarupdatex.cpp:114-127).
     """
     decay = decoupled or lamb
     ops = [] if decay else [_scaled_add("Adam L2 into gradient", weight_width)]
-    updater_operations = (11 if decay else 9) - (0 if bias_correction else 2)
+    updater_operations = (11 if decay else 9) - (0 if bias_correction else 4)
     ops += [UpdateOp("first moment", 2, 1, first_width, operations=3),
             UpdateOp("second moment", 2, 1, second_width, operations=4),
             UpdateOp("Adam updater", 3 if decay else 2, 1, first_width,
@@ -177,7 +194,8 @@ def adam(weight_width: int = 4, decoupled: bool = False, lamb: bool = False,
     if lamb:
         ops += [UpdateOp("LAMB weight norm", 1, 0, weight_width, reduction=True),
                 UpdateOp("LAMB update norm", 1, 0, first_width, reduction=True)]
-    ops += [_scaled_add("Adam weight update", weight_width), *_accumulate(accum_width)]
+    ops += [_negate_learning_rate(), _scaled_add("Adam weight update", weight_width),
+            *_accumulate(accum_width)]
     name = "LAMB" if lamb else "AdamW" if decoupled else "Adam"
     return UpdateProgram(name, tuple(ops), weight_width)
 
@@ -196,7 +214,8 @@ def rmsprop(weight_width: int = 4, centred: bool = False, momentum: bool = False
     ops.append(UpdateOp("RMSprop updater", 2, 1, weight_width, operations=3))
     if momentum:
         ops += [_scaled_add("RMSprop momentum", 4), _scale("RMSprop update cast", 4)]
-    ops += [_scaled_add("RMSprop weight update", weight_width), *_accumulate(accum_width)]
+    ops += [_negate_learning_rate(), _scaled_add("RMSprop weight update", weight_width),
+            *_accumulate(accum_width)]
     return UpdateProgram("RMSprop", tuple(ops), weight_width)
 
 

@@ -166,6 +166,10 @@ class Stage:
     weight_tensors: int = field(
         default=0, metadata={"help": "parameter tensors the stage holds, each updated by its "
                                      "own operators; 0: one tensor if it has weights"})
+    weight_sizes: tuple[int, ...] = field(
+        default=(), metadata={"help": "bytes of each parameter tensor, each of whose "
+                                      "gradients the replicas all-reduce on its own; (): "
+                                      "weight_tensors tensors of equal size"})
     optimizer_bytes: int = field(default=0, metadata={"help": "optimizer state of the stage"})
     checkpoint_bytes: int = field(
         default=0, metadata={"help": "recomputation checkpoints of one micro-batch: what "
@@ -185,6 +189,10 @@ class Stage:
             check_amount(owner, name, getattr(self, name), integer=True)
         check_amount(owner, "segment_stash_bytes", self.segment_stash_bytes, integer=True,
                      optional=True)
+        check_type(owner, "weight_sizes", self.weight_sizes, (tuple, list))
+        object.__setattr__(self, "weight_sizes", tuple(self.weight_sizes))
+        for size in self.weight_sizes:
+            check_amount(owner, "weight_sizes", size, integer=True)
         for name in ("forward", "backward"):
             check_type(owner, name, getattr(self, name), Cost)
         for name in ("recompute", "update", "accumulate"):
@@ -195,6 +203,19 @@ class Stage:
         """The parameter tensors the optimizer updates: as given, or one if the stage
         has weights and says no more."""
         return self.weight_tensors or (1 if self.weight_bytes else 0)
+
+    @property
+    def parameter_sizes(self) -> tuple[int, ...]:
+        """Bytes of each parameter tensor: as given where they add up to the
+        stage's weights, else its :attr:`parameter_tensors` of equal size (the
+        first taking what does not divide)."""
+        if self.weight_sizes and sum(self.weight_sizes) == self.weight_bytes:
+            return self.weight_sizes
+        tensors = self.parameter_tensors
+        if not tensors:
+            return ()
+        size, rest = divmod(self.weight_bytes, tensors)
+        return (size + rest,) + (size,) * (tensors - 1)
 
     @property
     def recompute_stash_bytes(self) -> int:
@@ -300,6 +321,7 @@ class Work:
                     stash_bytes=prev.stash_bytes + stage.stash_bytes,
                     weight_bytes=prev.weight_bytes + stage.weight_bytes,
                     weight_tensors=prev.parameter_tensors + stage.parameter_tensors,
+                    weight_sizes=prev.parameter_sizes + stage.parameter_sizes,
                     optimizer_bytes=prev.optimizer_bytes + stage.optimizer_bytes,
                     checkpoint_bytes=prev.checkpoint_bytes + stage.checkpoint_bytes,
                     segment_stash_bytes=(

@@ -286,40 +286,95 @@ class SystemSpec:
         metadata={"help": "bandwidth of one host server's NIC each way, bytes/s, shared by "
                           "the host links it serves in a switched Pod (a dual-port 100 GbE "
                           "ConnectX-5: 2 x 12.5 GB/s)"})
+    # The IPU-Links of a Pod: a ladder of IPU pairs (IPU 2k and 2k + 1 across a rung,
+    # each rail from an IPU to the one two above), as PopLibs' own model of them
+    # has it (graphcore/poplibs 7eac0f2, lib/poplibs_test/Util.cpp:360-430): a
+    # pair's own traffic on 4 links each way, each rail 2 links each way. That is
+    # the GC200's 10 links (4 + 2 cross-routing across the rung, 2 up, 2 down) and
+    # an IPU-M2000's 8 IPU-Link ports (its four IPUs' outer rails, 2 each: IPU-POD
+    # DA Build and Test Guide 2.1). Graphcore's gc-iputraffictest example (Command
+    # Line Tools guide, "gc-iputraffictest": 423.3 Gbit/s both ways between two
+    # IPUs of an IPU-M2000, 26.5 GB/s each way) is what 2 links reach at PopLibs'
+    # 0.85 (27.2 GB/s); it is a 64-tile probe (4,096,000 KB in 64 KB transfers, 1,000
+    # a tile), so it bounds the links from below.
+    rung_links: int = field(
+        default=4, metadata={"help": "IPU-Links each way between the two IPUs of a pair "
+                                     "that carry the pair's own traffic (PopLibs' IPU "
+                                     "model, numIntraIpuLinks, Util.cpp:406)"})
+    rail_links: int = field(
+        default=2, metadata={"help": "IPU-Links each way along a rail, from a pair to the "
+                                     "next (PopLibs' IPU model, numUpLinks and "
+                                     "numDownLinks, Util.cpp:408-409)"})
+    ipu_link_topology: str = field(
+        default="torus", metadata={"help": "the IPU-Links' topology as Poplar's target "
+                                           "reports it: 'torus' (a Pod's rails looped, "
+                                           "IPU-POD64 datasheet 2.1: 2D torus) or 'mesh'; "
+                                           "PopLibs picks its rings by it"})
+    ipu_link_configuration: str = field(
+        default="default", metadata={"help": "'default', or 'barley-twist' (a Mk1 Pod64 "
+                                             "wiring whose rings PopLibs runs four at a "
+                                             "time, ReplicatedCollectives.cpp:444-453 at "
+                                             "f5f9369)"})
     # Beyond one IPU-Link domain (the 2D torus of a Pod64: IPU-POD64 datasheet 2.1;
     # PopLibs' collectives count IPU-Link domains, getIpuLinkDomainSize,
-    # lib/popops/ReplicatedCollectives.cpp before commit 887b9d3) the Pods are joined by
+    # lib/popops/ReplicatedCollectives.cpp:80-90 at f5f9369) the Pods are joined by
     # each machine's two GW-Links ("2x 100Gbps Gateway-Links for communication between
     # Bow Pods", Bow-2000 datasheet 1; east and west, Switched GW-Links guide 1.2).
     ipus_per_link_domain: int = field(
         default=64, metadata={"help": "IPUs joined by IPU-Links (a Pod64); larger systems "
                                       "join their domains by GW-Links"})
+    ipus_per_machine: int = field(
+        default=4, metadata={"help": "IPUs of one IPU-M2000 or Bow-2000, which share its "
+                                     "gateway and its GW-Links (4 GC200s: IPU-M2000 "
+                                     "datasheet)"})
     gw_link_bandwidth: float = field(
         default=25 * GB,
         metadata={"help": "GW-Link bandwidth of one machine each way, bytes/s, east and west "
                           "together (2 x 100 Gbps), shared by its IPUs"})
-    streaming_memory_bandwidth: float = field(
-        default=20 * GB,
-        metadata={"help": "bandwidth between an IPU and streaming memory (DDR "
-                          "behind the IPU-M2000 gateway), bytes/s"})
+    # Streaming memory is DRAM behind a machine's gateway, the memory that also
+    # buffers its host copies ("host transfers to and from the IPU are remotely
+    # buffered", Command Line Tools guide, gc-hosttraffictest). No public figure
+    # gives what an IPU reaches to it; the one measured rate of that path is
+    # gc-hosttraffictest's tiles to and from the buffer (a 32-tile probe: 3.30 GB/s
+    # in, 3.76 out), which bounds it from below.
+    streaming_memory_bandwidth: float | None = field(
+        default=None,
+        metadata={"help": "bandwidth between an IPU and streaming memory, bytes/s; None: "
+                          "the gateway's measured buffer-to-tiles rates (3.30 GB/s in, 3.76 "
+                          "out), an assumption (range 3.3 to 16 GB/s)"})
     streaming_memory_bytes: int = field(
         default=128 * 2**30, metadata={"help": "streaming memory per IPU-M2000"})
 
     def __post_init__(self) -> None:
         check_type("SystemSpec.", "ipu", self.ipu, IPUSpec)
         for name in ("num_ipus", "ipus_per_host_link", "direct_attach_ipus",
-                     "ipus_per_host_server", "ipus_per_link_domain"):
+                     "ipus_per_host_server", "ipus_per_link_domain", "ipus_per_machine",
+                     "rung_links", "rail_links"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")
             check_amount("SystemSpec.", name, value, integer=True)
         for name in ("host_link_bandwidth", "host_to_gateway_bandwidth",
                      "gateway_to_ipu_bandwidth", "gateway_to_host_bandwidth",
-                     "ipu_to_gateway_bandwidth", "host_server_bandwidth", "gw_link_bandwidth",
-                     "streaming_memory_bandwidth"):
+                     "ipu_to_gateway_bandwidth", "host_server_bandwidth", "gw_link_bandwidth"):
             check_amount("SystemSpec.", name, getattr(self, name), positive=True)
+        if self.streaming_memory_bandwidth is not None:
+            check_amount("SystemSpec.", "streaming_memory_bandwidth",
+                         self.streaming_memory_bandwidth, positive=True)
+        if self.ipu_link_topology not in ("torus", "mesh"):
+            raise ValueError("SystemSpec.ipu_link_topology must be 'torus' or 'mesh', got "
+                             f"{self.ipu_link_topology!r}")
+        if self.ipu_link_configuration not in ("default", "barley-twist"):
+            raise ValueError("SystemSpec.ipu_link_configuration must be 'default' or "
+                             f"'barley-twist', got {self.ipu_link_configuration!r}")
         check_amount("SystemSpec.", "streaming_memory_bytes", self.streaming_memory_bytes,
                      integer=True)
+
+    def streaming_bandwidth(self, to_device: bool = True) -> float:
+        """What an IPU reaches to streaming memory, into it (``to_device``) or out."""
+        if self.streaming_memory_bandwidth is not None:
+            return self.streaming_memory_bandwidth
+        return self.gateway_to_ipu_bandwidth if to_device else self.ipu_to_gateway_bandwidth
 
     @property
     def num_host_links(self) -> int:

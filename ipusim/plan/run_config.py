@@ -140,6 +140,11 @@ class RunConfig:
     optimizer: UpdateProgram = field(
         default=DEFAULT_PROGRAM, metadata={"help": "the weight update's operators over each "
                                                    "parameter tensor, as PopART builds them"})
+    merge_all_reduce: bool = field(
+        default=False, metadata={"help": "the gradients' all-reduces run as one buffer per IPU "
+                                         "(PopART's replicatedCollectivesSettings."
+                                         "mergeAllReduceCollectives); otherwise one per "
+                                         "parameter tensor"})
 
     def __post_init__(self) -> None:
         for name in ("replicas", "device_iterations", "gradient_accumulation", "instances"):
@@ -148,7 +153,7 @@ class RunConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
             check_amount("RunConfig.", name, value, integer=True)
         for name in ("training", "synthetic_data", "recompute", "overlap_inputs",
-                     "overlap_outputs", "stash_off_chip"):
+                     "overlap_outputs", "stash_off_chip", "merge_all_reduce"):
             check_type("RunConfig.", name, getattr(self, name), bool)
         check_type("RunConfig.", "execution", self.execution, Execution)
         check_type("RunConfig.", "sync_pattern", self.sync_pattern, SyncPattern)

@@ -22,12 +22,14 @@ from poptorch_shim._execution.loss_finder import LossFinder
 
 
 def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,
-                   activation_bytes: int, weight_bytes: int, weight_tensors: int = 0) -> Stage:
+                   activation_bytes: int, weight_bytes: int, weight_tensors: int = 0,
+                   weight_sizes: tuple[int, ...] = ()) -> Stage:
     """The :class:`ipusim.Stage` one micro-batch's measurement describes: its
     forward's cost and the activations it saved for the backward."""
     return Stage(name, ipu=ipu, forward=forward.cost, backward=backward,
                  activation_bytes=activation_bytes, stash_bytes=forward.saved.saved_bytes,
                  weight_bytes=weight_bytes, weight_tensors=weight_tensors,
+                 weight_sizes=weight_sizes,
                  checkpoint_bytes=forward.saved.checkpoint_bytes,
                  segment_stash_bytes=forward.saved.segment_bytes)
 
@@ -40,6 +42,12 @@ def parameter_bytes(module: torch.nn.Module) -> int:
 def parameter_tensors(module: torch.nn.Module) -> int:
     """The module's parameter tensors, each of which the optimizer updates on its own."""
     return sum(1 for _ in module.parameters())
+
+
+def parameter_sizes(module: torch.nn.Module) -> tuple[int, ...]:
+    """Bytes of each of the module's parameter tensors, whose gradients the
+    replicas all-reduce one by one."""
+    return tuple(p.numel() * p.element_size() for p in module.parameters())
 
 
 #: Calls that keep their first tensor's dtype on purpose (casts, copies, in-place
@@ -157,5 +165,6 @@ class WholeModel:
         stage = measured_stage("model", 0, forward, backward_cost,
                                activation_bytes=tensor_bytes(output),
                                weight_bytes=parameter_bytes(self.model),
-                               weight_tensors=parameter_tensors(self.model))
+                               weight_tensors=parameter_tensors(self.model),
+                               weight_sizes=parameter_sizes(self.model))
         return [stage], output

@@ -172,8 +172,10 @@ class EagerStages(WholeModel):
         for block, cost in backward.costs.items():
             bwd[stage(block)] += cost
         weights, crossing = [0] * n, [0] * n
+        sizes: list[list[int]] = [[] for _ in range(n)]
         for block, param in attribution.params.values():
             weights[stage(block)] += param.numel() * param.element_size()
+            sizes[stage(block)].append(param.numel() * param.element_size())
         for key, blocks in attribution.consumers.items():
             producer, tensor = attribution.produced[key]
             for k in range(stage(producer), max(stage(b) for b in blocks)):
@@ -181,5 +183,6 @@ class EagerStages(WholeModel):
         crossing[-1] = tensor_bytes(output)
         return [Stage(s.name, ipu=s.ipu, forward=fwd[k], backward=bwd[k],
                       activation_bytes=crossing[k], stash_bytes=stash[k], weight_bytes=weights[k],
+                      weight_tensors=len(sizes[k]), weight_sizes=tuple(sizes[k]),
                       checkpoint_bytes=checkpoints[k], segment_stash_bytes=segments[k])
                 for k, s in enumerate(self.layout)]

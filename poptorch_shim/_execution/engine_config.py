@@ -100,7 +100,9 @@ def run_config(options, shape: StepShape, training: bool, work: Work, strategy=N
         output_period=shape.output_period,
         stash_off_chip=getattr(strategy, "tensors_liveness",
                                enums.Liveness.AlwaysLive) is not enums.Liveness.AlwaysLive,
-        optimizer=optimizer)
+        optimizer=optimizer,
+        merge_all_reduce=bool(options._Popart.options.get(
+            "replicatedCollectivesSettings.mergeAllReduceCollectives", False)))
     return overlapped(run, overlap)
 
 

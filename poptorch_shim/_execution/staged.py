@@ -195,17 +195,18 @@ class _GraphPlan:
         profiles = []
         last = len(self.stages) - 1
         for k, stage in enumerate(self.stages):
-            weights = tensors = 0
+            sizes = []
             for param in stage.parameters:
                 if id(param) not in seen:
                     seen.add(id(param))
-                    weights += param.numel() * param.element_size()
-                    tensors += 1
+                    sizes.append(param.numel() * param.element_size())
+            weights, tensors = sum(sizes), len(sizes)
             crossing = (tensor_bytes(results[last]) if k == last else
                         tensor_bytes([results[src][j] for src, j in self.crossing[k]]))
             profiles.append(measured_stage(stage.placed.name, stage.placed.ipu, forward[k],
                                            backward[k].cost, activation_bytes=crossing,
-                                           weight_bytes=weights, weight_tensors=tensors))
+                                           weight_bytes=weights, weight_tensors=tensors,
+                                           weight_sizes=tuple(sizes)))
         return profiles
 
 

@@ -115,11 +115,11 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     ps["backward"] = [cost.compute_ps(s.backward + cost.accumulate_cost(
         s, run.optimizer, run.accumulating), spec.ipu) for s in stages]
     per_ipu_update = defaultdict(int)
-    grads = defaultdict(int)
+    grads: dict[int, tuple[int, ...]] = defaultdict(tuple)
     for stage in stages:
         per_ipu_update[stage.ipu] += cost.compute_ps(
             cost.update_cost(stage, run.optimizer, run.accumulating), spec.ipu)
-        grads[stage.ipu] += stage.weight_bytes
+        grads[stage.ipu] += stage.parameter_sizes   # one all-reduce per parameter tensor
     total = cost.host_call_ps
     updating: dict[int, int] = {}
     for _ in range(runs):
@@ -139,12 +139,13 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
                     busy[ipu] += ps["backward"][k]
                     if k > 0 and stages[k - 1].ipu != ipu:
                         sent[ipu] += stages[k - 1].activation_bytes
-            copy = max((cost.ipu_copy_ps(b, spec.ipu) for b in sent.values()), default=0)
+            copy = max((cost.ipu_copy_ps(b, spec.ipu, spec) for b in sent.values()), default=0)
             total += max(busy.values(), default=0) + sync + copy
         if run.training:
             if run.replicas > 1:
                 ipus = max(stage.ipu for stage in stages) + 1
-                total += sync + max(cost.all_reduce_ps(g, run.replicas, spec.ipu, spec, ipus)
+                total += sync + max(cost.gradients_all_reduce_ps(g, run.replicas, spec.ipu,
+                                                                 spec, ipus)
                                     for g in grads.values())
             updating = per_ipu_update
     return total + max(updating.values(), default=0)

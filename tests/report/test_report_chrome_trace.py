@@ -211,8 +211,9 @@ def test_operators_lie_end_to_end_inside_their_pass_in_proportion_to_their_cycle
     # The optimizer's operators (PopTorch's default SGD, and with gradient accumulation
     # the accumulators' add in each backward) are named for what PopART runs.
     assert {e["name"] for e in operators} == {"aten::addmm", "aten::relu", "aten::mm",
-                                              "SGD0 weight decay scale", "SGD0 weight update",
-                                              "zero accumulator", "accumulate gradient"}
+                                              "SGD0 weight decay scale", "negate learning rate",
+                                              "SGD0 weight update", "zero accumulator",
+                                              "accumulate gradient"}
     assert len(operators) == sum(
         len(table[(table["stage"] == e["args"]["stage"]) & (table["pass"] == e["cat"])])
         for e in passes)
@@ -246,10 +247,11 @@ def test_operators_only_inside_the_passes_shown_and_within_their_budget(with_ope
     table = with_operators.operator_breakdown()
     kinds = with_operators.events["kind"].astype(str)
     # Each forward lists two operators, each backward three (two and the accumulators'
-    # add), each weight update three (SGD's two and the accumulators' zeroing).
+    # add), each weight update four (SGD's two, the learning rate's negation and the
+    # accumulators' zeroing).
     assert full["operator_slices"] == sum((kinds == kind).sum() * (table["pass"] == kind).sum()
                                           / 2 for kind in ("forward", "backward",
-                                                           "weight_update")) == 132
+                                                           "weight_update")) == 136
     assert full["compute_slices_with_operators"] == full["compute_slices"] == 52
     edges = chrome_trace(with_operators, Detail(full_up_to=0, edge=1, edge_steps=1))
     shown_passes = {(e["pid"], e["ts"]) for e in simulated(edges)

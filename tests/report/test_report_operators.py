@@ -70,9 +70,9 @@ def test_the_table_rows_add_up_to_the_breakdown(operator_timeline):
     shares = operator_timeline.operator_shares()
     pd.testing.assert_frame_equal(shares[breakdown.columns], breakdown)
     cells = table_cells(shares)
-    # per stage: 4 forward operators, 4 backward and the accumulators' add, SGD's 2 updates
-    # and the accumulators' zeroing
-    assert len(cells.rows) == len(breakdown) == 4 * (4 + 5 + 3)
+    # per stage: 4 forward operators, 4 backward and the accumulators' add, SGD's 2 updates,
+    # the learning rate's negation and the accumulators' zeroing
+    assert len(cells.rows) == len(breakdown) == 4 * (4 + 5 + 4)
     for term, name, _ in TERMS:
         shown = sum(float(row[column(name)]) for _, row in cells.rows)
         assert shown == pytest.approx(breakdown[term].sum())

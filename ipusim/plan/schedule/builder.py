@@ -7,8 +7,10 @@ and adds the sync groups the sync pattern asks for.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
+from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Cost
 from ipusim.engine.event_kinds import (
     ALL_REDUCE,
@@ -26,6 +28,14 @@ from ipusim.engine.recorder import label
 from ipusim.engine.sync_groups import gs1_group, gs2_group
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan
+
+
+@lru_cache(maxsize=1024)
+def _gradients_all_reduce_ps(cost: CostModel, sizes: tuple[int, ...], replicas: int,
+                             spec: SystemSpec, ipus_per_replica: int, merged: bool) -> int:
+    """:meth:`CostModel.gradients_all_reduce_ps`, worked out once a step shape."""
+    return cost.gradients_all_reduce_ps(sizes, replicas, spec.ipu, spec, ipus_per_replica,
+                                        merged)
 
 
 class Copy(NamedTuple):
@@ -105,13 +115,18 @@ class ProgramBuilder:
         """
         indices = range(len(self.stages)) if stages is None else stages
         if self.run.total_replicas > 1:
-            grads = [0] * self.ipus_per_replica
+            # Each IPU's gradients, one all-reduce each unless PopART merges them: one
+            # collective event whose time is their sum.
+            sizes: list[tuple[int, ...]] = [()] * self.ipus_per_replica
             for index in indices:
-                grads[self.stages[index].ipu] += self.stages[index].weight_bytes
-            times = [self.cost.all_reduce_ps(g, self.run.total_replicas, self.spec.ipu,
-                                             self.spec, self.ipus_per_replica)
-                     for g in grads]
-            self._collective(ALL_REDUCE, max(times), times, grads, pipeline_cycle)
+                stage = self.stages[index]
+                sizes[stage.ipu] += stage.parameter_sizes
+            times = [_gradients_all_reduce_ps(self.cost, s, self.run.total_replicas,
+                                              self.spec, self.ipus_per_replica,
+                                              self.run.merge_all_reduce)
+                     for s in sizes]
+            self._collective(ALL_REDUCE, max(times), times, [sum(s) for s in sizes],
+                             pipeline_cycle)
         for index in indices:
             price, offloaded = self.prices[index], self._offloaded_state(index)
             self.stream(STREAM_IN, index, offloaded, pipeline_cycle)
@@ -139,10 +154,12 @@ class ProgramBuilder:
                 + (stage.weight_bytes if offload.accumulators and accumulating else 0))
 
     def stream(self, kind: str, index: int, nbytes: int, pipeline_cycle: int = -1) -> None:
-        """Move ``nbytes`` of a stage's state between SRAM and streaming memory."""
+        """Move ``nbytes`` of a stage's state between SRAM and streaming memory:
+        into the IPU (``STREAM_IN``) or out (``STREAM_OUT``)."""
         if nbytes:
             self.busy(self.stages[index].ipu, kind, index, -1, pipeline_cycle,
-                      self.cost.streaming_ps(nbytes, self.spec), nbytes=nbytes)
+                      self.cost.streaming_ps(nbytes, self.spec, kind != STREAM_OUT),
+                      nbytes=nbytes)
 
     # Host ------------------------------------------------------------------
     def host_call(self) -> None:
@@ -213,7 +230,8 @@ class ProgramBuilder:
     def _ipu_copy_ps(self, nbytes: int) -> int:
         duration = self._copy_ps.get(nbytes)
         if duration is None:
-            duration = self._copy_ps[nbytes] = self.cost.ipu_copy_ps(nbytes, self.spec.ipu)
+            duration = self._copy_ps[nbytes] = self.cost.ipu_copy_ps(nbytes, self.spec.ipu,
+                                                                     self.spec)
         return duration
 
     def _collective(self, kind: str, phase: int, times: list[int], nbytes: list[int],
