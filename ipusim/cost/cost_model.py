@@ -14,9 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_links, ring_steps
 from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
-from ipusim.cost.optimizer import DEFAULT_PROGRAM, UpdateOp, UpdateProgram
 from ipusim.cost.tile_figures import TileFigures
-from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_amount
+from ipusim.cost.work import Cost, Kernel, KernelKind, check_amount
 from ipusim.hardware import IPUSpec, SystemSpec
 
 PS_PER_S = 10**12
@@ -121,52 +120,6 @@ class CostModel(TileFigures):
         mem_s = cost.bytes / (ipu.tiles * ipu.vector_bytes_per_cycle * ipu.clock_hz)
         overhead_s = cost.ops * compute_set_fixed_cycles(self) / ipu.clock_hz
         return cost.time_ps + to_ps(overhead_s + max(flop_s, mem_s))
-
-    def update_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,
-                    accumulating: bool = False) -> Cost:
-        """The weight update of ``stage``: given, or the operators ``program`` runs
-        once a step over each of its parameter tensors (:mod:`ipusim.cost.optimizer`),
-        each tensor of the stage's mean size."""
-        if stage.update is not None:
-            return stage.update
-        return self._optimizer_cost(stage, program.step_ops(accumulating), program)
-
-    def accumulate_cost(self, stage: Stage, program: UpdateProgram = DEFAULT_PROGRAM,
-                        accumulating: bool = False) -> Cost:
-        """What the optimizer adds to each micro-batch's backward of ``stage``: given,
-        or with gradient accumulation each gradient's add into its accumulator."""
-        if stage.accumulate is not None:
-            return stage.accumulate
-        return self._optimizer_cost(stage, program.micro_batch_ops(accumulating), program)
-
-    @staticmethod
-    def _optimizer_cost(stage: Stage, ops: tuple[UpdateOp, ...],
-                        program: UpdateProgram) -> Cost:
-        """``ops`` over each parameter tensor of ``stage``: vector kernels where the
-        stage's operators are measured, a roofline's FLOPs and bytes otherwise."""
-        if stage.weight_bytes == 0 or not ops:
-            return Cost()
-        elements = stage.weight_bytes // program.weight_width
-        tensors = stage.parameter_tensors
-        flops = float(sum((tensors if op.scalar else elements) * op.operations for op in ops))
-        nbytes = float(elements * program.bytes_per_element(ops) + tensors * sum(
-            (op.reads + op.writes) * op.width for op in ops if op.scalar))
-        if not stage.forward.kernels:
-            return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops))
-        per_tensor = max(1, elements // tensors)
-        kernels: dict[Kernel, int] = {}
-        for op in ops:
-            size = 1 if op.scalar else per_tensor
-            traffic = size * (op.reads + op.writes) * op.width
-            parts = [(Kernel(KernelKind.ELEMENTWISE, width=op.width, elements=size,
-                             bytes=traffic // op.passes, op=op.name), op.passes)]
-            if op.reduction:   # the tiles' partial sums reduced in a second compute set
-                parts.append((Kernel(KernelKind.ELEMENTWISE, width=4, elements=1, bytes=4,
-                                     op=op.name), 1))
-            for kernel, count in parts:
-                kernels[kernel] = kernels.get(kernel, 0) + count * tensors
-        return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops),
-                    kernels=tuple(kernels.items()))
 
     # Links -----------------------------------------------------------------
     def ipu_sync_ps(self, num_ipus: int) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from ipusim.cost.operator_model import CYCLES_PER_VECTOR
-from ipusim.cost.work import KernelKind, check_element_width
+from ipusim.cost.work import Cost, Kernel, KernelKind, Stage, check_element_width
 from ipusim.hardware.specs import check_amount, check_type
 
 #: Cycles a vector of one built-in element-wise pass (the operator model's add or
@@ -101,6 +101,47 @@ class UpdateProgram:
         """Bytes ``ops`` read and write per element of a parameter tensor (its
         scalar operators' aside)."""
         return sum((op.reads + op.writes) * op.width for op in ops if not op.scalar)
+
+    def update_cost(self, stage: Stage, accumulating: bool = False) -> Cost:
+        """The weight update of ``stage``: given, or the operators this program runs
+        once a step over each of its parameter tensors, each of the stage's mean size."""
+        if stage.update is not None:
+            return stage.update
+        return self.cost(stage, self.step_ops(accumulating))
+
+    def accumulate_cost(self, stage: Stage, accumulating: bool = False) -> Cost:
+        """What the optimizer adds to each micro-batch's backward of ``stage``: given,
+        or with gradient accumulation each gradient's add into its accumulator."""
+        if stage.accumulate is not None:
+            return stage.accumulate
+        return self.cost(stage, self.micro_batch_ops(accumulating))
+
+    def cost(self, stage: Stage, ops: tuple[UpdateOp, ...]) -> Cost:
+        """``ops`` over each parameter tensor of ``stage``: vector kernels where the
+        stage's operators are measured, a roofline's FLOPs and bytes otherwise."""
+        if stage.weight_bytes == 0 or not ops:
+            return Cost()
+        elements = stage.weight_bytes // self.weight_width
+        tensors = stage.parameter_tensors
+        flops = float(sum((tensors if op.scalar else elements) * op.operations for op in ops))
+        nbytes = float(elements * self.bytes_per_element(ops) + tensors * sum(
+            (op.reads + op.writes) * op.width for op in ops if op.scalar))
+        if not stage.forward.kernels:
+            return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops))
+        per_tensor = max(1, elements // tensors)
+        kernels: dict[Kernel, int] = {}
+        for op in ops:
+            size = 1 if op.scalar else per_tensor
+            traffic = size * (op.reads + op.writes) * op.width
+            parts = [(Kernel(KernelKind.ELEMENTWISE, width=op.width, elements=size,
+                             bytes=traffic // op.passes, op=op.name), op.passes)]
+            if op.reduction:   # the tiles' partial sums reduced in a second compute set
+                parts.append((Kernel(KernelKind.ELEMENTWISE, width=4, elements=1, bytes=4,
+                                     op=op.name), 1))
+            for kernel, count in parts:
+                kernels[kernel] = kernels.get(kernel, 0) + count * tensors
+        return Cost(flops=flops, bytes=nbytes, ops=tensors * len(ops),
+                    kernels=tuple(kernels.items()))
 
 
 def _scaled_add(name: str, width: int, **kwargs) -> UpdateOp:

@@ -50,13 +50,13 @@ def price(stage: Stage, run: RunConfig, ipu: IPUSpec, cost: CostModel) -> StageP
     cost = cost.on_ipu(stage.ipu)
     share = (stage if shards == 1 or stage.update is not None
              else replace(stage, weight_bytes=-(-stage.weight_bytes // shards)))
-    update = cost.update_cost(share, run.optimizer, run.accumulating)
+    update = run.optimizer.update_cost(share, run.accumulating)
     update_ps = cost.compute_ps(update, ipu)
     if stage.update is not None:
         update_ps = -(-update_ps // shards)
     # With gradient accumulation, each micro-batch's backward also adds its gradients
     # into the accumulators.
-    accumulate = cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+    accumulate = run.optimizer.accumulate_cost(stage, run.accumulating)
     backward = stage.backward + accumulate
     return StagePrices(stage.forward, backward, stage.recompute_cost, update,
                        cost.compute_ps(stage.forward, ipu), cost.compute_ps(backward, ipu),
@@ -92,8 +92,8 @@ class EnginePlan:
               cost: CostModel = DEFAULT) -> EnginePlan:
         """The plan of ``work`` run as ``run`` on ``system``, priced with ``cost``."""
         scheduled = run.scheduled(
-            work, lambda stage: cost.update_cost(stage, run.optimizer, run.accumulating),
-            lambda stage: cost.accumulate_cost(stage, run.optimizer, run.accumulating))
+            work, lambda stage: run.optimizer.update_cost(stage, run.accumulating),
+            lambda stage: run.optimizer.accumulate_cost(stage, run.accumulating))
         compute_ipu = run.compute_ipu(system.ipu)
         forward_stages = len(scheduled.stages)
         pipelined = run.execution is Execution.PIPELINED

@@ -4,6 +4,7 @@ import pytest
 from ipusim import PROFILES, Cost, CostModel, Stage, system_spec
 from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_method, ring_steps
 from ipusim.cost.cost_model import PS_PER_S, to_ps
+from ipusim.cost.optimizer import DEFAULT_PROGRAM
 
 SPEC = system_spec("mk2", 4)
 IPU = SPEC.ipu
@@ -108,11 +109,11 @@ def test_weight_update_derives_from_weight_bytes_unless_given():
     # PopTorch's default SGD: w *= 1 - lr * wd, then w -= lr * g, over 25 fp32 weights:
     # 2 operations an element, 1 + 1 and 2 + 1 tensors of 4 bytes read and written; and
     # its variable learning rate negated once, one fp32 read and written.
-    cost = CostModel()
-    assert cost.update_cost(Stage("s", weight_bytes=100)) == Cost(flops=51.0, bytes=508.0, ops=3)
-    assert cost.update_cost(Stage("s")) == Cost()
+    sgd = DEFAULT_PROGRAM
+    assert sgd.update_cost(Stage("s", weight_bytes=100)) == Cost(flops=51.0, bytes=508.0, ops=3)
+    assert sgd.update_cost(Stage("s")) == Cost()
     given = Cost(flops=1.0)
-    assert cost.update_cost(Stage("s", weight_bytes=100, update=given)) is given
+    assert sgd.update_cost(Stage("s", weight_bytes=100, update=given)) is given
 
 
 def test_costs_add():

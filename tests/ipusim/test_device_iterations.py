@@ -40,9 +40,9 @@ def test_a_call_is_its_overhead_plus_its_iterations(iterations, training, accumu
     per_iteration = accumulation * cost.compute_ps(FORWARD, spec.ipu)
     if training:
         # With accumulation, each micro-batch's backward also adds into the accumulators.
-        backward = BACKWARD + cost.accumulate_cost(stage, run.optimizer, run.accumulating)
+        backward = BACKWARD + run.optimizer.accumulate_cost(stage, run.accumulating)
         per_iteration += (accumulation * cost.compute_ps(backward, spec.ipu)
-                          + cost.compute_ps(cost.update_cost(stage, run.optimizer,
+                          + cost.compute_ps(run.optimizer.update_cost(stage,
                                                              run.accumulating), spec.ipu))
     assert timeline.duration_ps == cost.host_call_ps + iterations * per_iteration
 

@@ -10,7 +10,6 @@ import pytest
 
 from ipusim import (
     Cost,
-    CostModel,
     Kernel,
     KernelKind,
     RunConfig,
@@ -196,6 +195,6 @@ def test_the_optimizers_scalars_and_adam_without_bias_correction():
         assert [op.name for op in negate] == ["negate learning rate"]
     forward = Cost(kernels=((Kernel(KernelKind.MATMUL, 4, m=64, k=64, n=64), 1),))
     stage = Stage("s", forward=forward, weight_bytes=4 << 20, weight_tensors=5)
-    kernels = dict(CostModel().update_cost(stage, optimizer.sgd(momentum=True)).kernels)
+    kernels = dict(optimizer.sgd(momentum=True).update_cost(stage).kernels)
     scalar = [(k, n) for k, n in kernels.items() if k.op == "negate learning rate"]
     assert [(k.elements, n) for k, n in scalar] == [(1, 5)]   # one element, once a tensor

@@ -171,10 +171,10 @@ def test_a_cost_with_kernels_is_priced_by_them_and_counted():
 
 def test_the_update_is_an_elementwise_program_per_weight_tensor():
     forward = Cost(kernels=((matmul(64, 64, 64), 1),))
-    one = CALIBRATED_MK2.update_cost(Stage("s", forward=forward, weight_bytes=4 << 20,
-                                           weight_tensors=1))
-    many = CALIBRATED_MK2.update_cost(Stage("s", forward=forward, weight_bytes=4 << 20,
-                                            weight_tensors=100))
+    one = DEFAULT_PROGRAM.update_cost(Stage("s", forward=forward, weight_bytes=4 << 20,
+                                            weight_tensors=1))
+    many = DEFAULT_PROGRAM.update_cost(Stage("s", forward=forward, weight_bytes=4 << 20,
+                                             weight_tensors=100))
     ipu = ipusim.MK2_GC200
     ops = len(DEFAULT_PROGRAM.step_ops(accumulating=False))
     assert one.ops == ops

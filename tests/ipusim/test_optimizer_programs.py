@@ -68,7 +68,7 @@ def measured_stage(weight_bytes: int = 64 << 20, tensors: int = 10) -> Stage:
 
 def test_richer_optimizers_cost_more_on_the_same_weights():
     stage, ipu = measured_stage(), ipusim.MK2_GC200
-    cost = {name: CALIBRATED_MK2.compute_ps(CALIBRATED_MK2.update_cost(stage, program), ipu)
+    cost = {name: CALIBRATED_MK2.compute_ps(program.update_cost(stage), ipu)
             for name, program in (("SGD", optimizer.sgd()),
                                   ("SGD momentum", optimizer.sgd(momentum=True)),
                                   ("AdamW", optimizer.adam(decoupled=True)),
@@ -78,8 +78,8 @@ def test_richer_optimizers_cost_more_on_the_same_weights():
 
 def test_lambs_norms_each_add_a_reduction_across_the_tiles():
     stage = measured_stage(tensors=4)
-    lamb = CALIBRATED_MK2.update_cost(stage, optimizer.adam(lamb=True))
-    adamw = CALIBRATED_MK2.update_cost(stage, optimizer.adam(decoupled=True))
+    lamb = optimizer.adam(lamb=True).update_cost(stage)
+    adamw = optimizer.adam(decoupled=True).update_cost(stage)
     # Each norm is a pass on the tiles and a second compute set across them, per tensor.
     lamb_sets = sum(count for kernel, count in lamb.kernels)
     adamw_sets = sum(count for kernel, count in adamw.kernels)
@@ -89,7 +89,7 @@ def test_lambs_norms_each_add_a_reduction_across_the_tiles():
 def test_half_weights_with_float_state_move_each_tensor_in_its_own_type():
     program = optimizer.adam(weight_width=2, lamb=True)
     stage = measured_stage(weight_bytes=2 * 1000, tensors=1)   # 1,000 half weights
-    update = CALIBRATED_MK2.update_cost(stage, program)
+    update = program.update_cost(stage)
     by_op = {kernel.op: kernel for kernel, _ in update.kernels}
     assert by_op["Adam weight update"].width == 2 and by_op["first moment"].width == 4
     # and the learning rate's negation, one fp32 element read and written
@@ -103,7 +103,7 @@ def test_gradient_accumulation_adds_the_accumulators_add_to_every_backward():
                     optimizer=optimizer.sgd(momentum=True))
     plan = EnginePlan.build(work, run, spec, CALIBRATED_MK2)
     prices = plan.prices[0]
-    add = CALIBRATED_MK2.compute_ps(CALIBRATED_MK2.accumulate_cost(stage, run.optimizer, True),
+    add = CALIBRATED_MK2.compute_ps(run.optimizer.accumulate_cost(stage, True),
                                     spec.ipu)
     assert prices.accumulate_ps == add > 0
     assert prices.backward_ps == 10**6 + add
@@ -113,7 +113,7 @@ def test_gradient_accumulation_adds_the_accumulators_add_to_every_backward():
     four = simulate(work, run, spec, CALIBRATED_MK2)
     forward = CALIBRATED_MK2.compute_ps(stage.forward, spec.ipu)
     zeroing = prices.update_ps - CALIBRATED_MK2.compute_ps(
-        CALIBRATED_MK2.update_cost(stage, run.optimizer, accumulating=False), spec.ipu)
+        run.optimizer.update_cost(stage, accumulating=False), spec.ipu)
     assert zeroing > 0
     assert four.duration_ps - once.duration_ps == 3 * (forward + 10**6) + 4 * add + zeroing
 

@@ -20,6 +20,7 @@ from ipusim import (
     system_spec,
 )
 from ipusim.analysis.metrics import pipeline_slots
+from ipusim.cost.optimizer import DEFAULT_PROGRAM
 from ipusim.plan.schedule import pipeline_stages
 
 ZERO_SYNC = CostModel(ipu_sync_hop_ps=0)
@@ -112,13 +113,13 @@ def expected_step_ps(work: Work, run: RunConfig, spec, cost: CostModel) -> int:
     ps = {kind: [cost.compute_ps(getattr(s, attr), spec.ipu) for s in stages]
           for kind, attr in (("forward", "forward"), ("recompute", "recompute_cost"))}
     # With accumulation, each micro-batch's backward also adds into the accumulators.
-    ps["backward"] = [cost.compute_ps(s.backward + cost.accumulate_cost(
-        s, run.optimizer, run.accumulating), spec.ipu) for s in stages]
+    ps["backward"] = [cost.compute_ps(s.backward + run.optimizer.accumulate_cost(
+        s, run.accumulating), spec.ipu) for s in stages]
     per_ipu_update = defaultdict(int)
     grads: dict[int, tuple[int, ...]] = defaultdict(tuple)
     for stage in stages:
         per_ipu_update[stage.ipu] += cost.compute_ps(
-            cost.update_cost(stage, run.optimizer, run.accumulating), spec.ipu)
+            run.optimizer.update_cost(stage, run.accumulating), spec.ipu)
         grads[stage.ipu] += stage.parameter_sizes   # one all-reduce per parameter tensor
     total = cost.host_call_ps
     updating: dict[int, int] = {}
@@ -244,7 +245,7 @@ def test_a_merged_stage_updates_what_both_parts_would():
     run = RunConfig(synthetic_data=True)
     events = simulate(Work(stages), run, SystemSpec(num_ipus=1)).events
     update = events[events["kind"] == "weight_update"]
-    expected = explicit + DEFAULT.update_cost(stages[1])
+    expected = explicit + DEFAULT_PROGRAM.update_cost(stages[1])
     assert len(update) == 1
     assert update["flops"].iloc[0] == expected.flops
     assert (update["end_ps"] - update["start_ps"]).iloc[0] == DEFAULT.compute_ps(
