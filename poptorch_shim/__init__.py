@@ -65,21 +65,6 @@ _IPU_VERSION = 2  # the default simulated system's IPUs: Mk2 (GC200)
 _level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
 
 
-# The private modules of PopTorch's that libraries import by name.
-_PRIVATE_BUT_IMPORTED = ("_impl",)
-
-
-def _alias_modules(alias: str, package: str) -> None:
-    """Register ``alias.X`` for every loaded public ``package.X`` (no part of its name
-    private, PopTorch's ``_impl`` aside) so both names share modules."""
-    import sys
-    for name, module in list(sys.modules.items()):
-        parts = name.split(".")
-        if parts[0] == package and len(parts) > 1 and not any(
-                p.startswith("_") and p not in _PRIVATE_BUT_IMPORTED for p in parts):
-            sys.modules.setdefault(alias + name[len(package):], module)
-
-
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     """Whether the simulated machine has at least ``num_ipus`` IPUs."""
     return num_ipus <= _run_settings.available_ipus()

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ipusim.hardware import system_spec
-from poptorch_shim import enums
+from poptorch_shim import enums, popart
 from poptorch_shim._core.run_settings import MAX_NUM_IPUS
 from poptorch_shim._core.run_settings import current as current_settings
 from poptorch_shim._options.store import (
@@ -25,6 +25,14 @@ from poptorch_shim._options.store import (
 )
 
 _SIM_PRESETS = ("mk2", "gc200", "mk1", "gc2", "bow")
+
+#: The PopART session options whose value is a member of an enum, by the enum: a value
+#: is checked against its members, so every value the enum offers is accepted.
+_ENUM_OPTIONS = {"syntheticDataMode": popart.SyntheticDataMode,
+                 "autoRecomputation": enums.RecomputationType,
+                 "virtualGraphMode": popart.VirtualGraphMode,
+                 "mergeVarUpdate": popart.MergeVarUpdateType,
+                 "subgraphCopyingStrategy": popart.SubgraphCopyingStrategy}
 
 
 class _JitOptions(OptionsGroup):
@@ -70,18 +78,14 @@ class _PopartOptions(OptionsGroup):
         require_arg(self._path, "set", "key", key, str)
         if key in self._bools:
             require_arg(self._path, "set", key, value, bool)
-        elif key == "syntheticDataMode":
+        elif key in _ENUM_OPTIONS:
             require_arg(self._path, "set", key, value, int)
-            if value not in (0, 1, 2):
-                raise ValueError(f"{self._path}.set: syntheticDataMode must be 0 "
-                                 f"(Off), 1 (Zeros) or 2 (RandomNormal), got {value!r}.")
-        elif key == "autoRecomputation":
-            require_arg(self._path, "set", key, value, int)
-            if value not in set(enums.RecomputationType):
+            members = _ENUM_OPTIONS[key]
+            if value not in set(members):
+                owner = "poptorch" if members.__module__ == enums.__name__ else "popart"
                 raise ValueError(
-                    f"{self._path}.set: autoRecomputation must be a "
-                    f"poptorch.RecomputationType value "
-                    f"{[(m.name, m.value) for m in enums.RecomputationType]}, got {value!r}.")
+                    f"{self._path}.set: {key} must be a {owner}.{members.__name__} value "
+                    f"{[(m.name, m.value) for m in members]}, got {value!r}.")
         elif key == "engineOptions":
             check_engine_options(f"{self._path}.set", value)
         self._raw[key] = copy.deepcopy(value)
