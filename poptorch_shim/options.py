@@ -382,6 +382,17 @@ class Options(OptionsGroup):
         return self
 
     @setter
+    def updatableNamedBuffers(self, buffers: list[str]) -> "Options":
+        """The model's named buffers that ``copyNamedBuffersToDevice()`` writes to the
+        device: a subset of its tensors updated from the host without copying all
+        its weights (PopART's ``updatableNamedBuffers``)."""
+        require_arg(self._path, "updatableNamedBuffers", "buffers", buffers, list, tuple)
+        for name in buffers:
+            require_arg(self._path, "updatableNamedBuffers", "buffers[...]", name, str)
+        self._popart.set("updatableNamedBuffers", list(buffers))
+        return self
+
+    @setter
     def enableStableNorm(self, enabled: bool) -> "Options":
         """Use the slower, more accurate form of the norm operators."""
         return self._set_popart_flag("enableStableNorm", "enableStableNorm", enabled)
@@ -451,6 +462,12 @@ class Options(OptionsGroup):
     @property
     def synthetic_data(self) -> bool:
         return self._popart._raw.get("syntheticDataMode", 0) != 0
+
+    @property
+    def updatable_named_buffers(self) -> tuple[str, ...] | None:
+        """The buffers ``updatableNamedBuffers`` named; None if it was never called."""
+        names = self._popart._raw.get("updatableNamedBuffers")
+        return None if names is None else tuple(names)
 
     @property
     def log_cycle_count(self) -> bool:
