@@ -21,11 +21,13 @@ from poptorch_shim.annotations import (
     Attribute,
     OverlapMode,
     recomputationCheckpoint,
+    set_available_memory,
     set_overlap_for_input,
     set_overlap_for_output,
 )
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, module_repr, removeBlocks
 from poptorch_shim.compile_hooks import registerPostCompileHook, registerPreCompileHook
+from poptorch_shim.control_flow import cond, for_loop
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.enums import (
     AutoStage,
@@ -48,7 +50,15 @@ from poptorch_shim.logging_level import level_from_environment as _level_from_en
 from poptorch_shim.logging_level import setLogLevel
 from poptorch_shim.losses import identity_loss
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
-from poptorch_shim.ops import dynamic_slice, dynamic_update, serializedMatMul
+from poptorch_shim.ops import (
+    custom_op,
+    dynamic_slice,
+    dynamic_update,
+    ipu_print_tensor,
+    nop,
+    registerCustomOp,
+    serializedMatMul,
+)
 from poptorch_shim.options import Options, TensorLocationSettings
 from poptorch_shim.strategies import (
     ParallelPhasedExecution,
@@ -86,8 +96,9 @@ __all__ = [
     "Options", "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution",
     "PoplarExecutor", "RecomputationType", "RecoverableError",
     "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
-    "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
-    "dynamic_slice", "dynamic_update", "inferenceModel", "ipuHardwareIsAvailable",
+    "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "cond", "custom_op",
+    "identity_loss", "dynamic_slice", "dynamic_update", "for_loop", "inferenceModel",
+    "ipu_print_tensor", "nop", "registerCustomOp", "set_available_memory", "ipuHardwareIsAvailable",
     "ipuHardwareVersion", "isRunningOnIpu", "module_repr", "ops", "optim",
     "OverlapMode",
     "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",

@@ -32,7 +32,7 @@ worker's cycles by ``numWorkerContexts``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from math import ceil
 from typing import TYPE_CHECKING
@@ -160,6 +160,9 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: CostModel) -> OperatorC
     if kernel.kind is KernelKind.MATMUL:
         if kernel.m == 0 or kernel.k == 0 or kernel.n == 0:
             return OperatorCycles()
+        if kernel.available_memory is not None:  # the operator's own bound on its plan
+            model = replace(model, available_memory_proportion=kernel.available_memory,
+                            available_memory_by_ipu=())
         # The operand a convolution's kernel positions expand: (its positions' dimension,
         # its taps' dimension) in the plan, for each order of the operands.
         expanded = {"k": (("rows", "k"), ("cols", "k")), "n": (("k", "cols"), ("k", "rows"))}[

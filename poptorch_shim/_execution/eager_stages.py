@@ -48,7 +48,7 @@ class _Charges:
     def active(self, block: str | None) -> Iterator[_Charges]:
         self._block = block
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor), \
-                observing(self._checkpoint), self._flops, self._traffic:
+                observing(self._annotated), self._flops, self._traffic:
             yield self
             self.switch(None)
         for saved in self.saved.values():
@@ -68,9 +68,10 @@ class _Charges:
         self.saved.setdefault(self._block, SavedActivations()).pack(tensor)
         return tensor
 
-    def _checkpoint(self, kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
+    def _annotated(self, kind: str, tensors: tuple[torch.Tensor, ...], value) -> None:
         if kind == CHECKPOINT:
             self.saved.setdefault(self._block, SavedActivations()).checkpoint(tensors)
+        self._traffic.observe(kind, tensors, value)
 
 
 #: Calls that read a tensor's shape, which PopTorch's graph holds no operation for.

@@ -282,9 +282,9 @@ class PoplarExecutor:
                  for name, module in activation_names(probe.model)]
         try:
             with left_as_it_was(probe.model), _mode(probe.model, self._training), \
-                    recording(recorder), running_on_ipu(), \
+                    recording(recorder), running_on_ipu(self._training, compiling=True), \
                     promoting_mixed_floats(probe.model, (args, kwargs)), \
-                    observing(lambda kind, tensors: asked.add(kind)), \
+                    observing(lambda kind, tensors, value: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 run = check_layout(self._options, self._shape, self._training,
                                    probe.stage_layout(args, kwargs), probe.strategy)
@@ -372,7 +372,7 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         call = len(self._device.step_durations) + 1
-        with _mode(self._model, self._training), running_on_ipu(), \
+        with _mode(self._model, self._training), running_on_ipu(self._training), \
                 promoting_mixed_floats(self._model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors, \
                 self._progress.computing(len(rows) * len(sources), call) as computed:
