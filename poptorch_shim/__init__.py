@@ -70,7 +70,8 @@ from poptorch_shim.strategies import (
 )
 
 __version__ = "3.3.0+ipusim"
-_IPU_VERSION = 2  # the default simulated system's IPUs: Mk2 (GC200)
+# The IPU version PopTorch reports for each simulated system's IPUs.
+_IPU_VERSIONS = {"mk1": 1, "gc2": 1, "mk2": 2, "gc200": 2, "bow": 2}
 
 _level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
 
@@ -81,11 +82,12 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 
 def ipuHardwareVersion() -> int:
-    """The IPU version of the simulated machine's default system, an IPU-POD of
-    Mk2 IPUs (GC200): 2, as PopTorch reports on Mk2 and Bow hardware. A model
-    may simulate another system (``Options.Simulation.system``); this is the
-    machine's."""
-    return _IPU_VERSION
+    """The IPU version of the simulated machine: of the system a new
+    ``poptorch.Options()`` simulates (Mk2 GC200 IPUs unless
+    ``POPTORCH_DEFAULT_OPTIONS`` sets ``Simulation.system``), 1 for Mk1 (GC2), 2 for
+    Mk2 and Bow, as PopTorch reports on that hardware. A model may simulate
+    another system with its own Options; this is the machine's."""
+    return _IPU_VERSIONS[Options().Simulation.preset]
 
 
 __all__ = [

@@ -312,6 +312,35 @@ class TrafficCounter(TorchDispatchMode):
         return kernels
 
 
+class _WholeRegion:
+    """What :class:`FlopCounter` gives torch's counter instead of its module tracker:
+    one region, "Global", which is all the probe reads."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _WholeRegion:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class FlopCounter(FlopCounterMode):
+    """torch's FLOP counter over a whole region, without its per-module breakdown.
+
+    torch's counter tracks modules with global hooks that hand every module's
+    output to autograd; an output that needs a gradient but has no autograd node
+    (a view of a parameter made without grad: transformers'
+    ``WhisperPositionalEmbedding`` returns a slice of its own weight) makes them
+    fail ("Expected gradient function to be set"). The probe reads only the total,
+    so it needs no module tracking, and no hook on every module call.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(display=False)
+        self.mod_tracker = _WholeRegion()
+
+
 def activation_bytes(tensor: torch.Tensor) -> int:
     """Bytes of a tensor autograd saves, unless it is a parameter or a view of
     one: an IPU keeps its weights anyway and stashes only activations."""
@@ -404,7 +433,7 @@ class Measurement:
 def measure() -> Iterator[Measurement]:
     """Measure the torch compute run inside the block."""
     result = Measurement()
-    flops = FlopCounterMode(display=False)
+    flops = FlopCounter()
     traffic = TrafficCounter()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
