@@ -103,6 +103,11 @@ class _PopartOptions(OptionsGroup):
         require_arg(self._path, "setPatterns", "level", level, int, minimum=0)
         return self.set("patterns_level", level).set("patterns", patterns)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of the PopART option ``key`` (``default`` where it was never set):
+        how the rest of the shim reads these options, without a copy of them all."""
+        return self._raw.get(key, default)
+
     def _merge(self, key: str, entries: dict) -> "_PopartOptions":
         """Add ``entries`` to the dict-valued option ``key`` (PopTorch replaces
         the dict, losing what another setter put there)."""
@@ -179,16 +184,16 @@ class _PrecisionOptions(OptionsGroup):
     @property
     def partials_type(self) -> torch.dtype | None:
         """The partials type set by ``setPartialsType``, None if never set."""
-        name = self._popart._raw.get("partialsTypeMatMuls")
+        name = self._popart.get("partialsTypeMatMuls")
         return {"float": torch.float32, "half": torch.float16}.get(name)
 
     @property
     def floating_point_exceptions(self) -> bool:
-        return self._popart._raw.get("enableFloatingPointChecks", False)
+        return self._popart.get("enableFloatingPointChecks", False)
 
     @property
     def stochastic_rounding(self) -> bool:
-        return self._popart._raw.get("enableStochasticRounding", False)
+        return self._popart.get("enableStochasticRounding", False)
 
 
 class _TrainingOptions(OptionsGroup):
@@ -243,7 +248,7 @@ class _TrainingOptions(OptionsGroup):
 
     @property
     def automatic_loss_scaling(self) -> bool:
-        return self._popart._raw.get("automaticLossScalingSettings.enabled", False)
+        return self._popart.get("automaticLossScalingSettings.enabled", False)
 
     # PopTorch's names for what these setters set.
     @property

@@ -179,7 +179,7 @@ def test_setter_stores_value_and_chains(case):
 
 
 QUERIES = {"clone", "defaultOutputMode", "resolved_output_mode", "toDict", "location",
-           "checkIsFrozen", "loadFromFile"}
+           "checkIsFrozen", "loadFromFile", "get"}
 GROUPS = ["", "Training", "Distributed", "TensorLocations", "Precision", "Jit", "_Popart",
           "Simulation"]
 
