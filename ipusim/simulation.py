@@ -5,6 +5,7 @@ hands back a :class:`~ipusim.analysis.timeline.Timeline` of its events.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cached_property
 
@@ -21,7 +22,7 @@ from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan
 from ipusim.plan.folding import fold_blocker, folding_enabled
 from ipusim.plan.run_config import RunConfig
-from ipusim.plan.schedule import build_step
+from ipusim.plan.schedule import build_host_write, build_step
 
 __all__ = ["Simulation", "Timeline", "job_timeline", "simulate"]
 
@@ -69,6 +70,20 @@ class Simulation:
         self._replay.run(
             lambda: self.system.run(build_step(self.plan, self.spec, step, self.folded)), step)
         self.steps += 1
+        self.__dict__.pop("timeline", None)
+        return self.system.now_ps - start
+
+    def write_from_host(self, nbytes_by_ipu: Sequence[int]) -> int:
+        """Stream tensors from the host into the engine between calls (a copy of
+        weights or named buffers to the device): ``nbytes_by_ipu[i]`` to logical IPU
+        ``i`` of every replica, recorded as host-to-device copies of the next call.
+        Returns the write's simulated duration in ps."""
+        if len(nbytes_by_ipu) > self.plan.ipus_per_replica:
+            raise ValueError(f"a write to {len(nbytes_by_ipu)} IPUs of a replica of "
+                             f"{self.plan.ipus_per_replica}")
+        start = self.system.now_ps
+        self.system.run(build_host_write(self.plan, self.spec, self.steps, nbytes_by_ipu,
+                                         self.folded))
         self.__dict__.pop("timeline", None)
         return self.system.now_ps - start
 

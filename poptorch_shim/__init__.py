@@ -21,11 +21,13 @@ from poptorch_shim.annotations import (
     Attribute,
     OverlapMode,
     recomputationCheckpoint,
+    set_available_memory,
     set_overlap_for_input,
     set_overlap_for_output,
 )
 from poptorch_shim.blocks import BeginBlock, Block, BlockFunction, module_repr, removeBlocks
 from poptorch_shim.compile_hooks import registerPostCompileHook, registerPreCompileHook
+from poptorch_shim.control_flow import cond, for_loop
 from poptorch_shim.custom_args import ICustomArgParser, registerCustomArgParser
 from poptorch_shim.enums import (
     AutoStage,
@@ -48,7 +50,15 @@ from poptorch_shim.logging_level import level_from_environment as _level_from_en
 from poptorch_shim.logging_level import setLogLevel
 from poptorch_shim.losses import identity_loss
 from poptorch_shim.model import PoplarExecutor, inferenceModel, trainingModel
-from poptorch_shim.ops import dynamic_slice, dynamic_update, serializedMatMul
+from poptorch_shim.ops import (
+    custom_op,
+    dynamic_slice,
+    dynamic_update,
+    ipu_print_tensor,
+    nop,
+    registerCustomOp,
+    serializedMatMul,
+)
 from poptorch_shim.options import Options, TensorLocationSettings
 from poptorch_shim.strategies import (
     ParallelPhasedExecution,
@@ -60,24 +70,10 @@ from poptorch_shim.strategies import (
 )
 
 __version__ = "3.3.0+ipusim"
-_IPU_VERSION = 2  # the default simulated system's IPUs: Mk2 (GC200)
+# The IPU version PopTorch reports for each simulated system's IPUs.
+_IPU_VERSIONS = {"mk1": 1, "gc2": 1, "mk2": 2, "gc200": 2, "bow": 2}
 
 _level_from_environment()  # POPTORCH_LOG_LEVEL, read at import as PopTorch does
-
-
-# The private modules of PopTorch's that libraries import by name.
-_PRIVATE_BUT_IMPORTED = ("_impl",)
-
-
-def _alias_modules(alias: str, package: str) -> None:
-    """Register ``alias.X`` for every loaded public ``package.X`` (no part of its name
-    private, PopTorch's ``_impl`` aside) so both names share modules."""
-    import sys
-    for name, module in list(sys.modules.items()):
-        parts = name.split(".")
-        if parts[0] == package and len(parts) > 1 and not any(
-                p.startswith("_") and p not in _PRIVATE_BUT_IMPORTED for p in parts):
-            sys.modules.setdefault(alias + name[len(package):], module)
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
@@ -86,11 +82,12 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 
 def ipuHardwareVersion() -> int:
-    """The IPU version of the simulated machine's default system, an IPU-POD of
-    Mk2 IPUs (GC200): 2, as PopTorch reports on Mk2 and Bow hardware. A model
-    may simulate another system (``Options.Simulation.system``); this is the
-    machine's."""
-    return _IPU_VERSION
+    """The IPU version of the simulated machine: of the system a new
+    ``poptorch.Options()`` simulates (Mk2 GC200 IPUs unless
+    ``POPTORCH_DEFAULT_OPTIONS`` sets ``Simulation.system``), 1 for Mk1 (GC2), 2 for
+    Mk2 and Bow, as PopTorch reports on that hardware. A model may simulate
+    another system with its own Options; this is the machine's."""
+    return _IPU_VERSIONS[Options().Simulation.preset]
 
 
 __all__ = [
@@ -101,8 +98,9 @@ __all__ = [
     "Options", "OutputMode", "ParallelPhasedExecution", "Phase", "PipelinedExecution",
     "PoplarExecutor", "RecomputationType", "RecoverableError",
     "ReductionType", "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage",
-    "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "identity_loss",
-    "dynamic_slice", "dynamic_update", "inferenceModel", "ipuHardwareIsAvailable",
+    "SyncPattern", "TensorLocationSettings", "UnrecoverableError", "cond", "custom_op",
+    "identity_loss", "dynamic_slice", "dynamic_update", "for_loop", "inferenceModel",
+    "ipu_print_tensor", "nop", "registerCustomOp", "set_available_memory", "ipuHardwareIsAvailable",
     "ipuHardwareVersion", "isRunningOnIpu", "module_repr", "ops", "optim",
     "OverlapMode",
     "poptorch_core", "profiling", "recomputationCheckpoint", "registerCustomArgParser",

@@ -4,11 +4,13 @@
 backward pass recomputes the forward from the last checkpoint instead of
 keeping every activation. ``set_overlap_for_input`` and
 ``set_overlap_for_output`` ask for a tensor's stream copies to run on the I/O
-tiles, overlapped with compute. Each passes its tensors through unchanged and
-tells whoever is measuring the model (the cost probe, the compiler) what was
-asked, as ``(kind, tensors)``. ``Attribute`` scopes PopART attributes (such
-as optimum-graphcore's outlining ``__outline``) over the operators traced in
-its block.
+tiles, overlapped with compute. ``set_available_memory`` bounds the temporary
+memory of the operator that made a tensor (the matmul or convolution just
+before it), which the cost model plans that operator within. Each passes its
+tensors through unchanged and tells whoever is measuring the model (the cost
+probe, the compiler) what was asked, as ``(kind, tensors, value)``.
+``Attribute`` scopes PopART attributes (such as optimum-graphcore's outlining
+``__outline``) over the operators traced in its block.
 """
 from __future__ import annotations
 
@@ -21,9 +23,15 @@ from typing import Any
 import torch
 from torch import fx
 
-CHECKPOINT, OVERLAP_INPUT, OVERLAP_OUTPUT = "checkpoint", "overlap_input", "overlap_output"
+from poptorch_shim.errors import Error
 
-Observer = Callable[[str, tuple[torch.Tensor, ...]], None]
+CHECKPOINT, OVERLAP_INPUT, OVERLAP_OUTPUT = "checkpoint", "overlap_input", "overlap_output"
+AVAILABLE_MEMORY = "available_memory"
+CUSTOM_COST = "custom_cost"  # a custom operator's registered cost, charged for its outputs
+
+#: Told ``(kind, tensors, value)``: ``value`` is what the annotation sets (the
+#: proportion of ``set_available_memory``), None for the others.
+Observer = Callable[[str, tuple[torch.Tensor, ...], Any], None]
 _observers: list[Observer] = []
 
 
@@ -35,15 +43,22 @@ class OverlapMode(enum.Enum):
     OverlapDeviceIterationLoop = "overlap_device_iteration_loop"
 
 
-def _annotate(kind: str, tensors: tuple, function: Callable, call_args: tuple) -> Any:
+def _annotate(kind: str, tensors: tuple, function: Callable, call_args: tuple,
+              value: Any = None) -> Any:
     """Tell the observers about ``tensors``; under torch.fx, record the call
     ``function(*call_args)`` as a node instead, so the split stage makes it."""
     proxy = next((t for t in tensors if isinstance(t, fx.Proxy)), None)
     if proxy is not None:
         return proxy.tracer.create_proxy("call_function", function, call_args, {})
-    for observer in _observers:
-        observer(kind, tensors)
+    tell(kind, tensors, value)
     return None
+
+
+def tell(kind: str, tensors: tuple, value: Any) -> None:
+    """Tell the observers ``(kind, tensors, value)`` from an operator computed outside
+    the counters (a custom operator charging its registered cost)."""
+    for observer in _observers:
+        observer(kind, tensors, value)
 
 
 def recomputationCheckpoint(*tensors: torch.Tensor):
@@ -78,9 +93,30 @@ def _overlap(kind: str, function: Callable, tensors, mode: OverlapMode):
     return tensors if traced is None else traced
 
 
+def set_available_memory(tensor: torch.Tensor,
+                         available_memory_proportion: float) -> torch.Tensor:
+    """Plan the operator that made ``tensor`` (a matmul or a convolution, found as
+    PopTorch finds it: the tensor's maker or, through a reshape or a bias, one of
+    the two operators before it) within ``available_memory_proportion`` of tile
+    memory instead of the IPU's proportion; on any other tensor, an identity.
+    Returns ``tensor``."""
+    if not isinstance(tensor, (torch.Tensor, fx.Proxy)):
+        raise Error("You may only set available memory for torch.tensor values. "
+                    f"{type(tensor)} is not supported.")
+    if isinstance(available_memory_proportion, bool) \
+            or not isinstance(available_memory_proportion, (int, float)) \
+            or not 0 < available_memory_proportion <= 1:
+        raise Error(f"set_available_memory: available_memory_proportion must be a proportion "
+                    f"in (0, 1], got {available_memory_proportion!r}.")
+    traced = _annotate(AVAILABLE_MEMORY, (tensor,), set_available_memory,
+                       (tensor, available_memory_proportion),
+                       float(available_memory_proportion))
+    return tensor if traced is None else traced
+
+
 @contextmanager
 def observing(observer: Observer) -> Iterator[None]:
-    """Call ``observer(kind, tensors)`` for every annotation reached in the block."""
+    """Call ``observer(kind, tensors, value)`` for every annotation reached in the block."""
     _observers.append(observer)
     try:
         yield

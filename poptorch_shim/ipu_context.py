@@ -6,23 +6,49 @@ take a different path on the IPU than on the CPU::
 
     if poptorch.isRunningOnIpu():
         ...  # IPU path
+
+The shim's own operators also ask which kind of model runs them (PopTorch's
+control flow is for inference only) and whether the forward runs to be
+compiled rather than to compute a micro-batch (a print happens only when the
+program runs).
 """
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import NamedTuple
 
-_ON_IPU: ContextVar[bool] = ContextVar("poptorch_running_on_ipu", default=False)
+
+class _IpuRun(NamedTuple):
+    training: bool
+    compiling: bool
+
+
+_ON_IPU: ContextVar[_IpuRun | None] = ContextVar("poptorch_running_on_ipu", default=None)
 
 
 def isRunningOnIpu() -> bool:
     """True when executing as an IPU model, False when run as plain torch."""
-    return _ON_IPU.get()
+    return _ON_IPU.get() is not None
+
+
+def in_training_model() -> bool:
+    """Whether a training model (``trainingModel``) is running the code."""
+    run = _ON_IPU.get()
+    return run is not None and run.training
+
+
+def compiling() -> bool:
+    """Whether the model runs to be compiled (measured once), not to compute a
+    micro-batch of a call."""
+    run = _ON_IPU.get()
+    return run is not None and run.compiling
 
 
 @contextmanager
-def running_on_ipu() -> Iterator[None]:
-    """Make :func:`isRunningOnIpu` return True inside the ``with`` body."""
-    token = _ON_IPU.set(True)
+def running_on_ipu(training: bool, compiling: bool = False) -> Iterator[None]:
+    """Make :func:`isRunningOnIpu` return True inside the ``with`` body, for a
+    ``training`` model or an inference one, ``compiling`` it or computing."""
+    token = _ON_IPU.set(_IpuRun(training, compiling))
     try:
         yield
     finally:

@@ -382,6 +382,17 @@ class Options(OptionsGroup):
         return self
 
     @setter
+    def updatableNamedBuffers(self, buffers: list[str]) -> "Options":
+        """The model's named buffers that ``copyNamedBuffersToDevice()`` writes to the
+        device: a subset of its tensors updated from the host without copying all
+        its weights (PopART's ``updatableNamedBuffers``)."""
+        require_arg(self._path, "updatableNamedBuffers", "buffers", buffers, list, tuple)
+        for name in buffers:
+            require_arg(self._path, "updatableNamedBuffers", "buffers[...]", name, str)
+        self._popart.set("updatableNamedBuffers", list(buffers))
+        return self
+
+    @setter
     def enableStableNorm(self, enabled: bool) -> "Options":
         """Use the slower, more accurate form of the norm operators."""
         return self._set_popart_flag("enableStableNorm", "enableStableNorm", enabled)
@@ -450,17 +461,23 @@ class Options(OptionsGroup):
 
     @property
     def synthetic_data(self) -> bool:
-        return self._popart._raw.get("syntheticDataMode", 0) != 0
+        return self._popart.get("syntheticDataMode", 0) != 0
+
+    @property
+    def updatable_named_buffers(self) -> tuple[str, ...] | None:
+        """The buffers ``updatableNamedBuffers`` named; None if it was never called."""
+        names = self._popart.get("updatableNamedBuffers")
+        return None if names is None else tuple(names)
 
     @property
     def log_cycle_count(self) -> bool:
-        return bool(self._popart._raw.get("instrumentWithHardwareCycleCounter", False))
+        return bool(self._popart.get("instrumentWithHardwareCycleCounter", False))
 
     @property
     def engine_options(self) -> dict:
         """Poplar engine options: those set here, overridden by the JSON in
         ``POPLAR_ENGINE_OPTIONS`` as Poplar does."""
-        merged = dict(self._popart._raw.get("engineOptions", {}))
+        merged = dict(self._popart.get("engineOptions", {}))
         text = os.environ.get("POPLAR_ENGINE_OPTIONS", "")
         if text:
             try:
@@ -483,13 +500,13 @@ class Options(OptionsGroup):
     @property
     def recomputation(self) -> enums.RecomputationType:
         """The ``autoRecomputation`` mode set with ``_Popart.set``."""
-        return enums.RecomputationType(self._popart._raw.get("autoRecomputation", 0))
+        return enums.RecomputationType(self._popart.get("autoRecomputation", 0))
 
     @property
     def recomputation_set(self) -> bool:
         """Whether the script set ``autoRecomputation`` itself (PopTorch's default
         for pipelined models then yields to it)."""
-        return "autoRecomputation" in self._popart._raw
+        return self._popart.get("autoRecomputation") is not None
 
     # -- use, copy, print ---------------------------------------------------------------
     def _freeze(self) -> None:

@@ -68,6 +68,10 @@ class Stage:
         return f"Stage({', '.join(map(repr, self._blocks))}){ipu}"
 
 
+#: The name of a stage holding only the work a model does before its first block.
+BEFORE_BLOCKS = "(before the first block)"
+
+
 @dataclass(frozen=True)
 class PlacedStage:
     """A stage after placement: its name, IPU and blocks, in execution order."""
@@ -140,14 +144,16 @@ class ExecutionStrategy:
                 "poptorch.Block(user_id), BeginBlock or BlockFunction).")
 
     def place(self, seen: Mapping[BlockId, int | None],
-              computing: Collection[BlockId]) -> tuple[PlacedStage, ...]:
+              computing: Collection[BlockId | None]) -> tuple[PlacedStage, ...]:
         """Place the blocks the model started (``seen``: id -> its ``ipu_id``, in
         the order they started) on IPUs, stages in execution order; blocks
         outside ``computing`` do no work and take no stage. A model without
-        blocks is one stage on IPU 0."""
+        blocks is one stage on IPU 0. ``None`` in ``computing``: the model works
+        before its first block starts (see :meth:`_with_work_before_blocks`)."""
         self._check_blocks(seen)
         if not seen:
             return (PlacedStage("model", 0, ()),)
+        seen = self._with_work_before_blocks(seen, computing)
         placed: list[PlacedStage] = []
         for stage, default_ipu in self._ordered(seen):
             blocks = tuple(b for b in stage.blocks if b in computing)
@@ -158,8 +164,17 @@ class ExecutionStrategy:
             if self._merges_on_one_ipu and placed and placed[-1].ipu == ipu:
                 previous = placed.pop()
                 blocks = previous.blocks + blocks
-            placed.append(PlacedStage("+".join(map(str, blocks)), ipu, blocks))
+            name = "+".join(str(b) for b in blocks if b is not None) or BEFORE_BLOCKS
+            placed.append(PlacedStage(name, ipu, blocks))
         return tuple(placed)
+
+    def _with_work_before_blocks(self, seen: Mapping[BlockId, int | None],
+                                 computing: Collection[BlockId | None]
+                                 ) -> Mapping[BlockId | None, int | None]:
+        """``seen`` with the work done before the first block, if any, as a block of
+        its own (``None``). A strategy that lists its stages charges that work to
+        the first block's stage: none of its stages lists it."""
+        return seen
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(map(repr, self._stages))})"
@@ -198,6 +213,14 @@ class PipelinedExecution(ExecutionStrategy):
     def _check_blocks(self, seen):
         if self._auto is None:
             super()._check_blocks(seen)
+
+    def _with_work_before_blocks(self, seen, computing):
+        """PopTorch's compiler puts what runs before the first block in pipeline stage 0
+        on IPU 0 (its active stage and IPU until a block starts): with automatic
+        stages, a stage of its own there, merged with IPU 0's blocks."""
+        if self._auto is None or None not in computing:
+            return seen
+        return {None: 0, **seen}
 
     def _ordered(self, seen):
         if self._auto is None:

@@ -26,6 +26,7 @@ worker's cycles by ``numWorkerContexts``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 from typing import TYPE_CHECKING
@@ -124,6 +125,9 @@ def kernel_cycles(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> float:
 def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> OperatorCycles:
     """The program steps of ``kernel`` on one IPU, each priced on its busiest tile."""
     if kernel.kind is KernelKind.MATMUL:
+        if kernel.available_memory is not None:  # the operator's own bound on its plan
+            model = replace(model, available_memory_proportion=kernel.available_memory,
+                            available_memory_by_ipu=())
         return matmul_program(kernel, ipu, model)
     if kernel.kind is KernelKind.DROPOUT:
         return OperatorCycles(_dropout_steps(kernel, ipu, model))

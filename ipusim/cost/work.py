@@ -60,7 +60,9 @@ class Kernel:
     weight gradient (``taps_on="n"``, the positions ``k``); the operand crosses
     the exchange as its field with a halo, not as those copies.
     ``op`` names the framework operator it comes from (``aten::addmm``), for
-    the reports; it takes no part in the price.
+    the reports; it takes no part in the price. ``available_memory``: the
+    proportion of tile memory a matmul's plan may use, set on this operator
+    alone (PopTorch's ``set_available_memory``); None: the cost model's.
     """
 
     kind: KernelKind
@@ -76,6 +78,7 @@ class Kernel:
     stride: int = 1
     taps_on: str = "k"
     op: str = ""
+    available_memory: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
@@ -90,6 +93,8 @@ class Kernel:
             check_amount("Kernel.", name, getattr(self, name), integer=True, positive=True)
         if self.taps_on not in ("k", "n"):
             raise ValueError(f"Kernel.taps_on must be 'k' or 'n', got {self.taps_on!r}")
+        if self.available_memory is not None:
+            check_amount("Kernel.", "available_memory", self.available_memory, fraction=True)
         if self.regroup and self.kind is not KernelKind.MATMUL:
             raise ValueError(f"Kernel.regroup is for matmuls, got regroup={self.regroup} on a "
                              f"{self.kind.value} kernel")

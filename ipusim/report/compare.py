@@ -33,8 +33,6 @@ from ipusim.report.page import PLOT_CONFIG, page
 COMPARE_HTML = "compare.html"
 # Operator rows the text and the page list at most (the largest differences first).
 MAX_OPERATOR_ROWS = 12
-# The columns that make two operators the same one: where, in which pass, which and how big.
-_OPERATOR_KEY = ["stage", "pass", "kind", "width", "m", "k", "n", "groups", "elements"]
 _B_COLOUR = "#1f77b4"
 # The page's own touches on the report's style: numbers in one line, headed on the right.
 _STYLE = """<style>

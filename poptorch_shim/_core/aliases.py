@@ -1,15 +1,22 @@
 """Where ``import poptorch`` (and ``import popdist``, ``import popart``) resolve
-to the shim.
+to the shim: the one home of aliasing.
 
 The folder ``poptorch_shim/_aliases/`` holds three alias packages, ``poptorch/``,
-``popdist/`` and ``popart/``; putting the folder on ``sys.path`` makes those names
-the shim's (it is no regular package, so that walking the shim's packages never
-imports the aliases). This module, below every subsystem, is what the rest of
-the shim uses to do that, and to carry it into the processes the shim starts:
+``popdist/`` and ``popart/``, and PopTorch's package metadata
+(``poptorch-<version>.dist-info``, so that ``importlib.metadata.version("poptorch")``
+answers the PopTorch version the shim implements wherever the name is the
+shim's, and libraries' version checks pass). Putting the folder on ``sys.path``
+makes those names the shim's (it is no regular package, so that walking the
+shim's packages never imports the aliases). Each alias package imports the
+module it stands for and hands it to :func:`stand_in`. This module, below
+every subsystem, is what the rest of the shim uses to do that, and to carry
+it into the processes the shim starts:
 
 - :func:`install`: here and in every process started from here (``sys.path``
   and ``PYTHONPATH``): the runner, the pytest plugin (``poptorch_shim.testing``),
   poprun's instances;
+- :func:`stand_in`: an alias package becomes the module it stands for, its
+  loaded public submodules too;
 - :func:`in_use`: whether this process resolves ``poptorch`` to the shim,
   however it came to (the runner, the plugin, a ``.pth`` file, or a
   ``sys.modules`` entry a conftest made);
@@ -20,7 +27,7 @@ the shim uses to do that, and to carry it into the processes the shim starts:
   makes the names the shim's in a whole environment (``ipusim alias``).
 
 The folder goes first on ``sys.path``, so any module in it is also a top-level
-module: it holds the three alias packages and nothing else.
+module: it holds the three alias packages, PopTorch's metadata and nothing else.
 """
 from __future__ import annotations
 
@@ -29,10 +36,15 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 ALIASES = Path(__file__).resolve().parent.parent / "_aliases"  # the folder on sys.path
-#: The names the folder makes the shim's.
-NAMES = ("poptorch", "popdist", "popart")
+#: The names the folder makes the shim's, and the shim's module each stands for.
+STANDS_FOR = {"poptorch": "poptorch_shim", "popdist": "poptorch_shim.popdist",
+              "popart": "poptorch_shim.popart"}
+NAMES = tuple(STANDS_FOR)
+# The private modules of PopTorch's that libraries import by name.
+_PRIVATE_BUT_IMPORTED = ("_impl",)
 #: The file ``ipusim alias install`` writes into site-packages.
 PTH_NAME = "ipusim-poptorch-alias.pth"
 _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
@@ -50,15 +62,27 @@ def install() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, current) if p)
 
 
+def stand_in(alias: str, module: ModuleType) -> None:
+    """Make the alias package ``alias`` the shim's ``module``: ``alias.X`` is
+    every loaded public ``module.X`` (no part of its name private, PopTorch's
+    ``_impl`` aside), so both names share module objects, then ``alias`` itself."""
+    package = module.__name__
+    for name, loaded in list(sys.modules.items()):
+        parts = name[len(package):].split(".")[1:]
+        if name.startswith(package + ".") and not any(
+                p.startswith("_") and p not in _PRIVATE_BUT_IMPORTED for p in parts):
+            sys.modules.setdefault(alias + name[len(package):], loaded)
+    sys.modules[alias] = module
+
+
 def in_use() -> bool:
-    """Whether ``poptorch`` or ``popdist`` means the shim in this process."""
+    """Whether ``poptorch``, ``popdist`` or ``popart`` means the shim in this process
+    (the alias folder on ``sys.path``, or a ``sys.modules`` entry made by hand)."""
     if str(ALIASES) in sys.path:
         return True
-    shim = sys.modules.get("poptorch_shim")
-    if shim is not None and sys.modules.get("poptorch") is shim:
-        return True
-    popdist = sys.modules.get("poptorch_shim.popdist")
-    return popdist is not None and sys.modules.get("popdist") is popdist
+    return any(sys.modules.get(target) is not None
+               and sys.modules.get(alias) is sys.modules.get(target)
+               for alias, target in STANDS_FOR.items())
 
 
 class _InstallInChild:

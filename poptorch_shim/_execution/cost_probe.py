@@ -12,6 +12,7 @@ timing-only run measures without computing.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Kernel, KernelKind
 from poptorch_shim._execution.progress import operator_measured
-from poptorch_shim.annotations import CHECKPOINT, observing
+from poptorch_shim.annotations import AVAILABLE_MEMORY, CHECKPOINT, CUSTOM_COST, observing
 
 # Operators that only reshape, alias or allocate move no data on an IPU.
 _FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "permute", "expand",
@@ -234,6 +235,12 @@ def regrouped(kernel: Kernel) -> Kernel:
     return replace(kernel, regroup=smaller)
 
 
+#: How many operators back ``set_available_memory`` looks for the matmul it bounds: the
+#: tensor's maker, or through a reshape or a bias the two before it (PopTorch's
+#: FixupSetAvailableMemory.cpp searches a node's inputs two levels up).
+_AVAILABLE_MEMORY_REACH = 3
+
+
 class TrafficCounter(TorchDispatchMode):
     """Counts operators, the bytes they read and write, and their kernels."""
 
@@ -244,6 +251,35 @@ class TrafficCounter(TorchDispatchMode):
         self.uncounted_flops = 0
         self.kernels: dict[Kernel, int] = {}
         self.paused = False   # an operator counted whole above the aten calls it makes
+        # The kernels of the last few operators counted, latest last.
+        self._recent: deque[list[Kernel]] = deque(maxlen=_AVAILABLE_MEMORY_REACH)
+
+    def observe(self, kind: str, tensors: tuple, value) -> None:
+        """An annotation reached while counting: a custom operator's registered
+        :class:`Cost` is counted; ``set_available_memory`` plans the latest recent
+        operator with a matmul (each once) within its proportion."""
+        if kind == CUSTOM_COST:
+            self.ops += value.ops
+            self.bytes += value.bytes
+            self.uncounted_flops += value.flops
+            for kernel, count in value.kernels:
+                self.kernels[kernel] = self.kernels.get(kernel, 0) + count
+            self._recent.append([kernel for kernel, _ in value.kernels])
+            return
+        if kind != AVAILABLE_MEMORY:
+            return
+        for index in range(len(self._recent) - 1, -1, -1):
+            kernels = self._recent[index]
+            if any(kernel.kind is KernelKind.MATMUL for kernel in kernels):
+                for kernel in kernels:
+                    if kernel.kind is KernelKind.MATMUL and self.kernels.get(kernel):
+                        self.kernels[kernel] -= 1
+                        if not self.kernels[kernel]:
+                            del self.kernels[kernel]
+                        bounded = replace(kernel, available_memory=value)
+                        self.kernels[bounded] = self.kernels.get(bounded, 0) + 1
+                del self._recent[index]
+                return
 
     def count(self, kernel: Kernel, nbytes: int) -> None:
         """Count one IPU operator the aten calls do not show as such."""
@@ -264,6 +300,7 @@ class TrafficCounter(TorchDispatchMode):
                 kernels = [regrouped(kernel) for kernel in kernels]
             for kernel in kernels:
                 self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
+            self._recent.append(kernels)
             if _fused_attention(func.overloadpacket.__name__):  # torch's FLOP counter misses it
                 self.uncounted_flops += sum(2 * k.groups * k.m * k.k * k.n for k in kernels
                                             if k.kind is KernelKind.MATMUL)
@@ -273,6 +310,35 @@ class TrafficCounter(TorchDispatchMode):
         """The kernels counted since the last take, and start counting afresh."""
         kernels, self.kernels = self.kernels, {}
         return kernels
+
+
+class _WholeRegion:
+    """What :class:`FlopCounter` gives torch's counter instead of its module tracker:
+    one region, "Global", which is all the probe reads."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _WholeRegion:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class FlopCounter(FlopCounterMode):
+    """torch's FLOP counter over a whole region, without its per-module breakdown.
+
+    torch's counter tracks modules with global hooks that hand every module's
+    output to autograd; an output that needs a gradient but has no autograd node
+    (a view of a parameter made without grad: transformers'
+    ``WhisperPositionalEmbedding`` returns a slice of its own weight) makes them
+    fail ("Expected gradient function to be set"). The probe reads only the total,
+    so it needs no module tracking, and no hook on every module call.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(display=False)
+        self.mod_tracker = _WholeRegion()
 
 
 def activation_bytes(tensor: torch.Tensor) -> int:
@@ -367,18 +433,19 @@ class Measurement:
 def measure() -> Iterator[Measurement]:
     """Measure the torch compute run inside the block."""
     result = Measurement()
-    flops = FlopCounterMode(display=False)
+    flops = FlopCounter()
     traffic = TrafficCounter()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         result.saved.pack(tensor)
         return tensor
 
-    def checkpoint(kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
+    def annotated(kind: str, tensors: tuple[torch.Tensor, ...], value) -> None:
         if kind == CHECKPOINT:
             result.saved.checkpoint(tensors)
+        traffic.observe(kind, tensors, value)
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), observing(checkpoint), \
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), observing(annotated), \
             flops, traffic, DropoutAsPoprand(traffic):
         yield result
     result.saved.close_segment()

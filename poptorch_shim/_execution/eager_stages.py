@@ -17,11 +17,15 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.compute import WholeModel, left_as_it_was
-from poptorch_shim._execution.cost_probe import SavedActivations, TrafficCounter, tensor_bytes
+from poptorch_shim._execution.cost_probe import (
+    FlopCounter,
+    SavedActivations,
+    TrafficCounter,
+    tensor_bytes,
+)
 from poptorch_shim.annotations import CHECKPOINT, observing
 from poptorch_shim.blocks import BlockRecorder, current_block, recording, require_active_block
 from poptorch_shim.strategies import ExecutionStrategy
@@ -41,14 +45,14 @@ class _Charges:
         self.saved: dict[str | None, SavedActivations] = {}
         self._block: str | None = None
         self._mark = (0.0, 0.0, 0)
-        self._flops = FlopCounterMode(display=False)
+        self._flops = FlopCounter()
         self._traffic = TrafficCounter()
 
     @contextmanager
     def active(self, block: str | None) -> Iterator[_Charges]:
         self._block = block
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor), \
-                observing(self._checkpoint), self._flops, self._traffic:
+                observing(self._annotated), self._flops, self._traffic:
             yield self
             self.switch(None)
         for saved in self.saved.values():
@@ -68,9 +72,10 @@ class _Charges:
         self.saved.setdefault(self._block, SavedActivations()).pack(tensor)
         return tensor
 
-    def _checkpoint(self, kind: str, tensors: tuple[torch.Tensor, ...]) -> None:
+    def _annotated(self, kind: str, tensors: tuple[torch.Tensor, ...], value) -> None:
         if kind == CHECKPOINT:
             self.saved.setdefault(self._block, SavedActivations()).checkpoint(tensors)
+        self._traffic.observe(kind, tensors, value)
 
 
 #: Calls that read a tensor's shape, which PopTorch's graph holds no operation for.
@@ -94,7 +99,8 @@ class _Attribution(TorchFunctionMode):
         kwargs = kwargs or {}
         mark = current_block()
         block = None if mark is None else mark.user_id
-        self.computing.setdefault(block)
+        if getattr(func, "__name__", "") not in _SHAPE_QUERIES:
+            self.computing.setdefault(block)
         for leaf in tree_flatten((args, kwargs))[0]:
             if isinstance(leaf, torch.nn.Parameter):
                 self.params.setdefault(id(leaf), (block, leaf))
@@ -131,10 +137,10 @@ class EagerStages(WholeModel):
         with left_as_it_was(model), torch.random.fork_rng(), torch.no_grad(), \
                 recording(recorder), attribution:
             model(*args, **kwargs)
-        # work before the first block belongs to the first block
+        # Work before the first block (None) has a stage of its own if the strategy gives
+        # it one, else is the first block's.
         self._first = next((b for b in attribution.computing if b is not None), None)
-        self.layout = strategy.place(recorder.ipus, {self._first if b is None else b
-                                                     for b in attribution.computing})
+        self.layout = strategy.place(recorder.ipus, set(attribution.computing))
 
     def profile(self, args: tuple, kwargs: dict,
                 training: bool) -> tuple[list[Stage], Any]:
@@ -159,7 +165,8 @@ class EagerStages(WholeModel):
     def _profiles(self, forward: _Charges, backward: _Charges, attribution: _Attribution,
                   output: Any) -> list[Stage]:
         index = {block: k for k, stage in enumerate(self.layout) for block in stage.blocks}
-        stage = lambda block: index.get(self._first if block is None else block, 0)  # noqa: E731
+        before = index.get(None, index.get(self._first, 0))
+        stage = lambda block: before if block is None else index.get(block, 0)  # noqa: E731
         n = len(self.layout)
         fwd, bwd, stash = [Cost()] * n, [Cost()] * n, [0] * n
         checkpoints, segments = [0] * n, [0] * n

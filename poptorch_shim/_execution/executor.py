@@ -52,7 +52,7 @@ from poptorch_shim._run import model_reports
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
 from poptorch_shim.blocks import BlockRecorder, module_repr, recording
 from poptorch_shim.custom_args import flatten_custom_types
-from poptorch_shim.errors import ExecutionError, InvalidUseError
+from poptorch_shim.errors import Error, ExecutionError, InvalidUseError
 from poptorch_shim.ipu_context import running_on_ipu
 from poptorch_shim.optim import check_ipu_optimizer, optimizer_state_bytes
 from poptorch_shim.options import Options
@@ -238,6 +238,7 @@ class PoplarExecutor:
             self._compile_model(first_micro_batch)
 
     def _compile_model(self, first_micro_batch: tuple) -> None:
+        self._updatable_buffers()  # PopART refuses an unknown name when it builds the session
         first_args, first_kwargs = first_micro_batch
         self._signature = input_signature(first_micro_batch)
         run, stages, output, blocks, called = self._profile(first_args, first_kwargs)
@@ -278,9 +279,9 @@ class PoplarExecutor:
                  for name, module in activation_names(probe.model)]
         try:
             with left_as_it_was(probe.model), _mode(probe.model, self._training), \
-                    recording(recorder), running_on_ipu(), \
+                    recording(recorder), running_on_ipu(self._training, compiling=True), \
                     promoting_mixed_floats(probe.model, (args, kwargs)), \
-                    observing(lambda kind, tensors: asked.add(kind)), \
+                    observing(lambda kind, tensors, value: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 # The weight update runs the operators PopART builds for the optimizer.
                 run = check_layout(self._options, self._shape, self._training,
@@ -370,7 +371,7 @@ class PoplarExecutor:
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
         call = len(self._device.step_durations) + 1
-        with _mode(self._model, self._training), running_on_ipu(), \
+        with _mode(self._model, self._training), running_on_ipu(self._training), \
                 promoting_mixed_floats(self._model, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors, \
                 self._progress.computing(len(rows) * len(sources), call) as computed:
@@ -399,6 +400,36 @@ class PoplarExecutor:
     def copyWeightsToDevice(self) -> None:
         """Weights live in host memory here: nothing to copy, but the model must exist."""
         self._require_device()
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """Write the buffers ``Options.updatableNamedBuffers`` names to the device:
+        a host-to-device stream copy of their bytes on the simulated timeline,
+        before the next call (host and device share the tensors here, so the
+        numbers need no copy)."""
+        device = self._require_device()
+        buffers = self._updatable_buffers()
+        if buffers is None:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
+        # Which IPU holds a buffer is not tracked: the copy goes to the first stage's.
+        nbytes = [0] * device.simulation.plan.ipus_per_replica
+        nbytes[device.work.stages[0].ipu] = tensor_bytes(buffers)
+        device.simulation.write_from_host(nbytes)
+
+    def _updatable_buffers(self) -> list[torch.Tensor] | None:
+        """The buffers ``Options.updatableNamedBuffers`` names (None if it names none),
+        each checked to be one of the model's, as PopART checks them."""
+        names = self._options.updatable_named_buffers
+        if names is None:
+            return None
+        buffers = dict(self._model.named_buffers())
+        for name in names:
+            if name not in buffers:
+                close = difflib.get_close_matches(name, buffers, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise Error(f"Invalid updatable buffer {name}: Options.updatableNamedBuffers "
+                            f"names no buffer of the model (it has {len(buffers)}: "
+                            f"{sorted(buffers)[:8]}).{hint}")
+        return [buffers[name] for name in names]
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Replace the optimizer of a training model (its state comes with it)."""

@@ -245,10 +245,17 @@ def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
     """Place the traced model's blocks and split its graph into those stages."""
     ops = [n for n in traced.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     first = next((n.meta["block"] for n in ops if n.meta["block"] is not None), None)
-    block_of = {n: first if n.meta["block"] is None else n.meta["block"] for n in ops}
-    placed = strategy.place(recorder.ipus, set(block_of.values()))
+    # Work before the first block (None) has a stage of its own if the strategy gives it
+    # one, else is the first block's; a shape query makes no operation to place.
+    computing = {n.meta["block"] for n in ops
+                 if n.meta["block"] is not None or n.target not in _SHAPE_QUERIES}
+    placed = strategy.place(recorder.ipus, computing)
     index = {block: k for k, stage in enumerate(placed) for block in stage.blocks}
-    stage_of = {n: index.get(block, 0) for n, block in block_of.items()}
+    before = index.get(None, index.get(first, 0))
+    block_of = {n: n.meta["block"] if n.meta["block"] is not None
+                else None if None in index else first for n in ops}
+    stage_of = {n: before if n.meta["block"] is None else index.get(n.meta["block"], 0)
+                for n in ops}
     for node in ops:
         for source in node.all_input_nodes:
             if source in stage_of and stage_of[source] > stage_of[node]:

@@ -171,6 +171,21 @@ def _rows_per_micro_batch(leaf: torch.Tensor, shape: StepShape) -> int:
     return batch // shape.micro_batches
 
 
+def _refuse_scalar(shape: StepShape) -> None:
+    """A 0-d input has a batch dimension of 1 to PopTorch, which asserts it divides
+    into the call's micro-batches (``PoplarExecutor._narrow_tensor``): with more
+    than one, it refuses the input with its own words."""
+    raise AssertionError(
+        "Invalid batch dimension: In the input torch.Size([]), the batch dimension (1) must "
+        f"be a multiple of Options.deviceIterations({shape.device_iterations}) * "
+        f"(Options.replicationFactor({shape.replicas}) / "
+        f"Options.inputReplicaGrouping.input_group_size({shape.input_group_size})) * "
+        f"Options.Training.gradientAccumulation({shape.gradient_accumulation}) = "
+        f"{shape.micro_batches} because it is used to calculate the batch size which will be "
+        "executed on the device in any given iteration. For a full explanation see the "
+        "batching semantics page of the documentation.")
+
+
 def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dict]]:
     """The call's ``(args, kwargs)`` as the micro-batches' ``(args, kwargs)``, in
     stream order. As PopTorch narrows them, each input is split by its own first
@@ -183,8 +198,11 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
         # first dimensions (but never an empty batch).
         _check_not_empty(batch_size_of(inputs), shape)
         return [(args, kwargs)]
-    rows = [_rows_per_micro_batch(leaf, shape)
-            if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 else 0 for leaf in leaves]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and leaf.dim() == 0:
+            _refuse_scalar(shape)
+    rows = [_rows_per_micro_batch(leaf, shape) if isinstance(leaf, torch.Tensor) else 0
+            for leaf in leaves]
     if not any(rows):
         _first_dimensions(leaves)  # raises: no input has a batch dimension
     cuts = [[leaf[i * size:(i + 1) * size] if size else leaf for leaf, size in zip(leaves, rows)]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ipusim.hardware import system_spec
-from poptorch_shim import enums
+from poptorch_shim import enums, popart
 from poptorch_shim._core.run_settings import MAX_NUM_IPUS
 from poptorch_shim._core.run_settings import current as current_settings
 from poptorch_shim._options.store import (
@@ -25,6 +25,14 @@ from poptorch_shim._options.store import (
 )
 
 _SIM_PRESETS = ("mk2", "gc200", "mk1", "gc2", "bow")
+
+#: The PopART session options whose value is a member of an enum, by the enum: a value
+#: is checked against its members, so every value the enum offers is accepted.
+_ENUM_OPTIONS = {"syntheticDataMode": popart.SyntheticDataMode,
+                 "autoRecomputation": enums.RecomputationType,
+                 "virtualGraphMode": popart.VirtualGraphMode,
+                 "mergeVarUpdate": popart.MergeVarUpdateType,
+                 "subgraphCopyingStrategy": popart.SubgraphCopyingStrategy}
 
 
 class _JitOptions(OptionsGroup):
@@ -70,18 +78,14 @@ class _PopartOptions(OptionsGroup):
         require_arg(self._path, "set", "key", key, str)
         if key in self._bools:
             require_arg(self._path, "set", key, value, bool)
-        elif key == "syntheticDataMode":
+        elif key in _ENUM_OPTIONS:
             require_arg(self._path, "set", key, value, int)
-            if value not in (0, 1, 2):
-                raise ValueError(f"{self._path}.set: syntheticDataMode must be 0 "
-                                 f"(Off), 1 (Zeros) or 2 (RandomNormal), got {value!r}.")
-        elif key == "autoRecomputation":
-            require_arg(self._path, "set", key, value, int)
-            if value not in set(enums.RecomputationType):
+            members = _ENUM_OPTIONS[key]
+            if value not in set(members):
+                owner = "poptorch" if members.__module__ == enums.__name__ else "popart"
                 raise ValueError(
-                    f"{self._path}.set: autoRecomputation must be a "
-                    f"poptorch.RecomputationType value "
-                    f"{[(m.name, m.value) for m in enums.RecomputationType]}, got {value!r}.")
+                    f"{self._path}.set: {key} must be a {owner}.{members.__name__} value "
+                    f"{[(m.name, m.value) for m in members]}, got {value!r}.")
         elif key == "engineOptions":
             check_engine_options(f"{self._path}.set", value)
         self._raw[key] = copy.deepcopy(value)
@@ -98,6 +102,11 @@ class _PopartOptions(OptionsGroup):
         require_arg(self._path, "setPatterns", "patterns", patterns, dict)
         require_arg(self._path, "setPatterns", "level", level, int, minimum=0)
         return self.set("patterns_level", level).set("patterns", patterns)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of the PopART option ``key`` (``default`` where it was never set):
+        how the rest of the shim reads these options, without a copy of them all."""
+        return self._raw.get(key, default)
 
     def _merge(self, key: str, entries: dict) -> "_PopartOptions":
         """Add ``entries`` to the dict-valued option ``key`` (PopTorch replaces
@@ -175,16 +184,16 @@ class _PrecisionOptions(OptionsGroup):
     @property
     def partials_type(self) -> torch.dtype | None:
         """The partials type set by ``setPartialsType``, None if never set."""
-        name = self._popart._raw.get("partialsTypeMatMuls")
+        name = self._popart.get("partialsTypeMatMuls")
         return {"float": torch.float32, "half": torch.float16}.get(name)
 
     @property
     def floating_point_exceptions(self) -> bool:
-        return self._popart._raw.get("enableFloatingPointChecks", False)
+        return self._popart.get("enableFloatingPointChecks", False)
 
     @property
     def stochastic_rounding(self) -> bool:
-        return self._popart._raw.get("enableStochasticRounding", False)
+        return self._popart.get("enableStochasticRounding", False)
 
 
 class _TrainingOptions(OptionsGroup):
@@ -239,7 +248,7 @@ class _TrainingOptions(OptionsGroup):
 
     @property
     def automatic_loss_scaling(self) -> bool:
-        return self._popart._raw.get("automaticLossScalingSettings.enabled", False)
+        return self._popart.get("automaticLossScalingSettings.enabled", False)
 
     # PopTorch's names for what these setters set.
     @property

@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import poptorch_shim as poptorch
 from poptorch_shim._execution.staged import StagedModel
 from poptorch_shim.blocks import (
     BeginBlock,
@@ -276,3 +277,32 @@ def test_an_untraceable_model_warns_and_still_finds_its_stages():
     with pytest.warns(UserWarning, match="torch.fx cannot trace DataDependent to split it at its "
                                          "Blocks .*TraceError.* It runs eagerly"):
         assert layout(DataDependent(), PipelinedExecution(), X) == [("A", 0), ("B", 1)]
+
+
+class HeadOnIpu1(nn.Module):
+    """Layers before the model's one block, which BeginBlock puts on IPU 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 6), nn.ReLU())
+        self.head = BeginBlock(nn.Linear(6, 2), ipu_id=1)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_layers_before_the_first_block_are_a_stage_on_ipu_0_as_poptorch_places_them():
+    # PopTorch's compiler puts operations in stage 0 on IPU 0 until a block starts.
+    assert layout(HeadOnIpu1(), PipelinedExecution.default(), X) == [
+        ("(before the first block)", 0), ("0", 1)]
+    model = HeadOnIpu1()
+    executor = poptorch.inferenceModel(model, poptorch.Options().deviceIterations(2))
+    torch.testing.assert_close(executor(X), model(X))
+    assert [(stage.ipu, stage.weight_bytes) for stage in executor.device.work.stages] == [
+        (0, 4 * (6 * 6 + 6)), (1, 4 * (6 * 2 + 2))]
+
+
+def test_a_strategy_that_lists_its_stages_charges_earlier_work_to_the_first():
+    strategy = PipelinedExecution("0")
+    strategy.stage("0").ipu(1)
+    assert layout(HeadOnIpu1(), strategy, X) == [("0", 1)]

@@ -40,6 +40,13 @@ def test_the_hardware_version_is_the_default_systems_mk2():
     assert poptorch.ipuHardwareVersion() == 2
 
 
+@pytest.mark.parametrize("preset, version", [("mk1", 1), ("gc2", 1), ("bow", 2)])
+def test_the_hardware_version_is_the_machines_preset(monkeypatch, preset, version):
+    # PopTorch reports 1 on Mk1 hardware, 2 on Mk2 and Bow.
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS", f'{{"Simulation.system": "{preset}"}}')
+    assert poptorch.ipuHardwareVersion() == version
+
+
 def test_unwrap_and_rewrap_leave_the_model_as_the_user_built_it():
     model = torch.nn.Linear(2, 1)
     poptorch.inferenceModel(model)(torch.ones(1, 2))

@@ -155,3 +155,55 @@ def test_the_dynamic_ops_run_pipelined_and_timing_only():
         if not timing_only:
             torch.testing.assert_close(out, torch.cat([expected, eager(x[1:], offset[1:])]))
         assert model.device.step_durations[0] > 0
+
+
+def test_nop_is_the_identity_priced_as_a_copy_on_the_tiles():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return poptorch.nop(x) + 1
+
+    executor = poptorch.inferenceModel(Model())
+    torch.testing.assert_close(executor(torch.ones(4096)), torch.full((4096,), 2.0))
+    kinds = [(k.kind.value, k.op) for k, _ in executor.device.work.stages[0].forward.kernels]
+    assert kinds == [("data", "aten::copy_"), ("elementwise", "aten::add")]
+    with pytest.raises(poptorch.Error, match="nop must take a torch.tensor argument. "
+                                             "<class 'list'> is not supported."):
+        poptorch.nop([1])
+
+
+class Printing(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+
+    def forward(self, x):
+        a = poptorch.ipu_print_tensor(x * self.weight, "summation")
+        return a, poptorch.identity_loss(a.sum(), reduction="none")
+
+
+def test_a_printed_tensor_prints_each_time_the_program_computes_it_and_its_gradient(capsys):
+    opts = poptorch.Options().deviceIterations(2)
+    model = poptorch.trainingModel(Printing(), opts)
+    model(torch.tensor([[1.0, 1.0], [3.0, 3.0]]))
+    printed = capsys.readouterr().out.splitlines()
+    # Not while compiling: once per micro-batch (the second after the first's update, SGD's
+    # default lr 0.01), and its gradient in the backward.
+    assert printed == ["summation: ((1.0000, 2.0000))", "summation_gradient: ((1.0000, 1.0000))",
+                       "summation: ((2.9700, 5.9700))", "summation_gradient: ((1.0000, 1.0000))"]
+
+
+def test_the_print_format_options():
+    from poptorch_shim._ops.tensor_text import format_tensor
+
+    assert format_tensor(torch.arange(6).reshape(2, 3)) == "((0, 1, 2), (3, 4, 5))"
+    assert format_tensor(torch.arange(10), summarise_threshold=4, edge_items=2) == \
+        "(0, 1, ..., 8, 9)"
+    assert format_tensor(torch.tensor([1.5e9, 2.0])) == "(1.5000e+09, 2.0000e+00)"
+    assert format_tensor(torch.tensor([0.5]), digits=2, float_format="fixed",
+                         open_bracket="[", close_bracket="]") == "[0.50]"
+    wrapped = format_tensor(torch.arange(30), max_line_width=20)
+    assert all(len(line) <= 20 for line in wrapped.splitlines()) and len(wrapped.splitlines()) > 1
+    with pytest.raises(poptorch.Error, match="ipu print tensor must take a torch.tensor"):
+        poptorch.ipu_print_tensor(3)
+    with pytest.raises(poptorch.Error, match="float_format must be one of"):
+        poptorch.ipu_print_tensor(torch.ones(1), float_format="hex")

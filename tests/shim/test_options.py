@@ -78,6 +78,9 @@ SETTERS = [
          lambda o: o._Popart.options["enableEngineCaching"], False),
     Case("enableStableNorm", lambda: (True,), lambda o: o._Popart.options["enableStableNorm"],
          True),
+    Case("updatableNamedBuffers", lambda: (["cache"],),
+         lambda o: (o._Popart.options["updatableNamedBuffers"], o.updatable_named_buffers),
+         (["cache"], ("cache",))),
     Case("showCompilationProgressBar", lambda: (False,),
          lambda o: o.show_compilation_progress_bar, False),
     Case("relaxOptimizerAttributesChecks", lambda: (),
@@ -176,7 +179,7 @@ def test_setter_stores_value_and_chains(case):
 
 
 QUERIES = {"clone", "defaultOutputMode", "resolved_output_mode", "toDict", "location",
-           "checkIsFrozen", "loadFromFile"}
+           "checkIsFrozen", "loadFromFile", "get"}
 GROUPS = ["", "Training", "Distributed", "TensorLocations", "Precision", "Jit", "_Popart",
           "Simulation"]
 

@@ -91,3 +91,24 @@ def test_the_alias_folder_makes_popart_the_shims_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "SyncPattern.Full", result.stderr
+
+
+@pytest.mark.parametrize("key, members", [
+    ("syntheticDataMode", popart.SyntheticDataMode), ("virtualGraphMode", popart.VirtualGraphMode),
+    ("mergeVarUpdate", popart.MergeVarUpdateType),
+    ("subgraphCopyingStrategy", popart.SubgraphCopyingStrategy),
+    ("autoRecomputation", poptorch_shim.RecomputationType)])
+def test_an_enum_valued_option_takes_every_member_of_its_enum_and_nothing_else(key, members):
+    for member in members:
+        poptorch_shim.Options()._Popart.set(key, int(member))
+    beyond = max(members) + 1
+    with pytest.raises(ValueError, match=rf"Options._Popart.set: {key} must be a "
+                                         rf"(popart|poptorch).{members.__name__} value .*"
+                                         rf"got {beyond}\."):
+        poptorch_shim.Options()._Popart.set(key, beyond)
+
+
+def test_random_uniform_synthetic_data_streams_nothing():
+    options = poptorch_shim.Options()
+    options._Popart.set("syntheticDataMode", int(popart.SyntheticDataMode.RandomUniform))
+    assert options.synthetic_data   # no host copies, as with the other synthetic modes

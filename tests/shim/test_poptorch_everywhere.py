@@ -3,6 +3,7 @@ worker imports it whenever its parent could (however the parent got it), the
 pytest plugin ``poptorch_shim.testing`` runs a project's own test suite on
 the shim, and ``ipusim alias`` makes the name the shim's in a whole
 environment (refusing to hide a real PopTorch)."""
+import importlib.metadata
 import os
 import pickle
 import subprocess
@@ -11,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from poptorch_shim import commands
 from poptorch_shim._core import aliases as _aliases
@@ -31,6 +34,8 @@ class Squares(torch.utils.data.Dataset):
 '''
 
 TEST = '''
+import importlib.metadata
+
 import poptorch
 
 from squares import Squares
@@ -46,11 +51,20 @@ def test_async_loader_over_a_dataset_whose_module_imports_poptorch():
     assert poptorch.__version__.endswith("+ipusim")
 '''
 
+# Where the alias folder is on the path (the plugin, the runner, a .pth file), PopTorch's
+# metadata is the shim's; a conftest's own sys.modules entry makes the module alone.
+METADATA_TEST = '''
+
+def test_poptorchs_metadata_is_the_shims():
+    assert importlib.metadata.version("poptorch") == poptorch.__version__
+'''
+
 
 def project(tmp_path: Path, conftest: str | None = None) -> Path:
-    """A user's project: a dataset module and a test that both `import poptorch`."""
+    """A user's project: a dataset module and a test that both `import poptorch`
+    (and, without a conftest of its own, one that reads PopTorch's metadata)."""
     (tmp_path / "squares.py").write_text(DATASET)
-    (tmp_path / "test_squares.py").write_text(TEST)
+    (tmp_path / "test_squares.py").write_text(TEST + (METADATA_TEST if conftest is None else ""))
     if conftest is not None:
         (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
     return tmp_path
@@ -69,7 +83,7 @@ def run_pytest(folder: Path, *flags: str) -> subprocess.CompletedProcess:
 def test_a_projects_own_tests_run_on_the_shim_with_the_plugin(tmp_path):
     result = run_pytest(project(tmp_path), "-p", "poptorch_shim.testing")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 passed" in result.stdout
+    assert "2 passed" in result.stdout
     assert "poptorch: ipusim's PopTorch shim" in result.stdout  # the report header
 
 
@@ -108,6 +122,36 @@ def test_the_child_marker_installs_the_aliases_when_unpickled(monkeypatch):
     assert pickle.loads(pickle.dumps(marker)) is None
     assert sys.path[0] == str(_aliases.ALIASES)
     assert os.environ["PYTHONPATH"] == str(_aliases.ALIASES)
+
+
+def test_poptorchs_metadata_is_the_shims_wherever_the_alias_folder_is_on_the_path(
+        monkeypatch):
+    """``importlib.metadata`` finds PopTorch's distribution in the alias folder: the
+    version the shim implements, which a library's ``require_version("poptorch>=3.3")``
+    (optimum-graphcore's) accepts."""
+    import poptorch_shim
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(_aliases.ALIASES)])
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("poptorch")
+    monkeypatch.syspath_prepend(str(_aliases.ALIASES))
+    version = importlib.metadata.version("poptorch")
+    assert version == poptorch_shim.__version__ == "3.3.0+ipusim"
+    assert Version(version).public == "3.3.0" and Version(version).local == "ipusim"
+    assert Requirement("poptorch>=3.3").specifier.contains(version)
+    assert not Requirement("poptorch>=3.4").specifier.contains(version)
+    assert importlib.metadata.packages_distributions()["poptorch"] == ["poptorch"]
+
+
+def test_in_use_knows_each_of_the_three_names_made_by_hand(monkeypatch):
+    import poptorch_shim.popart
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(_aliases.ALIASES)])
+    for name in _aliases.NAMES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert not _aliases.in_use()
+    monkeypatch.setitem(sys.modules, "popart", poptorch_shim.popart)
+    assert _aliases.in_use()
 
 
 def alias(*argv: str) -> int:
@@ -159,8 +203,10 @@ def test_an_installed_alias_makes_poptorch_the_shim_in_every_interpreter(tmp_pat
     assert alias("install", "--site-packages", str(tmp_path)) == 0
     code = ("import site, sys; site.addsitedir(sys.argv[1]); import poptorch, poptorch_shim; "
             "import popdist.poptorch, popart; assert poptorch is poptorch_shim; "
-            "assert popart is poptorch_shim.popart; print('shim')")
+            "assert popart is poptorch_shim.popart; "
+            "assert popdist.poptorch is poptorch_shim.popdist.poptorch; "
+            "import importlib.metadata as m; print('shim', m.version('poptorch'))")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
                             capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip() == "shim", result.stderr
+    assert result.stdout.strip() == "shim 3.3.0+ipusim", result.stderr

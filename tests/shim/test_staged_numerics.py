@@ -18,7 +18,7 @@ from poptorch_shim import Options, inferenceModel, trainingModel
 from poptorch_shim._execution.compute import WholeModel
 from poptorch_shim._execution.staged import StagedModel
 from poptorch_shim._run.runner import install_aliases
-from poptorch_shim.blocks import Block
+from poptorch_shim.blocks import BeginBlock, Block
 from poptorch_shim.strategies import (
     ParallelPhasedExecution,
     PipelinedExecution,
@@ -284,3 +284,39 @@ def test_a_later_pipeline_stage_feeding_an_earlier_one_is_still_refused():
         StagedModel(model, PipelinedExecution(Stage("0"), Stage("1"), Stage("2", "4"),
                                               Stage("3", "5"))).profile(
             (torch.randn(8, 1), torch.randn(4, 1)), {}, True)
+
+
+class Positions(nn.Embedding):
+    """transformers' WhisperPositionalEmbedding: a slice of its own weight."""
+
+    def forward(self, ids, past: int = 0):
+        return self.weight[past:past + ids.shape[-1]]
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(10, 8), Positions(16, 8)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(ids)
+        if x.sum() > 0:   # data-dependent: torch.fx cannot trace it, so it runs eagerly
+            x = x * 2
+        return self.head(x)
+
+
+@pytest.mark.filterwarnings("ignore:poptorch. torch.fx cannot trace")
+def test_an_eager_inference_model_may_return_views_of_its_parameters():
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    model.head = BeginBlock(model.head, ipu_id=1)
+    ids = torch.randint(0, 10, (4, 5))
+    expected = model(ids)
+    executor = inferenceModel(model, Options().deviceIterations(2))
+    torch.testing.assert_close(executor(ids), expected)
+    stages = executor.device.work.stages
+    # The layers before the first block are on IPU 0, as PopTorch places them; the head,
+    # on IPU 1, multiplies a micro-batch of 2 sequences of 5 positions by its 8 x 10 weight.
+    assert [stage.ipu for stage in stages] == [0, 1]
+    assert stages[1].forward.flops == 2 * (2 * 5) * 8 * 10

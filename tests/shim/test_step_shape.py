@@ -1,6 +1,9 @@
 """The step's shape: built once from the options, read by the loader, the model
 and the simulated run configuration alike."""
+import re
+
 import pytest
+import torch
 
 import poptorch_shim as poptorch
 from ipusim import Stage, Work
@@ -91,3 +94,23 @@ def test_a_pipeline_over_several_ipus_recomputes_unless_the_script_says_otherwis
     inference = run_config(opts, StepShape.of(opts, training=False), training=False, work=work,
                            strategy=strategy(*[f"s{k}" for k in range(ipus)]))
     assert inference.recompute is False
+
+
+class AddScalar(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def test_a_0_d_input_is_refused_where_a_call_has_several_micro_batches_as_poptorch_asserts():
+    # PopTorch counts a 0-d input's batch dimension as 1, which must divide into the
+    # call's micro-batches (PoplarExecutor._narrow_tensor asserts it).
+    model = poptorch.inferenceModel(AddScalar(), poptorch.Options().deviceIterations(2))
+    with pytest.raises(AssertionError, match=re.escape(
+            "Invalid batch dimension: In the input torch.Size([]), the batch dimension (1) must "
+            "be a multiple of Options.deviceIterations(2) * (Options.replicationFactor(1) / "
+            "Options.inputReplicaGrouping.input_group_size(1)) * "
+            "Options.Training.gradientAccumulation(1) = 2 because")):
+        model(torch.ones(4, 3), torch.tensor(2.0))
+    # One micro-batch a call: PopTorch passes it whole.
+    single = poptorch.inferenceModel(AddScalar())
+    torch.testing.assert_close(single(torch.ones(4, 3), torch.tensor(2.0)), torch.full((4, 3), 2.0))

@@ -1,6 +1,8 @@
 """Schedules: from a work description to one program per IPU, call by call."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ipusim.cost.work import Execution
 from ipusim.engine.gc_pause import cyclic_gc_paused
 from ipusim.engine.program import Instruction
@@ -31,4 +33,17 @@ def build_step(plan: EnginePlan, spec: SystemSpec, step: int,
     return builder.programs
 
 
-__all__ = ["build_step", "pipeline_stages", "ProgramBuilder"]
+def build_host_write(plan: EnginePlan, spec: SystemSpec, step: int, nbytes_by_ipu: Sequence[int],
+                     folded: bool = False) -> list[list[Instruction]]:
+    """The per-IPU programs of a write from the host before call ``step``: the bytes of
+    each logical IPU of a replica streamed to it in every replica, one host exchange
+    each, as the engine's own program that writes weights from the host runs them
+    (no model call around it). Synthetic data streams nothing."""
+    builder = ProgramBuilder(plan, spec, step, folded)
+    for ipu, nbytes in enumerate(nbytes_by_ipu):
+        if nbytes:
+            builder.host_write(ipu, nbytes)
+    return builder.programs
+
+
+__all__ = ["build_host_write", "build_step", "pipeline_stages", "ProgramBuilder"]

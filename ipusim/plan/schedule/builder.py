@@ -180,6 +180,13 @@ class ProgramBuilder:
             self._host_io(self.stages[last].ipu, last, micro_batch, pipeline_cycle,
                           d2h_bytes=self.work.output_bytes)
 
+    def host_write(self, logical_ipu: int, nbytes: int) -> None:
+        """Stream ``nbytes`` of tensors the host writes into the engine (Poplar's
+        weightsFromHost program: PopTorch's copies of weights or named buffers to the
+        device) to a logical IPU of every replica, charged to the IPU's first stage."""
+        stage = next(index for index, s in enumerate(self.stages) if s.ipu == logical_ipu)
+        self._host_io(logical_ipu, stage, -1, -1, h2d_bytes=nbytes)
+
     def _host_io(self, logical_ipu: int, stage: int, micro_batch: int, pipeline_cycle: int,
                  h2d_bytes: int = 0, d2h_bytes: int = 0) -> None:
         if self.run.synthetic_data or (h2d_bytes == 0 and d2h_bytes == 0):

@@ -1,15 +1,13 @@
 """``import popdist`` under the ipusim runner and in poprun's instances: the
-name is ``poptorch_shim.popdist``.
+name is ``poptorch_shim.popdist``, and ``popdist.poptorch`` is
+``poptorch_shim.popdist.poptorch`` (loaded first, so that it is never loaded a
+second time under another name).
 
 This folder is put on ``sys.path`` (and ``PYTHONPATH``, for child processes)
-by :mod:`poptorch_shim._core.aliases`, wherever ``poptorch`` is aliased. The
-submodule alias is imported first, while this package's own path still
-resolves it, so that ``popdist.poptorch`` is never loaded a second time from
-``poptorch_shim/popdist/`` under another name.
+by :mod:`poptorch_shim._core.aliases`, wherever ``poptorch`` is aliased.
 """
-import sys
+import poptorch_shim.popdist
+import poptorch_shim.popdist.poptorch  # noqa: F401  (popdist.poptorch stands for it)
+from poptorch_shim._core.aliases import stand_in
 
-import poptorch_shim.popdist  # noqa: F401  (the module this name stands for)
-from popdist import poptorch  # noqa: F401  (registers popdist.poptorch)
-
-sys.modules[__name__] = sys.modules["poptorch_shim.popdist"]
+stand_in(__name__, poptorch_shim.popdist)

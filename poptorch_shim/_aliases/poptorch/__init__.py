@@ -6,9 +6,7 @@ pytest plugin, poprun's instances, a spawned child, or in a whole environment
 by a ``.pth`` file. It makes ``poptorch`` and its submodules the very same
 module objects as ``poptorch_shim``'s.
 """
-import sys
+import poptorch_shim
+from poptorch_shim._core.aliases import stand_in
 
-from poptorch_shim import _alias_modules
-
-_alias_modules("poptorch", "poptorch_shim")
-sys.modules[__name__] = sys.modules["poptorch_shim"]
+stand_in(__name__, poptorch_shim)
