@@ -1,8 +1,8 @@
-"""Where ``import poptorch`` (and ``import popdist``, ``import popart``) resolve
-to the shim.
+"""Where ``import poptorch`` (and ``import popdist``, ``import popart``, ``import pva``)
+resolve to the shim.
 
-The folder ``poptorch_shim/_aliases/`` holds three alias packages, ``poptorch/``,
-``popdist/`` and ``popart/``; putting the folder on ``sys.path`` makes those names
+The folder ``poptorch_shim/_aliases/`` holds four alias packages, ``poptorch/``,
+``popdist/``, ``popart/`` and ``pva/``; putting the folder on ``sys.path`` makes those names
 the shim's (it is no regular package, so that walking the shim's packages never
 imports the aliases). This module, below every subsystem, is what the rest of
 the shim uses to do that, and to carry it into the processes the shim starts:
@@ -20,7 +20,7 @@ the shim uses to do that, and to carry it into the processes the shim starts:
   makes the names the shim's in a whole environment (``ipusim alias``).
 
 The folder goes first on ``sys.path``, so any module in it is also a top-level
-module: it holds the three alias packages and nothing else.
+module: it holds the four alias packages and nothing else.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ALIASES = Path(__file__).resolve().parent.parent / "_aliases"  # the folder on sys.path
 #: The names the folder makes the shim's.
-NAMES = ("poptorch", "popdist", "popart")
+NAMES = ("poptorch", "popdist", "popart", "pva")
 #: The file ``ipusim alias install`` writes into site-packages.
 PTH_NAME = "ipusim-poptorch-alias.pth"
 _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
@@ -40,7 +40,7 @@ _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
 
 
 def install() -> None:
-    """Make ``poptorch``, ``popdist`` and ``popart`` importable here and in any process
+    """Make ``poptorch``, ``popdist``, ``popart`` and ``pva`` importable here and in any process
     started from here."""
     path = str(ALIASES)
     if path not in sys.path:
@@ -77,7 +77,7 @@ def for_child() -> _InstallInChild | None:
 
 
 def real_install(site_dir: str | os.PathLike | None = None) -> str | None:
-    """Where a real ``poptorch``, ``popdist`` or ``popart`` is installed: in ``site_dir``,
+    """Where a real ``poptorch``, ``popdist``, ``popart`` or ``pva`` is installed: in ``site_dir``,
     or importable by this interpreter outside the shim's alias folder; None
     if there is none."""
     site = Path(site_dir) if site_dir is not None else None

@@ -68,6 +68,8 @@ reports_replaced: set[Path] = set()
 # The Chrome trace each report wrote, with its model's calls (host and simulated
 # times), for the tracepoints the runner adds to it at the end of the script.
 traces_written: list[tuple[Path, list[tuple[int, int, int, int]]]] = []
+# Each debug.cbor this process wrote, and the operations' contexts in it.
+_debug_written: dict[Path, dict[str, list[dict]]] = {}
 
 
 class ReportsNotWritten(RuntimeError):
@@ -301,6 +303,7 @@ def write_report(executor) -> Path | None:
     finally:
         _release(directory)
     reports_written.append(done)
+    _write_pva_files(executor, done, outputs)
     # A model destroyed and compiled again writes its next report to a folder of its own.
     _given.pop(executor, None)
     _reported.add(executor)
@@ -310,6 +313,28 @@ def write_report(executor) -> Path | None:
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
                           _items_per_s(rate))
     return done
+
+
+def _write_pva_files(executor, directory: Path, outputs: set[str] | None) -> None:
+    """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` with
+    the graph profile, the host side's ``host.pvti``, and with
+    ``autoReport.outputDebugInfo`` the operations' debug contexts in ``debug.cbor`` of
+    the autoReport directory (one a process, as PopTorch writes it, each model adding
+    its operations)."""
+    from ipusim.report.autoreport import PROFILE
+    from ipusim.report.pop_profile import DEBUG, write_debug, write_pop
+    from poptorch_shim.profiling import PVTI_FILE, write_pvti
+    if outputs is not None and PROFILE not in outputs:
+        return
+    device = executor.device
+    write_pop(directory, executor.timeline, device.named)
+    write_pvti(directory / PVTI_FILE, directory.name, list(device.host_calls))
+    engine = executor.options.engine_options
+    if str(engine.get("autoReport.outputDebugInfo", "false")).lower() == "true":
+        path = directory.parent / DEBUG
+        known = _debug_written.setdefault(path, {})
+        known.update(device.debug_contexts(executor.timeline))
+        write_debug(path, known)
 
 
 def write_out_of_memory_report(executor, error) -> Path | None:

@@ -1,0 +1,193 @@
+"""A simulated step as Poplar's program steps: what a profile's execution trace lists.
+
+Poplar runs a compiled program as a sequence of program steps: ``OnTileExecute``
+(one compute set on the tiles), ``DoExchange`` (an exchange), ``Sync``, and the
+stream copies to and from the host (``StreamCopyBegin`` / ``Mid`` / ``End``).
+PopVision's execution trace and libpva's ``report.execution.steps`` list them
+with their cycles on each IPU.
+
+This module reads one step (call) of replica 0 off the event table and lists it
+that way: each compute event as its operators' steps (:func:`operator_program_steps`,
+the one place that turns an operator's cycles into steps), each host transfer as
+a stream copy, each inter-IPU copy or all-reduce as an exchange and each sync
+wait as a sync. The host's per-call overhead (``host_call``) runs on no IPU and
+the I/O tiles' copies overlap the compute tiles' steps, so neither is a step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import floor
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ipusim.cost.operator_model import OperatorCycles
+from ipusim.engine.event_kinds import (
+    ALL_REDUCE,
+    COMPUTE_KINDS,
+    DEVICE_TO_HOST,
+    HOST_TO_DEVICE,
+    IPU_COPY,
+    STREAM_IN,
+    STREAM_OUT,
+    SYNC_WAIT,
+)
+
+if TYPE_CHECKING:
+    from ipusim.analysis.timeline import Timeline
+
+# Program kinds, by libpva's names for them.
+ON_TILE_EXECUTE, DO_EXCHANGE, SYNC = "OnTileExecute", "DoExchange", "Sync"
+STREAM_COPY_BEGIN, STREAM_COPY_MID, STREAM_COPY_END = (
+    "StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
+STREAM_COPY_KINDS = {HOST_TO_DEVICE, DEVICE_TO_HOST, STREAM_IN, STREAM_OUT}
+EXCHANGE_KINDS = {IPU_COPY, ALL_REDUCE}
+
+
+@dataclass(frozen=True)
+class ProgramStep:
+    """One program step on one IPU.
+
+    ``kind``: one of the program kinds above; ``name``: the program's name, its
+    debug path (``stage/pass/operator/compute set``); ``cycles``: clock cycles on
+    ``ipu``; ``vertex``: for an ``OnTileExecute``, the kind of work its compute set's
+    vertex does (the operator model's kernel kind, ``matmul``, ``elementwise``...);
+    ``operation``: the operator run the step belongs to, its debug path (empty for
+    transfers and syncs); ``op``: that operator's framework name (``aten::addmm``);
+    ``stage`` and ``phase``: the model stage (-1: none) and pass (``forward``...) or
+    event kind the step comes from; ``micro_batch``: -1 where the event has none.
+    """
+
+    kind: str
+    name: str
+    cycles: int
+    ipu: int = 0
+    vertex: str = ""
+    operation: str = ""
+    op: str = ""
+    stage: int = -1
+    phase: str = ""
+    micro_batch: int = -1
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` whole numbers as even as they go, summing to it."""
+    base = floor(total / parts)
+    return [base + (1 if i < total - base * parts else 0) for i in range(parts)]
+
+
+def operator_program_steps(name: str, vertex: str, cycles: OperatorCycles) -> list[ProgramStep]:
+    """The program steps of one run of an operator, from its priced cycles.
+
+    This is the adapter between the operator model and the program steps: the only
+    function that turns an operator's price into steps, so a finer step list from the
+    operator model replaces it in one place. Its contract:
+
+    - ``name`` is the operator run's debug path (``stage/pass/op/n``, see
+      :func:`operator_runs`); each step's name is it with the step's own part
+      (``/cs3``, ``/exchange``, ``/sync3``), and its ``operation`` is ``name``;
+    - ``vertex`` names the work its compute sets do (the kernel kind);
+    - the steps' cycles are whole and add up to ``round(cycles.total)``;
+    - there is one ``OnTileExecute`` per compute set (``cycles.compute_sets``, at
+      least one when the operator has AMP or vector cycles), each followed by its
+      ``Sync``; the exchange cycles (``cycles.exchange``) are one ``DoExchange``
+      before the first compute set.
+
+    :class:`~ipusim.cost.operator_model.OperatorCycles` records no figures per compute
+    set, so the AMP and vector cycles are split evenly over the compute sets and the
+    sync cycles over their syncs: the totals are the model's, their split over the
+    compute sets is even by construction, not measured.
+    """
+    total = round(cycles.total)
+    exchange = min(round(cycles.exchange), total)
+    sync = min(round(cycles.sync), total - exchange)
+    work = total - exchange - sync
+    sets = max(cycles.compute_sets, 1 if work else 0)
+    steps = []
+    if exchange:
+        steps.append(ProgramStep(DO_EXCHANGE, f"{name}/exchange", exchange, operation=name))
+    syncs = _shares(sync, sets) if sets else []
+    for index, (on_tile, synced) in enumerate(zip(_shares(work, sets), syncs), start=1):
+        steps.append(ProgramStep(ON_TILE_EXECUTE, f"{name}/cs{index}", on_tile, vertex=vertex,
+                                 operation=name))
+        steps.append(ProgramStep(SYNC, f"{name}/sync{index}", synced, operation=name))
+    if not sets and sync:
+        steps.append(ProgramStep(SYNC, f"{name}/sync", sync, operation=name))
+    return steps
+
+
+def operator_runs(timeline: Timeline) -> list[tuple[int, str, str, dict]]:
+    """Every run of each stage's operators for one micro-batch, in the order of the
+    operator breakdown (:meth:`~ipusim.analysis.timeline.Timeline.operator_breakdown`):
+    (stage index, pass, the run's name, its breakdown row). A run's name is its debug
+    path, ``stage/pass/op/n``: the ``n``-th run of that operator in that pass."""
+    runs, seen = [], {}
+    for row in timeline.operator_breakdown().to_dict("records"):
+        op = row["op"] or row["kind"]
+        for _ in range(int(row["count"])):
+            key = (row["stage_index"], row["pass"], op)
+            seen[key] = seen.get(key, -1) + 1
+            runs.append((int(row["stage_index"]), row["pass"],
+                         f"{row['stage']}/{row['pass']}/{op}/{seen[key]}", row))
+    return runs
+
+
+def _operators(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, dict, OperatorCycles]]]:
+    """Each (stage index, pass)'s operator runs for one micro-batch: their name, breakdown
+    row and cycles."""
+    found: dict[tuple[int, str], list[tuple[str, dict, OperatorCycles]]] = {}
+    for stage, phase, name, row in operator_runs(timeline):
+        count = int(row["count"])
+        once = OperatorCycles(row["amp_cycles"] / count, row["exchange_cycles"] / count,
+                              row["sync_cycles"] / count, row["vector_cycles"] / count,
+                              int(row["compute_sets"]) // count)
+        found.setdefault((stage, phase), []).append((name, row, once))
+    return found
+
+
+def step_events(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
+    """The events of one step (default: the last) of replica 0 that are program steps,
+    in the order they start."""
+    events = timeline.events
+    chosen = int(events["step"].max()) if step is None else step
+    kinds = set(COMPUTE_KINDS) | STREAM_COPY_KINDS | EXCHANGE_KINDS | {SYNC_WAIT}
+    rows = events[(events["replica"] == 0) & (events["step"] == chosen)
+                  & events["kind"].isin(kinds)]
+    return rows.sort_values(["start_ps", "ipu"], kind="stable")
+
+
+def program_steps(timeline: Timeline, step: int | None = None) -> list[ProgramStep]:
+    """One step (default: the last) of replica 0 as Poplar's program steps, in order.
+
+    A compute event whose pass lists its operators is their steps
+    (:func:`operator_program_steps`); one priced by the roofline (no operators) is one
+    ``OnTileExecute`` with the event's cycles. A stream copy's cycles are on its
+    ``StreamCopyMid``: ipusim does not split a copy, so its ``Begin`` and ``End`` have 0.
+    """
+    operators = _operators(timeline)
+    stages = timeline.plan.stages
+    steps: list[ProgramStep] = []
+    for event in step_events(timeline, step).itertuples(index=False):
+        kind, ipu, stage = str(event.kind), int(event.ipu), int(event.stage)
+        cycles = timeline.to_cycles(event.end_ps - event.start_ps)
+        where = dict(ipu=ipu, stage=stage, phase=kind, micro_batch=int(event.micro_batch))
+        label = stages[stage].name if 0 <= stage < len(stages) else f"ipu{ipu}"
+        if kind in COMPUTE_KINDS:
+            listed = operators.get((stage, kind))
+            if listed:
+                for name, row, price in listed:
+                    steps.extend(replace(part, op=row["op"] or row["kind"], **where)
+                                 for part in operator_program_steps(name, row["kind"], price))
+            else:
+                steps.append(ProgramStep(ON_TILE_EXECUTE, f"{label}/{kind}", cycles,
+                                         vertex=kind, **where))
+        elif kind in STREAM_COPY_KINDS:
+            name = f"{label}/{kind}"
+            steps.extend([ProgramStep(STREAM_COPY_BEGIN, f"{name}/begin", 0, **where),
+                          ProgramStep(STREAM_COPY_MID, f"{name}/mid", cycles, **where),
+                          ProgramStep(STREAM_COPY_END, f"{name}/end", 0, **where)])
+        elif kind in EXCHANGE_KINDS:
+            steps.append(ProgramStep(DO_EXCHANGE, f"{label}/{kind}", cycles, **where))
+        else:
+            steps.append(ProgramStep(SYNC, f"ipu{ipu}/{kind}", cycles, **where))
+    return steps

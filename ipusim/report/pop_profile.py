@@ -1,0 +1,146 @@
+"""``profile.pop``: a run's graph and execution profile, in ipusim's own format.
+
+PopTorch leaves ``profile.pop`` in each model's autoReport folder, and scripts read
+it with libpva (``import pva``). ipusim writes the same file name with what its
+simulation knows, in a format of its own (PopVision's desktop tools do not open
+it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
+
+``format`` / ``version``
+    ``"ipusim-pop"`` and :data:`VERSION` (a reader refuses another version).
+``poplar_version``
+    ``string``: the simulator and the Poplar SDK whose behaviour it follows.
+``target``
+    ``type``, ``arch``, ``numIPUs`` (of one replica), ``numReplicas``,
+    ``tilesPerIpu``, ``numTiles`` (of one replica), ``clockFrequency`` (Hz),
+    ``bytesPerTile``, ``bytesPerIPU``.
+``programs``
+    every program, ``{"id", "type", "name", "children", "vertex", "operation"}``:
+    the program steps' leaves (``OnTileExecute``, ``DoExchange``, ``Sync``,
+    ``StreamCopyBegin`` / ``Mid`` / ``End``), one per distinct name, and a
+    ``Sequence`` per model stage and pass whose ``children`` are their ids.
+``steps``
+    the last simulated step of replica 0 in order, ``[program id, [cycles on IPU
+    0, 1...]]``: the execution trace, which is also the liveness's program steps.
+``variables``
+    ``{"id", "name", "ipu", "bytes", "width", "layout", "column", "category",
+    "alwaysLive", "module", "first", "last"}``: each variable as
+    :class:`~ipusim.analysis.tile_memory.Variable` describes it; ``first`` / ``last``:
+    the steps a not-always-live variable is live over (null for always-live ones).
+``notAlwaysLive``
+    the bytes of the not-always-live variables live at each step.
+``tiles``
+    each tile's memory, one list per column (``ipu``, ``tile``, one per category
+    of always-live variable, ``not_always_live``, ``code``, ``exchange``,
+    ``total``, ``capacity``).
+``operations``
+    ``{"name", "type", "stage", "pass", "cycles", "steps"}``: each operator of the
+    step, its clock cycles there (all its runs) and its program steps' ids.
+
+``debug.cbor`` (``autoReport.outputDebugInfo``) holds the operations' debug
+contexts: ``{"format": "ipusim-debug", "version", "operations": {name: [context,
+...]}}``, each context ``{"layer", "name", "module", "fileName", "lineNumber",
+"functionName"}``. It is JSON too; the file name is the one PopTorch uses.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from ipusim.analysis.graph_profile import GraphProfile
+from ipusim.analysis.program_steps import ON_TILE_EXECUTE
+from ipusim.analysis.timeline import Timeline
+from ipusim.report.files import write_atomically
+
+FORMAT, DEBUG_FORMAT = "ipusim-pop", "ipusim-debug"
+VERSION = 1
+POP, DEBUG = "profile.pop", "debug.cbor"
+#: The Poplar SDK whose programs, libraries and profile API the simulator follows.
+POPLAR_SDK = "3.3.0"
+
+
+def _programs(profile: GraphProfile) -> tuple[list[dict], list[int]]:
+    """The programs of ``profile``'s steps and each step's program id."""
+    programs: list[dict] = []
+    ids: dict[tuple[str, str], int] = {}
+    sequences: dict[tuple[int, str], list[int]] = {}
+    of_step = []
+    for step in profile.steps:
+        key = (step.kind, step.name)
+        if key not in ids:
+            ids[key] = len(programs)
+            programs.append({"id": ids[key], "type": step.kind, "name": step.name,
+                             "children": [], "vertex": step.vertex,
+                             "operation": step.operation})
+            sequences.setdefault((step.stage, step.phase), []).append(ids[key])
+        of_step.append(ids[key])
+    for (stage, phase), children in sequences.items():
+        programs.append({"id": len(programs), "type": "Sequence",
+                         "name": f"stage{stage}/{phase}" if stage >= 0 else phase,
+                         "children": children, "vertex": "", "operation": ""})
+    return programs, of_step
+
+
+def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
+    """The ``profile.pop`` object of ``timeline`` (see the module's docstring)."""
+    plan, ipu = timeline.plan, timeline.run.compute_ipu(timeline.system.ipu)
+    programs, of_step = _programs(profile)
+    ipus = plan.ipus_per_replica
+    cycles = [[0] * ipus for _ in profile.steps]
+    for index, step in enumerate(profile.steps):
+        cycles[index][step.ipu] = step.cycles
+    spans = [(v, None, None) for v in profile.always_live] + \
+        [(r.variable, r.first, r.last) for r in profile.ranges]
+    variables = [{"id": index, "name": v.name, "ipu": v.ipu, "bytes": v.bytes, "width": v.width,
+                  "layout": v.layout, "column": v.column, "category": v.category,
+                  "alwaysLive": v.always_live, "module": v.module, "first": first, "last": last}
+                 for index, (v, first, last) in enumerate(spans)]
+    operations: dict[str, dict] = {}
+    for index, step in enumerate(profile.steps):
+        if not step.operation:
+            continue
+        entry = operations.setdefault(step.operation, {
+            "name": step.operation, "type": step.op,
+            "stage": step.stage, "pass": step.phase, "cycles": 0, "steps": []})
+        entry["cycles"] += step.cycles
+        if of_step[index] not in entry["steps"]:
+            entry["steps"].append(of_step[index])
+    return {
+        "format": FORMAT, "version": VERSION,
+        "poplar_version": {"string": f"ipusim (simulated; Poplar SDK {POPLAR_SDK} semantics)"},
+        "target": {"type": "IPU", "arch": timeline.system.ipu.name, "numIPUs": ipus,
+                   "numReplicas": timeline.run.total_replicas, "tilesPerIpu": ipu.tiles,
+                   "numTiles": ipu.tiles * ipus, "clockFrequency": ipu.clock_hz,
+                   "bytesPerTile": ipu.sram_per_tile_bytes,
+                   "bytesPerIPU": ipu.sram_per_tile_bytes * ipu.tiles},
+        "programs": programs,
+        "steps": [[program, row] for program, row in zip(of_step, cycles)],
+        "computeSets": sum(1 for p in programs if p["type"] == ON_TILE_EXECUTE),
+        "variables": variables,
+        "notAlwaysLive": profile.liveness["bytes"].astype(int).tolist(),
+        "tiles": {name: profile.tiles[name].tolist() for name in profile.tiles.columns},
+        "operations": list(operations.values()),
+    }
+
+
+def write_pop(directory: str | Path, timeline: Timeline, named: tuple = (),
+              debug: dict[str, list[dict]] | None = None) -> Path:
+    """Write ``profile.pop`` of ``timeline`` into ``directory`` (and, given the operations'
+    debug contexts, ``debug.cbor`` beside it); returns the profile's path. ``named``: the
+    model's parameter tensors (:class:`~ipusim.analysis.tile_memory.Variable` s)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = pop_document(timeline, timeline.graph_profile(named))
+    path = directory / POP
+    write_atomically(path, gzip.compress(json.dumps(document, separators=(",", ":")).encode(),
+                                         compresslevel=5))
+    if debug is not None:
+        write_debug(directory / DEBUG, debug)
+    return path
+
+
+def write_debug(path: str | Path, debug: dict[str, list[dict]]) -> Path:
+    """Write the operations' debug contexts (see the module's docstring) to ``path``."""
+    document = {"format": DEBUG_FORMAT, "version": VERSION, "operations": debug}
+    write_atomically(Path(path), json.dumps(document, indent=1))
+    return Path(path)
