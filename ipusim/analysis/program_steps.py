@@ -106,8 +106,8 @@ def operator_program_steps(name: str, vertex: str, cycles: OperatorCycles) -> li
     steps = []
     if exchange:
         steps.append(ProgramStep(DO_EXCHANGE, f"{name}/exchange", exchange, operation=name))
-    syncs = _shares(sync, sets) if sets else []
-    for index, (on_tile, synced) in enumerate(zip(_shares(work, sets), syncs), start=1):
+    shares = zip(_shares(work, sets), _shares(sync, sets)) if sets else ()
+    for index, (on_tile, synced) in enumerate(shares, start=1):
         steps.append(ProgramStep(ON_TILE_EXECUTE, f"{name}/cs{index}", on_tile, vertex=vertex,
                                  operation=name))
         steps.append(ProgramStep(SYNC, f"{name}/sync{index}", synced, operation=name))
