@@ -17,7 +17,7 @@ import pandas as pd
 
 from ipusim.analysis.graph_variables import LiveRange, always_live_variables, live_ranges
 from ipusim.analysis.liveness import Peak, not_always_live_bytes, peak, peak_per_tile
-from ipusim.analysis.program_steps import ProgramStep, program_steps
+from ipusim.analysis.program_steps import StepTable, program_steps
 from ipusim.analysis.tile_memory import Variable, check_tiles, tile_memory
 from ipusim.plan.memory import MemoryModel
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class GraphProfile:
     """One replica's program steps in a step, its variables and where they live."""
 
-    steps: list[ProgramStep]
+    steps: StepTable
     always_live: list[Variable]
     ranges: list[LiveRange]
     tiles: pd.DataFrame       # of :func:`~ipusim.analysis.tile_memory.tile_memory`
@@ -48,7 +48,9 @@ def vertex_code_bytes(memory: pd.DataFrame, tiles: int,
 
 
 def graph_profile(timeline: Timeline, named: tuple[Variable, ...] = ()) -> GraphProfile:
-    """The :class:`GraphProfile` of ``timeline``'s last step."""
+    """The :class:`GraphProfile` of ``timeline``'s last step (its program steps at most
+    :data:`~ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`: the variables' liveness and
+    the tiles' peaks are those of the steps listed)."""
     plan = timeline.plan
     ipu = timeline.system.ipu
     tiles = timeline.run.compute_ipu(ipu)
@@ -58,8 +60,8 @@ def graph_profile(timeline: Timeline, named: tuple[Variable, ...] = ()) -> Graph
     ranges = live_ranges(plan, steps, named)
     code = vertex_code_bytes(timeline.memory_per_ipu(), ipu.tiles)
     table = tile_memory(always, tiles, ipus, code, peak_per_tile(ranges, tiles.tiles, ipus))
-    return GraphProfile(steps, always, ranges, table, not_always_live_bytes(steps, ranges, ipus),
-                        peak(steps, ranges, ipus))
+    return GraphProfile(steps, always, ranges, table,
+                        not_always_live_bytes(steps, ranges, ipus), peak(steps, ranges, ipus))
 
 
 def check_tiles_fit(plan: EnginePlan, system: SystemSpec, memory: pd.DataFrame,

@@ -19,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ipusim.analysis.program_steps import ProgramStep
+import numpy as np
+import pandas as pd
+
+from ipusim.analysis.program_steps import StepTable
 from ipusim.analysis.tile_memory import Variable
 from ipusim.engine.event_kinds import BACKWARD, DEVICE_TO_HOST, FORWARD, RECOMPUTE, WEIGHT_UPDATE
 
@@ -74,14 +77,20 @@ def always_live_variables(plan: EnginePlan, named: tuple[Variable, ...] = ()) ->
     return out
 
 
-def _spans(steps: list[ProgramStep]) -> dict[tuple[int, str, int | None], tuple[int, int]]:
-    """The first and last of ``steps`` of each (stage, phase, micro-batch), and of each
-    (stage, phase, None) over all micro-batches: one pass over the steps."""
+def _spans(steps: StepTable) -> dict[tuple[int, str, int | None], tuple[int, int]]:
+    """The first and last step of each (stage, phase, micro-batch), and of each (stage,
+    phase, None) over all micro-batches."""
+    if not len(steps):
+        return {}
+    frame = pd.DataFrame({"stage": steps.stage, "phase": steps.phase,
+                          "micro_batch": steps.micro_batch, "index": np.arange(len(steps))})
     spans: dict[tuple[int, str, int | None], tuple[int, int]] = {}
-    for index, step in enumerate(steps):
-        for key in ((step.stage, step.phase, step.micro_batch), (step.stage, step.phase, None)):
-            first = spans.get(key, (index, index))[0]
-            spans[key] = (first, index)
+    for keys in (["stage", "phase", "micro_batch"], ["stage", "phase"]):
+        grouped = frame.groupby(keys)["index"].agg(["min", "max"])
+        for key, row in zip(grouped.index, grouped.itertuples(index=False)):
+            stage, phase, *batch = key
+            spans[(int(stage), steps.phases[phase], int(batch[0]) if batch else None)] = (
+                int(row.min), int(row.max))
     return spans
 
 
@@ -94,7 +103,7 @@ def _span(spans: dict, stage: int, phases: tuple[str, ...],
     return (min(f for f, _ in found), max(last for _, last in found)) if found else None
 
 
-def live_ranges(plan: EnginePlan, steps: list[ProgramStep],
+def live_ranges(plan: EnginePlan, steps: StepTable,
                 named: tuple[Variable, ...] = ()) -> list[LiveRange]:
     """The not-always-live variables of one step's program ``steps`` and where they
     live (see the module's docstring): from the first step that writes each to the last

@@ -17,23 +17,20 @@ import numpy as np
 import pandas as pd
 
 from ipusim.analysis.graph_variables import LiveRange
-from ipusim.analysis.program_steps import ProgramStep
+from ipusim.analysis.program_steps import StepTable
 from ipusim.analysis.tile_memory import tile_bytes
 
 
-def not_always_live_bytes(steps: list[ProgramStep], ranges: list[LiveRange],
-                          ipus: int) -> pd.DataFrame:
+def not_always_live_bytes(steps: StepTable, ranges: list[LiveRange], ipus: int) -> pd.DataFrame:
     """Bytes of the not-always-live variables live at each step, one row a step (columns
-    ``step``, ``name``, ``kind``, ``bytes``: on all IPUs of the replica, and ``ipu<i>``:
-    on each)."""
+    ``step``, ``bytes``: on all IPUs of the replica, and ``ipu<i>``: on each)."""
     count = len(steps)
     per_ipu = np.zeros((ipus, count + 1), dtype=np.int64)
     for live in ranges:
         per_ipu[live.variable.ipu, live.first] += live.variable.bytes
         per_ipu[live.variable.ipu, live.last + 1] -= live.variable.bytes
     per_ipu = np.cumsum(per_ipu, axis=1)[:, :count]
-    table = pd.DataFrame({"step": np.arange(count), "name": [s.name for s in steps],
-                          "kind": [s.kind for s in steps], "bytes": per_ipu.sum(axis=0)})
+    table = pd.DataFrame({"step": np.arange(count), "bytes": per_ipu.sum(axis=0)})
     for ipu in range(ipus):
         table[f"ipu{ipu}"] = per_ipu[ipu]
     return table
@@ -49,16 +46,17 @@ class Peak(NamedTuple):
     variables: tuple[str, ...]
 
 
-def peak(steps: list[ProgramStep], ranges: list[LiveRange], ipus: int) -> Peak | None:
+def peak(steps: StepTable, ranges: list[LiveRange], ipus: int) -> Peak | None:
     """The peak of :func:`not_always_live_bytes` and what is live there (None without
     steps)."""
-    if not steps:
+    if not len(steps):
         return None
     table = not_always_live_bytes(steps, ranges, ipus)
     at = int(table["bytes"].idxmax())
     live = sorted(((r.variable.bytes, r.variable.name) for r in ranges if r.first <= at <= r.last),
                   reverse=True)
-    return Peak(at, steps[at].name, int(table.loc[at, "bytes"]), tuple(name for _, name in live))
+    return Peak(at, steps.step(at).name, int(table.loc[at, "bytes"]),
+                tuple(name for _, name in live))
 
 
 def peak_per_tile(ranges: list[LiveRange], tiles: int, ipus: int) -> dict[int, np.ndarray]:

@@ -15,10 +15,10 @@ the I/O tiles' copies overlap the compute tiles' steps, so neither is a step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from math import floor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from ipusim.cost.operator_model import OperatorCycles
@@ -44,8 +44,7 @@ STREAM_COPY_KINDS = {HOST_TO_DEVICE, DEVICE_TO_HOST, STREAM_IN, STREAM_OUT}
 EXCHANGE_KINDS = {IPU_COPY, ALL_REDUCE}
 
 
-@dataclass(frozen=True)
-class ProgramStep:
+class ProgramStep(NamedTuple):
     """One program step on one IPU.
 
     ``kind``: one of the program kinds above; ``name``: the program's name, its
@@ -156,38 +155,124 @@ def step_events(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
     return rows.sort_values(["start_ps", "ipu"], kind="stable")
 
 
-def program_steps(timeline: Timeline, step: int | None = None) -> list[ProgramStep]:
-    """One step (default: the last) of replica 0 as Poplar's program steps, in order.
+#: The most program steps a profile lists: Poplar's execution profile is bounded too
+#: (``autoReport.executionProfileProgramRunCount``); a step of thousands of micro-batches
+#: would otherwise list tens of millions. The events are listed whole, in order, until
+#: the next would pass it.
+MAX_PROGRAM_STEPS = 200_000
+
+
+class Program(NamedTuple):
+    """A program the steps run: its kind, name, the vertex of its compute set, the operator
+    run it belongs to (``operation``, with its framework name ``op``), and the model stage
+    and pass (or event kind, ``phase``) of the event it comes from."""
+
+    kind: str
+    name: str
+    vertex: str
+    operation: str
+    op: str
+    stage: int
+    phase: str
+
+
+class StepTable(NamedTuple):
+    """The program steps of a step as columns: ``programs`` (each distinct program once) and,
+    one entry a step, its ``program`` (an index into ``programs``), ``ipu``, ``cycles``,
+    ``stage``, ``phase`` (an index into ``phases``) and ``micro_batch`` (-1: none);
+    ``events_listed`` of the step's ``events_total`` events (all unless
+    :data:`MAX_PROGRAM_STEPS` cut the list)."""
+
+    programs: list[Program]
+    phases: tuple[str, ...]
+    program: np.ndarray
+    ipu: np.ndarray
+    cycles: np.ndarray
+    stage: np.ndarray
+    phase: np.ndarray
+    micro_batch: np.ndarray
+    events_listed: int
+    events_total: int
+
+    def __len__(self) -> int:
+        return len(self.program)
+
+    def step(self, index: int) -> ProgramStep:
+        """Step ``index`` as one :class:`ProgramStep`."""
+        p = self.programs[int(self.program[index])]
+        return ProgramStep(p.kind, p.name, int(self.cycles[index]), int(self.ipu[index]),
+                           p.vertex, p.operation, p.op, int(self.stage[index]),
+                           self.phases[int(self.phase[index])], int(self.micro_batch[index]))
+
+
+def _event_steps(kind: str, label: str, ipu: int, cycles: int) -> list[ProgramStep]:
+    """The steps of an event that lists no operators: a stream copy, an exchange, a sync, or
+    a pass priced by the roofline."""
+    if kind in COMPUTE_KINDS:
+        return [ProgramStep(ON_TILE_EXECUTE, f"{label}/{kind}", cycles, ipu, vertex=kind)]
+    if kind in STREAM_COPY_KINDS:
+        name = f"{label}/{kind}"
+        return [ProgramStep(STREAM_COPY_BEGIN, f"{name}/begin", 0, ipu),
+                ProgramStep(STREAM_COPY_MID, f"{name}/mid", cycles, ipu),
+                ProgramStep(STREAM_COPY_END, f"{name}/end", 0, ipu)]
+    if kind in EXCHANGE_KINDS:
+        return [ProgramStep(DO_EXCHANGE, f"{label}/{kind}", cycles, ipu)]
+    return [ProgramStep(SYNC, f"ipu{ipu}/{kind}", cycles, ipu)]
+
+
+def program_steps(timeline: Timeline, step: int | None = None,
+                  limit: int = MAX_PROGRAM_STEPS) -> StepTable:
+    """One step (default: the last) of replica 0 as Poplar's program steps, in order, at
+    most ``limit`` of them (whole events).
 
     A compute event whose pass lists its operators is their steps
-    (:func:`operator_program_steps`); one priced by the roofline (no operators) is one
-    ``OnTileExecute`` with the event's cycles. A stream copy's cycles are on its
-    ``StreamCopyMid``: ipusim does not split a copy, so its ``Begin`` and ``End`` have 0.
+    (:func:`operator_program_steps`, the same for every micro-batch); one priced by the
+    roofline (no operators) is one ``OnTileExecute`` with the event's cycles. A stream
+    copy's cycles are on its ``StreamCopyMid``: ipusim does not split a copy, so its
+    ``Begin`` and ``End`` have 0.
     """
-    operators = _operators(timeline)
+    programs: list[Program] = []
+    ids: dict[tuple[str, str], int] = {}
+
+    def registered(part: ProgramStep, stage: int, phase: str) -> int:
+        key = (part.kind, part.name)
+        if key not in ids:
+            ids[key] = len(programs)
+            programs.append(Program(part.kind, part.name, part.vertex, part.operation, part.op,
+                                    stage, phase))
+        return ids[key]
+
+    templates = {}
+    for (stage, phase), listed in _operators(timeline).items():
+        parts = [part._replace(op=row["op"] or row["kind"]) for name, row, price in listed
+                 for part in operator_program_steps(name, row["kind"], price)]
+        templates[(stage, phase)] = (
+            np.array([registered(part, stage, phase) for part in parts], dtype=np.int64),
+            np.array([part.cycles for part in parts], dtype=np.int64))
     stages = timeline.plan.stages
-    steps: list[ProgramStep] = []
-    for event in step_events(timeline, step).itertuples(index=False):
+    events = step_events(timeline, step)
+    phases = tuple(dict.fromkeys(str(kind) for kind in events["kind"]))
+    chunks, scalars, count = [], [], 0
+    for event in events.itertuples(index=False):
         kind, ipu, stage = str(event.kind), int(event.ipu), int(event.stage)
-        cycles = timeline.to_cycles(event.end_ps - event.start_ps)
-        where = dict(ipu=ipu, stage=stage, phase=kind, micro_batch=int(event.micro_batch))
-        label = stages[stage].name if 0 <= stage < len(stages) else f"ipu{ipu}"
-        if kind in COMPUTE_KINDS:
-            listed = operators.get((stage, kind))
-            if listed:
-                for name, row, price in listed:
-                    steps.extend(replace(part, op=row["op"] or row["kind"], **where)
-                                 for part in operator_program_steps(name, row["kind"], price))
-            else:
-                steps.append(ProgramStep(ON_TILE_EXECUTE, f"{label}/{kind}", cycles,
-                                         vertex=kind, **where))
-        elif kind in STREAM_COPY_KINDS:
-            name = f"{label}/{kind}"
-            steps.extend([ProgramStep(STREAM_COPY_BEGIN, f"{name}/begin", 0, **where),
-                          ProgramStep(STREAM_COPY_MID, f"{name}/mid", cycles, **where),
-                          ProgramStep(STREAM_COPY_END, f"{name}/end", 0, **where)])
-        elif kind in EXCHANGE_KINDS:
-            steps.append(ProgramStep(DO_EXCHANGE, f"{label}/{kind}", cycles, **where))
-        else:
-            steps.append(ProgramStep(SYNC, f"ipu{ipu}/{kind}", cycles, **where))
-    return steps
+        template = templates.get((stage, kind)) if kind in COMPUTE_KINDS else None
+        if template is None:
+            label = stages[stage].name if 0 <= stage < len(stages) else f"ipu{ipu}"
+            parts = _event_steps(kind, label, ipu,
+                                 timeline.to_cycles(event.end_ps - event.start_ps))
+            template = (np.array([registered(p, stage, kind) for p in parts], dtype=np.int64),
+                        np.array([p.cycles for p in parts], dtype=np.int64))
+        if count and count + len(template[0]) > limit:
+            break
+        chunks.append(template)
+        scalars.append((len(template[0]), ipu, stage, phases.index(kind),
+                        int(event.micro_batch)))
+        count += len(template[0])
+    lengths, ipus, stage_of, phase_of, batches = (np.array(column, dtype=np.int64) for column in
+                                                  zip(*scalars)) if scalars else \
+        (np.zeros(0, dtype=np.int64),) * 5
+    joined = (np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64),
+              np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64))
+    return StepTable(programs, phases, joined[0], np.repeat(ipus, lengths), joined[1],
+                     np.repeat(stage_of, lengths), np.repeat(phase_of, lengths),
+                     np.repeat(batches, lengths), len(scalars), len(events))

@@ -19,8 +19,13 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     ``StreamCopyBegin`` / ``Mid`` / ``End``), one per distinct name, and a
     ``Sequence`` per model stage and pass whose ``children`` are their ids.
 ``steps``
-    the last simulated step of replica 0 in order, ``[program id, [cycles on IPU
-    0, 1...]]``: the execution trace, which is also the liveness's program steps.
+    the last simulated step of replica 0 in order, as three lists of one entry a
+    step, ``program`` (its id), ``ipu`` (each step runs on one IPU of the replica)
+    and ``cycles``: the execution trace, which is also
+    the liveness's program steps; at most
+    :data:`~ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`, whole events.
+``events``
+    ``{"listed", "total"}``: of that step's events, how many the steps list.
 ``variables``
     ``{"id", "name", "ipu", "bytes", "width", "layout", "column", "category",
     "alwaysLive", "module", "first", "last"}``: each variable as
@@ -33,8 +38,8 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     of always-live variable, ``not_always_live``, ``code``, ``exchange``,
     ``total``, ``capacity``).
 ``operations``
-    ``{"name", "type", "stage", "pass", "cycles", "steps"}``: each operator of the
-    step, its clock cycles there (all its runs) and its program steps' ids.
+    ``{"name", "type", "stage", "pass", "cycles", "programs"}``: each operator of the
+    step, its clock cycles there (all its runs) and its programs' ids.
 
 ``debug.cbor`` (``autoReport.outputDebugInfo``) holds the operations' debug
 contexts: ``{"format": "ipusim-debug", "version", "operations": {name: [context,
@@ -47,8 +52,10 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
+
 from ipusim.analysis.graph_profile import GraphProfile
-from ipusim.analysis.program_steps import ON_TILE_EXECUTE
+from ipusim.analysis.program_steps import ON_TILE_EXECUTE, StepTable
 from ipusim.analysis.timeline import Timeline
 from ipusim.report.files import write_atomically
 
@@ -59,52 +66,50 @@ POP, DEBUG = "profile.pop", "debug.cbor"
 POPLAR_SDK = "3.3.0"
 
 
-def _programs(profile: GraphProfile) -> tuple[list[dict], list[int]]:
-    """The programs of ``profile``'s steps and each step's program id."""
-    programs: list[dict] = []
-    ids: dict[tuple[str, str], int] = {}
+def _programs(steps: StepTable) -> list[dict]:
+    """The programs of ``steps``: each distinct one, then a ``Sequence`` per stage and pass
+    of its programs in the order they first run."""
+    programs = [{"id": index, "type": p.kind, "name": p.name, "children": [],
+                 "vertex": p.vertex, "operation": p.operation}
+                for index, p in enumerate(steps.programs)]
     sequences: dict[tuple[int, str], list[int]] = {}
-    of_step = []
-    for step in profile.steps:
-        key = (step.kind, step.name)
-        if key not in ids:
-            ids[key] = len(programs)
-            programs.append({"id": ids[key], "type": step.kind, "name": step.name,
-                             "children": [], "vertex": step.vertex,
-                             "operation": step.operation})
-            sequences.setdefault((step.stage, step.phase), []).append(ids[key])
-        of_step.append(ids[key])
+    for index, p in enumerate(steps.programs):
+        sequences.setdefault((p.stage, p.phase), []).append(index)
     for (stage, phase), children in sequences.items():
         programs.append({"id": len(programs), "type": "Sequence",
                          "name": f"stage{stage}/{phase}" if stage >= 0 else phase,
                          "children": children, "vertex": "", "operation": ""})
-    return programs, of_step
+    return programs
+
+
+def _operations(steps: StepTable) -> list[dict]:
+    """Each operator run of ``steps``: its name and type, stage and pass, its cycles in the
+    step (all its steps) and its programs."""
+    cycles = np.bincount(steps.program, weights=steps.cycles, minlength=len(steps.programs))
+    operations: dict[str, dict] = {}
+    for index, p in enumerate(steps.programs):
+        if not p.operation:
+            continue
+        entry = operations.setdefault(p.operation, {
+            "name": p.operation, "type": p.op, "stage": p.stage, "pass": p.phase,
+            "cycles": 0, "programs": []})
+        entry["cycles"] += int(cycles[index])
+        entry["programs"].append(index)
+    return list(operations.values())
 
 
 def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
     """The ``profile.pop`` object of ``timeline`` (see the module's docstring)."""
     plan, ipu = timeline.plan, timeline.run.compute_ipu(timeline.system.ipu)
-    programs, of_step = _programs(profile)
+    steps = profile.steps
+    programs = _programs(steps)
     ipus = plan.ipus_per_replica
-    cycles = [[0] * ipus for _ in profile.steps]
-    for index, step in enumerate(profile.steps):
-        cycles[index][step.ipu] = step.cycles
     spans = [(v, None, None) for v in profile.always_live] + \
         [(r.variable, r.first, r.last) for r in profile.ranges]
     variables = [{"id": index, "name": v.name, "ipu": v.ipu, "bytes": v.bytes, "width": v.width,
                   "layout": v.layout, "column": v.column, "category": v.category,
                   "alwaysLive": v.always_live, "module": v.module, "first": first, "last": last}
                  for index, (v, first, last) in enumerate(spans)]
-    operations: dict[str, dict] = {}
-    for index, step in enumerate(profile.steps):
-        if not step.operation:
-            continue
-        entry = operations.setdefault(step.operation, {
-            "name": step.operation, "type": step.op,
-            "stage": step.stage, "pass": step.phase, "cycles": 0, "steps": []})
-        entry["cycles"] += step.cycles
-        if of_step[index] not in entry["steps"]:
-            entry["steps"].append(of_step[index])
     return {
         "format": FORMAT, "version": VERSION,
         "poplar_version": {"string": f"ipusim (simulated; Poplar SDK {POPLAR_SDK} semantics)"},
@@ -114,12 +119,14 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
                    "bytesPerTile": ipu.sram_per_tile_bytes,
                    "bytesPerIPU": ipu.sram_per_tile_bytes * ipu.tiles},
         "programs": programs,
-        "steps": [[program, row] for program, row in zip(of_step, cycles)],
+        "steps": {"program": steps.program.tolist(), "ipu": steps.ipu.tolist(),
+                  "cycles": steps.cycles.tolist()},
+        "events": {"listed": steps.events_listed, "total": steps.events_total},
         "computeSets": sum(1 for p in programs if p["type"] == ON_TILE_EXECUTE),
         "variables": variables,
         "notAlwaysLive": profile.liveness["bytes"].astype(int).tolist(),
         "tiles": {name: profile.tiles[name].tolist() for name in profile.tiles.columns},
-        "operations": list(operations.values()),
+        "operations": _operations(steps),
     }
 
 

@@ -46,7 +46,7 @@ class Operation:
         self.name = record["name"]
         self.type = record["type"]
         self.cycles = record["cycles"]
-        self.programs = [programs[index] for index in record["steps"]]
+        self.programs = [programs[index] for index in record["programs"]]
         self.replacedDebugContext: list[DebugContext] = []
         own = {"op_name": self.name, "op_type": self.type, "layer": "ipusim",
                "stage": record["stage"], "pass": record["pass"]}

@@ -224,7 +224,7 @@ class Compilation:
     @cached_property
     def livenessProgramSteps(self) -> list[LivenessStep]:
         return [LivenessStep(self._report, index)
-                for index in range(len(self._report._document["steps"]))]
+                for index in range(len(self._report._document["steps"]["program"]))]
 
 
 class IpuCycles:
@@ -239,22 +239,30 @@ class ExecutionStep:
     """One program step as it ran: ``program``, ``name``, ``cycles`` (on the IPU that ran
     it) and ``ipus[i].cycles``."""
 
-    def __init__(self, program: Program, cycles: list[int]):
+    def __init__(self, program: Program, ipu: int, cycles: int, ipus: int):
         self.program = program
         self.name = program.name
-        self.ipus = [IpuCycles(index, value) for index, value in enumerate(cycles)]
-        self.cycles = max(cycles)
+        self.ipus = [IpuCycles(index, cycles if index == ipu else 0) for index in range(ipus)]
+        self.cycles = cycles
 
 
 class Execution:
-    """What running gave: the ``steps`` of one simulated step, and ``totalCycles``,
-    their sum on the busiest IPU."""
+    """What running gave: the ``steps`` of one simulated step, ``totalCycles`` (their sum on
+    the busiest IPU), and of that step's events how many the steps list (``eventsListed``
+    of ``eventsTotal``: fewer where the step has more program steps than a profile lists,
+    :data:`ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`)."""
 
     def __init__(self, report: Report):
-        self.steps = [ExecutionStep(report._programs[program], cycles)
-                      for program, cycles in report._document["steps"]]
-        per_ipu = np.array([cycles for _, cycles in report._document["steps"]] or [[0]])
-        self.totalCycles = int(per_ipu.sum(axis=0).max())
+        self.eventsListed = report._document["events"]["listed"]
+        self.eventsTotal = report._document["events"]["total"]
+        ipus = report._document["target"]["numIPUs"]
+        steps = report._document["steps"]
+        self.steps = [ExecutionStep(report._programs[program], ipu, cycles, ipus)
+                      for program, ipu, cycles in zip(steps["program"], steps["ipu"],
+                                                      steps["cycles"])]
+        per_ipu = np.bincount(np.array(steps["ipu"], dtype=np.int64),
+                              weights=np.array(steps["cycles"], dtype=np.int64), minlength=ipus)
+        self.totalCycles = int(per_ipu.max())
 
     @property
     def runs(self):
@@ -283,7 +291,7 @@ class Report:
         return Execution(self)
 
     def _program_of_step(self, index: int) -> Program:
-        return self._programs[self._document["steps"][index][0]]
+        return self._programs[self._document["steps"]["program"][index]]
 
 
 def openReport(profile: str | Path, debug: str | Path | None = None) -> Report:

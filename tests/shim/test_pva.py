@@ -10,6 +10,7 @@ import torch
 from support.reports import fresh_report_registry
 
 import poptorch_shim as poptorch
+from ipusim.analysis.program_steps import program_steps
 from poptorch_shim import pva
 from poptorch_shim._run import model_reports
 
@@ -94,6 +95,21 @@ def test_the_execution_steps_add_up_to_the_simulated_steps_device_cycles(report,
     kinds = {step.program.type.value for step in steps}
     assert {"OnTileExecute", "DoExchange", "Sync", "StreamCopyBegin", "StreamCopyMid",
             "StreamCopyEnd"} <= kinds
+
+
+def test_a_step_of_more_program_steps_than_a_profile_lists_is_cut_at_a_whole_event(profiled,
+                                                                                 report):
+    _, model = profiled
+    assert report.execution.eventsListed == report.execution.eventsTotal
+    whole = program_steps(model.timeline)
+    cut = program_steps(model.timeline, limit=len(whole) // 2)
+    assert cut.events_total == whole.events_total and cut.events_listed < whole.events_listed
+    assert len(cut) <= len(whole) // 2
+    assert [cut.step(i) for i in range(len(cut))] == [whole.step(i) for i in range(len(cut))]
+    # whole events: the cut is where an event ends, one step fewer drops that event
+    assert len(program_steps(model.timeline, limit=len(cut))) == len(cut)
+    assert program_steps(model.timeline, limit=len(cut) - 1).events_listed == \
+        cut.events_listed - 1
 
 
 def test_a_visitor_sees_each_program_by_its_kind(report):
