@@ -14,7 +14,9 @@ report.html        the HTML report (plotly.js embedded)
 summary.txt        the text summary
 =================  ===========================================================
 
-They are ipusim's own formats, not PopVision's (no ``profile.pop``).
+They are ipusim's own formats, not PopVision's. The ``profile.pop`` that libpva
+scripts read (``import pva`` under the shim) is written beside them by
+:mod:`ipusim.report.pop_profile`, in a format of ipusim's own too.
 """
 from __future__ import annotations
 
