@@ -79,3 +79,16 @@ def peak_per_tile(ranges: list[LiveRange], tiles: int, ipus: int) -> dict[int, n
             np.maximum(highest, current, out=highest)
         out[ipu] = highest
     return out
+
+
+def liveness_windows(liveness: pd.DataFrame, windows: int = 2000) -> pd.DataFrame:
+    """:func:`not_always_live_bytes` in at most ``windows`` windows of consecutive steps, for
+    a chart: each window's first and last step and the most bytes live in it (the peak
+    is kept whatever the window)."""
+    count = len(liveness)
+    edges = np.unique(np.linspace(0, count, min(windows, count) + 1).astype(np.int64))
+    if count == 0:
+        return pd.DataFrame({"first": [], "last": [], "bytes": []})
+    starts = edges[:-1]
+    return pd.DataFrame({"first": starts, "last": edges[1:] - 1,
+                         "bytes": np.maximum.reduceat(liveness["bytes"].to_numpy(), starts)})

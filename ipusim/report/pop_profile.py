@@ -130,19 +130,17 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
     }
 
 
-def write_pop(directory: str | Path, timeline: Timeline, named: tuple = (),
-              debug: dict[str, list[dict]] | None = None) -> Path:
-    """Write ``profile.pop`` of ``timeline`` into ``directory`` (and, given the operations'
-    debug contexts, ``debug.cbor`` beside it); returns the profile's path. ``named``: the
-    model's parameter tensors (:class:`~ipusim.analysis.tile_memory.Variable` s)."""
+def write_pop(directory: str | Path, timeline: Timeline,
+              graph: GraphProfile | None = None) -> Path:
+    """Write ``profile.pop`` of ``timeline`` into ``directory``; returns its path. ``graph``:
+    its graph profile when already worked out (with the model's named parameters), else
+    worked out here without them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    document = pop_document(timeline, timeline.graph_profile(named))
+    document = pop_document(timeline, graph or timeline.graph_profile())
     path = directory / POP
     write_atomically(path, gzip.compress(json.dumps(document, separators=(",", ":")).encode(),
                                          compresslevel=5))
-    if debug is not None:
-        write_debug(directory / DEBUG, debug)
     return path
 
 

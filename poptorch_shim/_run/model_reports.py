@@ -283,7 +283,7 @@ def write_report(executor) -> Path | None:
         _remove_if_empty(directory)  # claimed when compiled; nothing ran to report
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
-    from ipusim.report.autoreport import TRACE
+    from ipusim.report.autoreport import PROFILE, TRACE
     from ipusim.report.files import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
@@ -295,15 +295,19 @@ def write_report(executor) -> Path | None:
     spread = (rate.low, rate.high) if rate is not None and rate.measured else None
     if (directory / "profile.json").is_file():  # an earlier run's, in the folder it names
         reports_replaced.add(directory)
+    # The graph profile, for profile.pop and the report's tile and liveness views.
+    graph = (executor.timeline.graph_profile(device.named)
+             if outputs is None or PROFILE in outputs else None)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
                                 verdict=model_verdict(device, executor.given_options),
-                                loader_spread=spread)
+                                loader_spread=spread, graph=graph)
+        if graph is not None:
+            _write_pva_files(executor, done, graph)
     finally:
         _release(directory)
     reports_written.append(done)
-    _write_pva_files(executor, done, outputs)
     # A model destroyed and compiled again writes its next report to a folder of its own.
     _given.pop(executor, None)
     _reported.add(executor)
@@ -315,19 +319,15 @@ def write_report(executor) -> Path | None:
     return done
 
 
-def _write_pva_files(executor, directory: Path, outputs: set[str] | None) -> None:
-    """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` with
-    the graph profile, the host side's ``host.pvti``, and with
-    ``autoReport.outputDebugInfo`` the operations' debug contexts in ``debug.cbor`` of
-    the autoReport directory (one a process, as PopTorch writes it, each model adding
-    its operations)."""
-    from ipusim.report.autoreport import PROFILE
+def _write_pva_files(executor, directory: Path, graph) -> None:
+    """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` of its
+    graph profile, the host side's ``host.pvti``, and with ``autoReport.outputDebugInfo``
+    the operations' debug contexts in ``debug.cbor`` of the autoReport directory (one a
+    process, as PopTorch writes it, each model adding its operations)."""
     from ipusim.report.pop_profile import DEBUG, write_debug, write_pop
     from poptorch_shim.profiling import PVTI_FILE, write_pvti
-    if outputs is not None and PROFILE not in outputs:
-        return
     device = executor.device
-    write_pop(directory, executor.timeline, device.named)
+    write_pop(directory, executor.timeline, graph)
     write_pvti(directory / PVTI_FILE, directory.name, list(device.host_calls))
     engine = executor.options.engine_options
     if str(engine.get("autoReport.outputDebugInfo", "false")).lower() == "true":

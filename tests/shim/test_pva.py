@@ -10,6 +10,7 @@ import torch
 from support.reports import fresh_report_registry
 
 import poptorch_shim as poptorch
+from ipusim.analysis.liveness import liveness_windows
 from ipusim.analysis.program_steps import program_steps
 from poptorch_shim import pva
 from poptorch_shim._run import model_reports
@@ -180,6 +181,20 @@ def test_liveness_keeps_weights_live_and_activations_from_write_to_last_read(rep
     tile = report.compilation.tiles[0]
     assert tile.memory.notAlwaysLiveBytes == max(
         s.notAlwaysLiveMemoryForTile(tile).bytes for s in steps)
+
+
+def test_the_html_report_shows_memory_by_tile_and_liveness(profiled, report):
+    root, model = profiled
+    page = (root / "training" / "report.html").read_text()
+    assert "<h2>Tiles and liveness</h2>" in page
+    assert 'id="tile-memory"' in page and 'id="liveness"' in page
+    graph = model.timeline.graph_profile(model.device.named)
+    windows = liveness_windows(graph.liveness, windows=7)
+    assert len(windows) == 7 and windows["bytes"].max() == graph.peak.bytes
+    assert windows["first"].iloc[0] == 0 and windows["last"].iloc[-1] == len(graph.steps) - 1
+    fullest = graph.tiles.loc[graph.tiles["total"].idxmax()]
+    assert f"fullest: tile {int(fullest['tile'])} of IPU 0" in page
+    assert f"peak at step {graph.peak.step} " in page
 
 
 def test_operations_name_their_module_and_the_users_line(report):
