@@ -14,10 +14,11 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     ``tilesPerIpu``, ``numTiles`` (of one replica), ``clockFrequency`` (Hz),
     ``bytesPerTile``, ``bytesPerIPU``.
 ``programs``
-    every program, ``{"id", "type", "name", "children", "vertex", "operation"}``:
-    the program steps' leaves (``OnTileExecute``, ``DoExchange``, ``Sync``,
-    ``StreamCopyBegin`` / ``Mid`` / ``End``), one per distinct name, and a
-    ``Sequence`` per model stage and pass whose ``children`` are their ids.
+    every program as columns, ``{"type", "name", "vertex", "operation",
+    "children"}``, its id its position: the program steps' leaves
+    (``OnTileExecute``, ``DoExchange``, ``Sync``, ``StreamCopyBegin`` / ``Mid`` /
+    ``End``), one per distinct name, then a ``Sequence`` per model stage and pass
+    whose ``children`` are their ids.
 ``steps``
     the last simulated step of replica 0 in order, as three lists of one entry a
     step, ``program`` (its id), ``ipu`` (each step runs on one IPU of the replica)
@@ -66,20 +67,24 @@ POP, DEBUG = "profile.pop", "debug.cbor"
 POPLAR_SDK = "3.3.0"
 
 
-def _programs(steps: StepTable) -> list[dict]:
-    """The programs of ``steps``: each distinct one, then a ``Sequence`` per stage and pass
-    of its programs in the order they first run."""
-    programs = [{"id": index, "type": p.kind, "name": p.name, "children": [],
-                 "vertex": p.vertex, "operation": p.operation}
-                for index, p in enumerate(steps.programs)]
+def _programs(steps: StepTable) -> dict[str, list]:
+    """The programs of ``steps`` as columns: each distinct one, then a ``Sequence`` per stage
+    and pass of its programs in the order they first run."""
     sequences: dict[tuple[int, str], list[int]] = {}
     for index, p in enumerate(steps.programs):
         sequences.setdefault((p.stage, p.phase), []).append(index)
-    for (stage, phase), children in sequences.items():
-        programs.append({"id": len(programs), "type": "Sequence",
-                         "name": f"stage{stage}/{phase}" if stage >= 0 else phase,
-                         "children": children, "vertex": "", "operation": ""})
-    return programs
+    kinds, names, vertices, operations = (list(column) for column in zip(*(
+        (p.kind, p.name, p.vertex, p.operation) for p in steps.programs))) if steps.programs \
+        else ([], [], [], [])
+    children: list[list[int]] = [[] for _ in steps.programs]
+    for (stage, phase), members in sequences.items():
+        kinds.append("Sequence")
+        names.append(f"stage{stage}/{phase}" if stage >= 0 else phase)
+        vertices.append("")
+        operations.append("")
+        children.append(members)
+    return {"type": kinds, "name": names, "vertex": vertices, "operation": operations,
+            "children": children}
 
 
 def _operations(steps: StepTable) -> list[dict]:
@@ -122,7 +127,7 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
         "steps": {"program": steps.program.tolist(), "ipu": steps.ipu.tolist(),
                   "cycles": steps.cycles.tolist()},
         "events": {"listed": steps.events_listed, "total": steps.events_total},
-        "computeSets": sum(1 for p in programs if p["type"] == ON_TILE_EXECUTE),
+        "computeSets": programs["type"].count(ON_TILE_EXECUTE),
         "variables": variables,
         "notAlwaysLive": profile.liveness["bytes"].astype(int).tolist(),
         "tiles": {name: profile.tiles[name].tolist() for name in profile.tiles.columns},

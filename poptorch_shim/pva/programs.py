@@ -67,13 +67,13 @@ class Program:
 
     Type = ProgramType
 
-    def __init__(self, record: dict, programs: list[Program]):
-        self._id = record["id"]
-        self.name = record["name"]
-        self.type = ProgramType(record["type"])
-        self._children = record["children"]
+    def __init__(self, index: int, columns: dict[str, list], programs: list[Program]):
+        self._id = index
+        self.name = columns["name"][index]
+        self.type = ProgramType(columns["type"][index])
+        self._children = columns["children"][index]
         self._programs = programs
-        self.computeset = (ComputeSet(self.name, record["vertex"])
+        self.computeset = (ComputeSet(self.name, columns["vertex"][index])
                            if self.type is ProgramType.OnTileExecute else None)
 
     @property

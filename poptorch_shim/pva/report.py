@@ -279,8 +279,9 @@ class Report:
         self._document = document
         self._debug = debug
         self._programs: list[Program] = []
-        self._programs.extend(Program(record, self._programs)
-                              for record in document["programs"])
+        columns = document["programs"]
+        self._programs.extend(Program(index, columns, self._programs)
+                              for index in range(len(columns["name"])))
         self._variables = [Variable(record) for record in document["variables"]]
         self._transient = [v for v in self._variables if not v._record["alwaysLive"]]
         self.poplarVersion = PoplarVersion(document["poplar_version"])
