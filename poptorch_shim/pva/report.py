@@ -162,11 +162,16 @@ class Variable:
 
 
 class LiveMemory:
-    """The not-always-live memory of a step: ``bytes`` and its ``variables``."""
+    """The not-always-live memory of a step: ``bytes`` and its ``variables`` (found when
+    asked for: a script that sums the bytes of every step does not pay for them)."""
 
-    def __init__(self, size: int, variables: list[Variable]):
+    def __init__(self, size: int, variables):
         self.bytes = int(size)
-        self.variables = variables
+        self._variables = variables
+
+    @cached_property
+    def variables(self) -> list[Variable]:
+        return self._variables()
 
 
 class LivenessStep:
@@ -183,14 +188,14 @@ class LivenessStep:
 
     @property
     def notAlwaysLiveMemory(self) -> LiveMemory:
-        return LiveMemory(self._report._document["notAlwaysLive"][self._index], self._live())
+        return LiveMemory(self._report._document["notAlwaysLive"][self._index], self._live)
 
     def notAlwaysLiveMemoryForTile(self, tile: Tile) -> LiveMemory:
         """What is live on ``tile`` (a :class:`Tile`, or its number on IPU 0) at this step."""
         number, ipu = (tile.number, tile.ipu) if isinstance(tile, Tile) else (int(tile), 0)
         tiles = self._report.compilation.target.tilesPerIpu
         live = [v for v in self._live() if v.ipu == ipu and v.on_tiles(tiles)[number]]
-        return LiveMemory(sum(int(v.on_tiles(tiles)[number]) for v in live), live)
+        return LiveMemory(sum(int(v.on_tiles(tiles)[number]) for v in live), lambda: live)
 
 
 class Compilation:
