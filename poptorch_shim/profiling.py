@@ -33,6 +33,9 @@ from ipusim.cost.cost_model import PS_PER_US
 from poptorch_shim._core import simulated_clock
 
 TRACE_FILE = "tracepoints.json"
+#: A model's host-side trace for ``pva.openTrace``, beside its report.
+PVTI_FILE = "host.pvti"
+PVTI_FORMAT, PVTI_VERSION = "ipusim-pvti", 1
 _NS_PER_US = 1000
 
 
@@ -177,6 +180,49 @@ def add_to_traces(traces: list[tuple[Path, list[tuple[int, int, int, int]]]],
         slices = host_slices(tracepoints, calls)
         if slices and Path(path).is_file():
             add_host_slices(path, slices)
+
+
+def _nested(events: list[dict]) -> list[dict]:
+    """``events`` (each with ``start_us`` and ``duration_us``) as a forest: each event a
+    child of the latest-starting one that holds it whole."""
+    roots: list[dict] = []
+    open_: list[dict] = []
+    for event in sorted(events, key=lambda e: (e["start_us"], -e["duration_us"])):
+        end = event["start_us"] + event["duration_us"]
+        while open_ and open_[-1]["start_us"] + open_[-1]["duration_us"] < end:
+            open_.pop()
+        (open_[-1]["children"] if open_ else roots).append(event)
+        open_.append(event)
+    return roots
+
+
+def write_pvti(path: str | Path, model: str, calls: list[tuple[int, int, int, int]],
+               since: int = 0) -> Path:
+    """Write a model's host-side trace to ``path`` in ipusim's own format (JSON,
+    ``{"format": "ipusim-pvti", "version", "processes": [{"pid", "threads": [{"tid",
+    "name", "events": [{"label", "start_us", "duration_us", "children"}]}]}]}``): the
+    host's side of each call of the model on one thread, and each channel's
+    tracepoints finished from the ``since``-th on, on a thread of their own, nested by
+    time. Times are the host's ``perf_counter`` in µs from the first event."""
+    tracepoints = recorded(since)
+    starts = [call[0] for call in calls] + [tp.start_ns for tp in tracepoints]
+    origin = min(starts, default=0)
+    threads = [{"tid": 0, "name": f"{model}: model calls",
+                "events": [{"label": f"{model} call {index}",
+                            "start_us": (start - origin) / _NS_PER_US,
+                            "duration_us": (end - start) / _NS_PER_US, "children": []}
+                           for index, (start, end, _, _) in enumerate(calls)]}]
+    for tid, channel in enumerate(dict.fromkeys(tp.channel for tp in tracepoints), start=1):
+        threads.append({"tid": tid, "name": channel, "events": _nested([
+            {"label": tp.name, "start_us": (tp.start_ns - origin) / _NS_PER_US,
+             "duration_us": (tp.end_ns - tp.start_ns) / _NS_PER_US, "children": []}
+            for tp in tracepoints if tp.channel == channel])})
+    document = {"format": PVTI_FORMAT, "version": PVTI_VERSION,
+                "processes": [{"pid": os.getpid(), "threads": threads}]}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
 
 
 __all__ = ["Channel"]

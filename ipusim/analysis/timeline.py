@@ -18,6 +18,7 @@ from ipusim.analysis import bottleneck as bottlenecks
 from ipusim.analysis import headline, metrics, over_time, step_time
 from ipusim.analysis import pipeline_phases as phases
 from ipusim.analysis.bottleneck import Bottleneck, StageBalance
+from ipusim.analysis.graph_profile import GraphProfile, graph_profile
 from ipusim.analysis.operator_breakdown import (
     StepTimes,
     operator_breakdown,
@@ -209,6 +210,12 @@ class Timeline:
     @cached_property
     def _step_times(self) -> StepTimes:
         return step_times(self.events)
+
+    def graph_profile(self, named: tuple = ()) -> GraphProfile:
+        """The last step as Poplar's program steps, the variables on each tile and their
+        liveness (see :mod:`ipusim.analysis.graph_profile`); ``named``: the model's parameter
+        tensors as :class:`~ipusim.analysis.tile_memory.Variable` s, when known."""
+        return graph_profile(self, named)
 
     # The pipeline's phases, of ipusim.analysis.pipeline_phases.
 

@@ -15,7 +15,9 @@ report.html        the HTML report (plotly.js embedded)
 summary.txt        the text summary
 =================  ===========================================================
 
-They are ipusim's own formats, not PopVision's (no ``profile.pop``).
+They are ipusim's own formats, not PopVision's. The ``profile.pop`` that libpva
+scripts read (``import pva`` under the shim) is written beside them by
+:mod:`ipusim.report.pop_profile`, in a format of ipusim's own too.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from ipusim.analysis.codec import decode, encode
+from ipusim.analysis.graph_profile import GraphProfile
 from ipusim.analysis.headline import reported_figures
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
@@ -97,14 +100,17 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      loader_items_per_s: float | None = None,
                      names: SettingNames | None = None,
                      verdict: Verdict | None = None,
-                     loader_spread: tuple[float, float] | None = None) -> Path:
+                     loader_spread: tuple[float, float] | None = None,
+                     graph: GraphProfile | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
     ``options`` are the engine's options, recorded as given; ``names`` how the
     verdict's advice names the settings (default: ipusim's names), recorded so
     that a report rendered again from the profile words them the same way;
-    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps.
+    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps;
+    ``graph`` the run's graph profile, when worked out, for the report's tile and
+    liveness views.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -128,7 +134,8 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
-                   title=directory.name, verdict=verdict, loader_spread=loader_spread)
+                   title=directory.name, verdict=verdict, loader_spread=loader_spread,
+                   graph=graph)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict,
                             loader_spread=loader_spread)

@@ -1,8 +1,8 @@
-"""Where ``import poptorch`` (and ``import popdist``, ``import popart``) resolve
-to the shim: the one home of aliasing.
+"""Where ``import poptorch`` (and ``import popdist``, ``import popart``, ``import pva``)
+resolve to the shim: the one home of aliasing.
 
-The folder ``poptorch_shim/_aliases/`` holds three alias packages, ``poptorch/``,
-``popdist/`` and ``popart/``, and PopTorch's package metadata
+The folder ``poptorch_shim/_aliases/`` holds four alias packages, ``poptorch/``,
+``popdist/``, ``popart/`` and ``pva/``, and PopTorch's package metadata
 (``poptorch-<version>.dist-info``, so that ``importlib.metadata.version("poptorch")``
 answers the PopTorch version the shim implements wherever the name is the
 shim's, and libraries' version checks pass). Putting the folder on ``sys.path``
@@ -27,7 +27,7 @@ it into the processes the shim starts:
   makes the names the shim's in a whole environment (``ipusim alias``).
 
 The folder goes first on ``sys.path``, so any module in it is also a top-level
-module: it holds the three alias packages, PopTorch's metadata and nothing else.
+module: it holds the four alias packages, PopTorch's metadata and nothing else.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from types import ModuleType
 ALIASES = Path(__file__).resolve().parent.parent / "_aliases"  # the folder on sys.path
 #: The names the folder makes the shim's, and the shim's module each stands for.
 STANDS_FOR = {"poptorch": "poptorch_shim", "popdist": "poptorch_shim.popdist",
-              "popart": "poptorch_shim.popart"}
+              "popart": "poptorch_shim.popart", "pva": "poptorch_shim.pva"}
 NAMES = tuple(STANDS_FOR)
 # The private modules of PopTorch's that libraries import by name.
 _PRIVATE_BUT_IMPORTED = ("_impl",)
@@ -52,7 +52,7 @@ _PTH_HEADER = ("# ipusim: `import poptorch` is ipusim's PopTorch shim "
 
 
 def install() -> None:
-    """Make ``poptorch``, ``popdist`` and ``popart`` importable here and in any process
+    """Make ``poptorch``, ``popdist``, ``popart`` and ``pva`` importable here and in any process
     started from here."""
     path = str(ALIASES)
     if path not in sys.path:
@@ -101,7 +101,7 @@ def for_child() -> _InstallInChild | None:
 
 
 def real_install(site_dir: str | os.PathLike | None = None) -> str | None:
-    """Where a real ``poptorch``, ``popdist`` or ``popart`` is installed: in ``site_dir``,
+    """Where a real ``poptorch``, ``popdist``, ``popart`` or ``pva`` is installed: in ``site_dir``,
     or importable by this interpreter outside the shim's alias folder; None
     if there is none."""
     site = Path(site_dir) if site_dir is not None else None

@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ipusim import Cost, Kernel, KernelKind
+from poptorch_shim._execution.debug_context import kernel_key, note
 from poptorch_shim._execution.progress import operator_measured
 from poptorch_shim.annotations import AVAILABLE_MEMORY, CHECKPOINT, CUSTOM_COST, observing
 
@@ -241,6 +242,12 @@ def regrouped(kernel: Kernel) -> Kernel:
 _AVAILABLE_MEMORY_REACH = 3
 
 
+def _note(kernel: Kernel) -> None:
+    """Give the operator's debug context to the recorder in use (see :mod:`.debug_context`)."""
+    note(kernel_key(kernel.op, kernel.kind.value, kernel.width, kernel.m, kernel.k, kernel.n,
+                    kernel.groups, kernel.elements))
+
+
 class TrafficCounter(TorchDispatchMode):
     """Counts operators, the bytes they read and write, and their kernels."""
 
@@ -286,6 +293,7 @@ class TrafficCounter(TorchDispatchMode):
         self.ops += 1
         self.bytes += nbytes
         self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
+        _note(kernel)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -300,6 +308,7 @@ class TrafficCounter(TorchDispatchMode):
                 kernels = [regrouped(kernel) for kernel in kernels]
             for kernel in kernels:
                 self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
+                _note(kernel)
             self._recent.append(kernels)
             if _fused_attention(func.overloadpacket.__name__):  # torch's FLOP counter misses it
                 self.uncounted_flops += sum(2 * k.groups * k.m * k.k * k.n for k in kernels

@@ -15,19 +15,31 @@ import pandas as pd
 
 import ipusim
 from ipusim import RunConfig, Simulation, Stage, Work
+from ipusim.analysis.graph_profile import check_tiles_fit
+from ipusim.analysis.program_steps import operator_runs
+from ipusim.analysis.tile_memory import Variable
 from ipusim.cost.cost_model import PS_PER_S, to_cycles
+from ipusim.engine.event_kinds import FORWARD
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._data.loader_rate import LoaderRate
+from poptorch_shim._execution.debug_context import kernel_key
 from poptorch_shim._execution.engine_config import cost_model, instance_system
 
 
-def _warn_if_out_of_memory(memory: pd.DataFrame, stages: tuple[Stage, ...],
-                           training: bool) -> None:
+def _check_memory(device: SimulatedDevice, training: bool) -> None:
+    """Refuse a model that does not fit: an IPU's SRAM as a whole, then its fullest tile."""
+    plan = device.simulation.plan
+    check_fits(device.memory, plan.stages, REPORT_NAMES, training)
+    check_tiles_fit(plan, device.spec, device.memory, device.named,
+                    REPORT_NAMES.word("allow_out_of_memory"))
+
+
+def _warn_if_out_of_memory(device: SimulatedDevice, training: bool) -> None:
     try:
-        check_fits(memory, stages, REPORT_NAMES, training)
+        _check_memory(device, training)
     except OutOfMemoryError as error:
         warnings.warn(f"{error} (debug.allowOutOfMemory is set: simulating anyway)",
                       stacklevel=3)
@@ -37,10 +49,15 @@ class SimulatedDevice:
     """One compiled model on the simulated system: a step per call."""
 
     def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
-                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float):
+                 input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
+                 parameters: tuple[Variable, ...] = (),
+                 debug: dict[tuple, list[dict]] | None = None):
         """``run``: the run configuration :func:`.engine_config.check_layout` built and checked
         before the stages were measured; ``stages``: the measured stages, whose
-        optimizer state is ``optimizer_state_ratio`` times their weights in training."""
+        optimizer state is ``optimizer_state_ratio`` times their weights in training;
+        ``parameters``: the model's parameter tensors (:mod:`.tensor_layout`), which stand
+        for the weights on the tiles when the model runs as one stage; ``debug``: the
+        debug contexts of its forward's operators, by kernel (:mod:`.debug_context`)."""
         self.work = Work(
             tuple(replace(s, optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio)
                           if run.training else 0) for s in stages),
@@ -52,12 +69,17 @@ class SimulatedDevice:
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
                                      instance=options.Distributed.process_id)
         self.memory = memory_per_ipu(self.work, self.run, self.spec, plan=self.simulation.plan)
+        only = self.simulation.plan.stages
+        #: The parameter tensors on the tiles: the model's own when it runs as one stage.
+        self.named = (tuple(replace(p, ipu=only[0].ipu) for p in parameters)
+                      if len(only) == 1 else ())
+        self._debug = (debug or {}) if len(only) == 1 else {}
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the
             # memory goes; here the simulation runs and the report shows the excess.
-            _warn_if_out_of_memory(self.memory, self.simulation.plan.stages, run.training)
+            _warn_if_out_of_memory(self, run.training)
         else:
-            check_fits(self.memory, self.simulation.plan.stages, REPORT_NAMES, run.training)
+            _check_memory(self, run.training)
         self.step_durations: list[int] = []
         # Each call's host perf_counter at its start and end, and its simulated start
         # and end: how a tracepoint's host time maps onto this model's timeline.
@@ -66,6 +88,20 @@ class SimulatedDevice:
         # What the DataLoader whose steps the model received measured (None: none seen),
         # kept here so that the model's figures outlive the script's hold on it.
         self.fed_loader_rate: LoaderRate | None = None
+
+    def debug_contexts(self, timeline) -> dict[str, list[dict]]:
+        """The debug contexts of the forward's operator runs, by their name in the profile
+        (:func:`ipusim.analysis.program_steps.operator_runs`): each run of a kernel takes
+        the contexts recorded for it in the order they ran. Only a model that runs as one
+        stage has them: the kernels of merged stages are no longer told apart."""
+        queues = {key: list(contexts) for key, contexts in self._debug.items()}
+        out = {}
+        for _, phase, name, row in operator_runs(timeline):
+            key = kernel_key(row["op"], row["kind"], row["width"], row["m"], row["k"], row["n"],
+                             row["groups"], row["elements"])
+            if phase == FORWARD and queues.get(key):
+                out[name] = [queues[key].pop(0)]
+        return out
 
     def fed_by(self, rate: LoaderRate | None) -> None:
         """A call received a DataLoader's step; ``rate``: its rate as last measured,

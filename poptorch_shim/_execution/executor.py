@@ -27,6 +27,7 @@ from poptorch_shim._execution.anchors import Anchors, activation_names
 from poptorch_shim._execution.compute import WholeModel, left_as_it_was, promoting_mixed_floats
 from poptorch_shim._execution.containers import register_containers
 from poptorch_shim._execution.cost_probe import tensor_bytes
+from poptorch_shim._execution.debug_context import recording_contexts
 from poptorch_shim._execution.device import SimulatedDevice
 from poptorch_shim._execution.engine_config import (
     check_inference_options,
@@ -47,6 +48,7 @@ from poptorch_shim._execution.step_shape import (
     flatten_inputs,
     split,
 )
+from poptorch_shim._execution.tensor_layout import parameter_variables
 from poptorch_shim._optim.state import update_program
 from poptorch_shim._run import model_reports
 from poptorch_shim.annotations import OVERLAP_INPUT, OVERLAP_OUTPUT, observing
@@ -258,7 +260,8 @@ class PoplarExecutor:
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
                 output_bytes=tensor_bytes(output),
-                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
+                parameters=parameter_variables(self._model), debug=self._debug_contexts)
         except OutOfMemoryError as error:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise
@@ -287,8 +290,9 @@ class PoplarExecutor:
                 run = check_layout(self._options, self._shape, self._training,
                                    probe.stage_layout(args, kwargs), probe.strategy,
                                    update_program(self._optimizer))
-                with self._progress.measuring():
+                with self._progress.measuring(), recording_contexts(probe.model) as debug:
                     stages, output = probe.profile(args, kwargs, self._training)
+                self._debug_contexts = debug.contexts
         finally:
             for hook in hooks:
                 hook.remove()

@@ -68,6 +68,8 @@ reports_replaced: set[Path] = set()
 # The Chrome trace each report wrote, with its model's calls (host and simulated
 # times), for the tracepoints the runner adds to it at the end of the script.
 traces_written: list[tuple[Path, list[tuple[int, int, int, int]]]] = []
+# Each debug.cbor this process wrote, and the operations' contexts in it.
+_debug_written: dict[Path, dict[str, list[dict]]] = {}
 
 
 class ReportsNotWritten(RuntimeError):
@@ -281,7 +283,7 @@ def write_report(executor) -> Path | None:
         _remove_if_empty(directory)  # claimed when compiled; nothing ran to report
         return None
     from ipusim.report import outputs_from_engine_options, write_autoreport
-    from ipusim.report.autoreport import TRACE
+    from ipusim.report.autoreport import PROFILE, TRACE
     from ipusim.report.files import write_atomically
     options = executor.options
     # Engine options that name no autoReport output (only a directory, or an
@@ -293,11 +295,16 @@ def write_report(executor) -> Path | None:
     spread = (rate.low, rate.high) if rate is not None and rate.measured else None
     if (directory / "profile.json").is_file():  # an earlier run's, in the folder it names
         reports_replaced.add(directory)
+    # The graph profile, for profile.pop and the report's tile and liveness views.
+    graph = (executor.timeline.graph_profile(device.named)
+             if outputs is None or PROFILE in outputs else None)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
                                 verdict=model_verdict(device, executor.given_options),
-                                loader_spread=spread)
+                                loader_spread=spread, graph=graph)
+        if graph is not None:
+            _write_pva_files(executor, done, graph)
     finally:
         _release(directory)
     reports_written.append(done)
@@ -310,6 +317,24 @@ def write_report(executor) -> Path | None:
         _write_job_report(directory.parent, options.Distributed.num_processes, plain,
                           _items_per_s(rate))
     return done
+
+
+def _write_pva_files(executor, directory: Path, graph) -> None:
+    """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` of its
+    graph profile, the host side's ``host.pvti``, and with ``autoReport.outputDebugInfo``
+    the operations' debug contexts in ``debug.cbor`` of the autoReport directory (one a
+    process, as PopTorch writes it, each model adding its operations)."""
+    from ipusim.report.pop_profile import DEBUG, write_debug, write_pop
+    from poptorch_shim.profiling import PVTI_FILE, write_pvti
+    device = executor.device
+    write_pop(directory, executor.timeline, graph)
+    write_pvti(directory / PVTI_FILE, directory.name, list(device.host_calls))
+    engine = executor.options.engine_options
+    if str(engine.get("autoReport.outputDebugInfo", "false")).lower() == "true":
+        path = directory.parent / DEBUG
+        known = _debug_written.setdefault(path, {})
+        known.update(device.debug_contexts(executor.timeline))
+        write_debug(path, known)
 
 
 def write_out_of_memory_report(executor, error) -> Path | None:

@@ -1,0 +1,249 @@
+"""A simulated step as Poplar's program steps: what a profile's execution trace lists.
+
+Poplar runs a compiled program as a sequence of program steps: ``OnTileExecute``
+(one compute set on the tiles), ``DoExchange`` (an exchange), ``Sync``, and the
+stream copies to and from the host (``StreamCopyBegin`` / ``Mid`` / ``End``).
+PopVision's execution trace and libpva's ``report.execution.steps`` list them
+with their cycles on each IPU.
+
+This module reads one step (call) of replica 0 off the event table and lists it
+that way: each compute event as its operators' own program steps, as the operator
+model prices them (:func:`operator_program_steps`), each host transfer as
+a stream copy, each inter-IPU copy or all-reduce as an exchange and each sync
+wait as a sync. The host's per-call overhead (``host_call``) runs on no IPU and
+the I/O tiles' copies overlap the compute tiles' steps, so neither is a step.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ipusim.engine.event_kinds import (
+    ALL_REDUCE,
+    COMPUTE_KINDS,
+    DEVICE_TO_HOST,
+    HOST_TO_DEVICE,
+    IPU_COPY,
+    STREAM_IN,
+    STREAM_OUT,
+    SYNC_WAIT,
+)
+
+if TYPE_CHECKING:
+    from ipusim.analysis.timeline import Timeline
+
+# Program kinds, by libpva's names for them.
+ON_TILE_EXECUTE, DO_EXCHANGE, SYNC = "OnTileExecute", "DoExchange", "Sync"
+STREAM_COPY_BEGIN, STREAM_COPY_MID, STREAM_COPY_END = (
+    "StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
+STREAM_COPY_KINDS = {HOST_TO_DEVICE, DEVICE_TO_HOST, STREAM_IN, STREAM_OUT}
+EXCHANGE_KINDS = {IPU_COPY, ALL_REDUCE}
+
+
+class ProgramStep(NamedTuple):
+    """One program step on one IPU.
+
+    ``kind``: one of the program kinds above; ``name``: the program's name, its
+    debug path (``stage/pass/operator/compute set``); ``cycles``: clock cycles on
+    ``ipu``; ``vertex``: for an ``OnTileExecute``, the kind of work its compute set's
+    vertex does (the operator model's kernel kind, ``matmul``, ``elementwise``...);
+    ``operation``: the operator run the step belongs to, its debug path (empty for
+    transfers and syncs); ``op``: that operator's framework name (``aten::addmm``);
+    ``stage`` and ``phase``: the model stage (-1: none) and pass (``forward``...) or
+    event kind the step comes from; ``micro_batch``: -1 where the event has none.
+    """
+
+    kind: str
+    name: str
+    cycles: int
+    ipu: int = 0
+    vertex: str = ""
+    operation: str = ""
+    op: str = ""
+    stage: int = -1
+    phase: str = ""
+    micro_batch: int = -1
+
+
+def operator_program_steps(name: str, vertex: str,
+                           steps: tuple[tuple[str, str, str, float], ...]) -> list[ProgramStep]:
+    """The program steps of one run of an operator: the steps the operator model
+    prices it as (:class:`~ipusim.cost.program.OperatorCycles`, listed by the operator
+    breakdown as (program, step name, role, cycles) for this one run), each named by
+    the run's debug path ``name`` and its own (``stage/pass/op/n/Convolve``), with
+    whole cycles that add up to the run's total rounded (each step's rounding carried
+    into the next); an ``OnTileExecute`` keeps ``vertex``, the kind of work its
+    operator does."""
+    out, carried, done = [], 0.0, 0
+    for program, step, _, cycles in steps:
+        carried += cycles
+        whole = round(carried) - done
+        done += whole
+        out.append(ProgramStep(program, f"{name}/{step}", whole,
+                               vertex=vertex if program == ON_TILE_EXECUTE else "",
+                               operation=name))
+    return out
+
+
+def operator_runs(timeline: Timeline) -> list[tuple[int, str, str, dict]]:
+    """Every run of each stage's operators for one micro-batch, in the order of the
+    operator breakdown (:meth:`~ipusim.analysis.timeline.Timeline.operator_breakdown`):
+    (stage index, pass, the run's name, its breakdown row). A run's name is its debug
+    path, ``stage/pass/op/n``: the ``n``-th run of that operator in that pass."""
+    runs, seen = [], {}
+    for row in timeline.operator_breakdown().to_dict("records"):
+        op = row["op"] or row["kind"]
+        for _ in range(int(row["count"])):
+            key = (row["stage_index"], row["pass"], op)
+            seen[key] = seen.get(key, -1) + 1
+            runs.append((int(row["stage_index"]), row["pass"],
+                         f"{row['stage']}/{row['pass']}/{op}/{seen[key]}", row))
+    return runs
+
+
+def _operators(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, dict, tuple]]]:
+    """Each (stage index, pass)'s operator runs for one micro-batch: their name, breakdown
+    row and the program steps of one run (the row's steps cover all its runs)."""
+    found: dict[tuple[int, str], list[tuple[str, dict, tuple]]] = {}
+    for stage, phase, name, row in operator_runs(timeline):
+        count = int(row["count"])
+        once = tuple((program, step, role, cycles / count)
+                     for program, step, role, cycles in row["steps"])
+        found.setdefault((stage, phase), []).append((name, row, once))
+    return found
+
+
+def step_events(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
+    """The events of one step (default: the last) of replica 0 that are program steps,
+    in the order they start."""
+    events = timeline.events
+    chosen = int(events["step"].max()) if step is None else step
+    kinds = set(COMPUTE_KINDS) | STREAM_COPY_KINDS | EXCHANGE_KINDS | {SYNC_WAIT}
+    rows = events[(events["replica"] == 0) & (events["step"] == chosen)
+                  & events["kind"].isin(kinds)]
+    return rows.sort_values(["start_ps", "ipu"], kind="stable")
+
+
+#: The most program steps a profile lists: Poplar's execution profile is bounded too
+#: (``autoReport.executionProfileProgramRunCount``); a step of thousands of micro-batches
+#: would otherwise list tens of millions. The events are listed whole, in order, until
+#: the next would pass it.
+MAX_PROGRAM_STEPS = 200_000
+
+
+class Program(NamedTuple):
+    """A program the steps run: its kind, name, the vertex of its compute set, the operator
+    run it belongs to (``operation``, with its framework name ``op``), and the model stage
+    and pass (or event kind, ``phase``) of the event it comes from."""
+
+    kind: str
+    name: str
+    vertex: str
+    operation: str
+    op: str
+    stage: int
+    phase: str
+
+
+class StepTable(NamedTuple):
+    """The program steps of a step as columns: ``programs`` (each distinct program once) and,
+    one entry a step, its ``program`` (an index into ``programs``), ``ipu``, ``cycles``,
+    ``stage``, ``phase`` (an index into ``phases``) and ``micro_batch`` (-1: none);
+    ``events_listed`` of the step's ``events_total`` events (all unless
+    :data:`MAX_PROGRAM_STEPS` cut the list)."""
+
+    programs: list[Program]
+    phases: tuple[str, ...]
+    program: np.ndarray
+    ipu: np.ndarray
+    cycles: np.ndarray
+    stage: np.ndarray
+    phase: np.ndarray
+    micro_batch: np.ndarray
+    events_listed: int
+    events_total: int
+
+    def __len__(self) -> int:
+        return len(self.program)
+
+    def step(self, index: int) -> ProgramStep:
+        """Step ``index`` as one :class:`ProgramStep`."""
+        p = self.programs[int(self.program[index])]
+        return ProgramStep(p.kind, p.name, int(self.cycles[index]), int(self.ipu[index]),
+                           p.vertex, p.operation, p.op, int(self.stage[index]),
+                           self.phases[int(self.phase[index])], int(self.micro_batch[index]))
+
+
+def _event_steps(kind: str, label: str, ipu: int, cycles: int) -> list[ProgramStep]:
+    """The steps of an event that lists no operators: a stream copy, an exchange, a sync, or
+    a pass priced by the roofline."""
+    if kind in COMPUTE_KINDS:
+        return [ProgramStep(ON_TILE_EXECUTE, f"{label}/{kind}", cycles, ipu, vertex=kind)]
+    if kind in STREAM_COPY_KINDS:
+        name = f"{label}/{kind}"
+        return [ProgramStep(STREAM_COPY_BEGIN, f"{name}/begin", 0, ipu),
+                ProgramStep(STREAM_COPY_MID, f"{name}/mid", cycles, ipu),
+                ProgramStep(STREAM_COPY_END, f"{name}/end", 0, ipu)]
+    if kind in EXCHANGE_KINDS:
+        return [ProgramStep(DO_EXCHANGE, f"{label}/{kind}", cycles, ipu)]
+    return [ProgramStep(SYNC, f"ipu{ipu}/{kind}", cycles, ipu)]
+
+
+def program_steps(timeline: Timeline, step: int | None = None,
+                  limit: int = MAX_PROGRAM_STEPS) -> StepTable:
+    """One step (default: the last) of replica 0 as Poplar's program steps, in order, at
+    most ``limit`` of them (whole events).
+
+    A compute event whose pass lists its operators is their steps
+    (:func:`operator_program_steps`, the same for every micro-batch); one priced by the
+    roofline (no operators) is one ``OnTileExecute`` with the event's cycles. A stream
+    copy's cycles are on its ``StreamCopyMid``: ipusim does not split a copy, so its
+    ``Begin`` and ``End`` have 0.
+    """
+    programs: list[Program] = []
+    ids: dict[tuple[str, str], int] = {}
+
+    def registered(part: ProgramStep, stage: int, phase: str) -> int:
+        key = (part.kind, part.name)
+        if key not in ids:
+            ids[key] = len(programs)
+            programs.append(Program(part.kind, part.name, part.vertex, part.operation, part.op,
+                                    stage, phase))
+        return ids[key]
+
+    templates = {}
+    for (stage, phase), listed in _operators(timeline).items():
+        parts = [part._replace(op=row["op"] or row["kind"]) for name, row, price in listed
+                 for part in operator_program_steps(name, row["kind"], price)]
+        templates[(stage, phase)] = (
+            np.array([registered(part, stage, phase) for part in parts], dtype=np.int64),
+            np.array([part.cycles for part in parts], dtype=np.int64))
+    stages = timeline.plan.stages
+    events = step_events(timeline, step)
+    phases = tuple(dict.fromkeys(str(kind) for kind in events["kind"]))
+    chunks, scalars, count = [], [], 0
+    for event in events.itertuples(index=False):
+        kind, ipu, stage = str(event.kind), int(event.ipu), int(event.stage)
+        template = templates.get((stage, kind)) if kind in COMPUTE_KINDS else None
+        if template is None:
+            label = stages[stage].name if 0 <= stage < len(stages) else f"ipu{ipu}"
+            parts = _event_steps(kind, label, ipu,
+                                 timeline.to_cycles(event.end_ps - event.start_ps))
+            template = (np.array([registered(p, stage, kind) for p in parts], dtype=np.int64),
+                        np.array([p.cycles for p in parts], dtype=np.int64))
+        if count and count + len(template[0]) > limit:
+            break
+        chunks.append(template)
+        scalars.append((len(template[0]), ipu, stage, phases.index(kind),
+                        int(event.micro_batch)))
+        count += len(template[0])
+    lengths, ipus, stage_of, phase_of, batches = (np.array(column, dtype=np.int64) for column in
+                                                  zip(*scalars)) if scalars else \
+        (np.zeros(0, dtype=np.int64),) * 5
+    joined = (np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64),
+              np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64))
+    return StepTable(programs, phases, joined[0], np.repeat(ipus, lengths), joined[1],
+                     np.repeat(stage_of, lengths), np.repeat(phase_of, lengths),
+                     np.repeat(batches, lengths), len(scalars), len(events))
