@@ -62,6 +62,9 @@ OPTION_CALLS: MappingProxyType[str, OptionCall] = MappingProxyType({
 #: an execution strategy, an output mode, the DataLoader's arguments.
 OTHER_WORDS: MappingProxyType[str, str] = MappingProxyType({
     "pipelined": "poptorch.PipelinedExecution",
+    # The one on-device loop a library makes: optimum-graphcore's generation.
+    "on_device_loop": ("optimum-graphcore's on-device generation, "
+                       "parallelize(for_generation=True, on_device_generation_steps={value})"),
     "parallel_phased": "poptorch.ParallelPhasedExecution",
     "output_period": "OutputMode.Final or EveryN",
     "async_loader": "poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async)",
