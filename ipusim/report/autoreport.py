@@ -96,14 +96,16 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      loader_items_per_s: float | None = None,
                      names: SettingNames | None = None,
                      verdict: Verdict | None = None,
-                     loader_spread: tuple[float, float] | None = None) -> Path:
+                     loader_spread: tuple[float, float] | None = None,
+                     timing_only: bool = False) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
     ``options`` are the engine's options, recorded as given; ``names`` how the
     verdict's advice names the settings (default: ipusim's names), recorded so
     that a report rendered again from the profile words them the same way;
-    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps.
+    ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps;
+    ``timing_only`` that the run computed no tensors, which every output's header says.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -118,6 +120,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
         profile["loader_spread"] = None if loader_spread is None else list(loader_spread)
+        profile["timing_only"] = timing_only
         profile["files"] = sorted(outputs)
         write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
@@ -127,10 +130,11 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         write_chrome_trace(timeline, directory / TRACE)
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
-                   title=directory.name, verdict=verdict, loader_spread=loader_spread)
+                   title=directory.name, verdict=verdict, loader_spread=loader_spread,
+                   timing_only=timing_only)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict,
-                            loader_spread=loader_spread)
+                            loader_spread=loader_spread, timing_only=timing_only)
         write_atomically(directory / SUMMARY, text)
     return directory
 

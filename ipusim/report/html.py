@@ -34,7 +34,7 @@ from ipusim.report.figures import (
 from ipusim.report.files import write_atomically
 from ipusim.report.operators import OPERATORS_SCRIPT, operators_section
 from ipusim.report.page import PLOT_CONFIG, page
-from ipusim.report.summary import figure_rows
+from ipusim.report.summary import figure_rows, run_shape
 from ipusim.report.verdict import Verdict, bottleneck
 
 #: The report's own style, after the style every page shares.
@@ -78,12 +78,14 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 title: str | None = None, verdict: Verdict | None = None,
                 max_events_per_lane: int = MAX_EVENTS_PER_LANE,
                 detail: Detail | None = None, names: SettingNames | None = None,
-                loader_spread: tuple[float, float] | None = None) -> str:
+                loader_spread: tuple[float, float] | None = None,
+                timing_only: bool = False) -> str:
     """The report as one HTML string with plotly.js embedded.
 
     The timeline draws the events ``detail`` shows (default
     :meth:`Detail.from_environment`) and a grey box labelled aggregated for the rest;
-    the verdict's advice names the settings by ``names`` (default: ipusim's names).
+    the verdict's advice names the settings by ``names`` (default: ipusim's names);
+    the header says what the run is (its batching, ``timing_only``).
     """
     verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     title = title or ("training" if timeline.run.training else "inference")
@@ -96,7 +98,8 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                               config=PLOT_CONFIG) for name, fig in plots}
     system = timeline.system
     subtitle = (f"{system.ipu.name} × {system.num_ipus}, {timeline.num_ipus} IPU(s) used, "
-                f"{timeline.steps} step(s), {len(timeline.events):,} simulated events")
+                f"{timeline.steps} step(s), {len(timeline.events):,} simulated events; "
+                f"{run_shape(timeline, timing_only)}")
     return page(title, f"{subtitle} · simulated timings, not hardware measurements", f"""\
 <div class="top">
 <section><h2>Bottleneck</h2>

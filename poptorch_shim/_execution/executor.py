@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
+from poptorch_shim._execution.generation_loop import host_generation_loop
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._execution.recursion import recursion_room, stack_needed
@@ -47,6 +49,7 @@ from poptorch_shim._execution.step_shape import (
     flatten_detached,
     flatten_inputs,
     split,
+    split_to_single_samples,
 )
 from poptorch_shim._optim.state import update_program
 from poptorch_shim._run import model_reports
@@ -144,6 +147,12 @@ class PoplarExecutor:
     @property
     def training(self) -> bool:
         return self._training
+
+    @property
+    def timing_only(self) -> bool:
+        """Whether its calls compute no tensors, only the simulated timeline (fixed when
+        the model is wrapped)."""
+        return self._timing_only
 
     @property
     def timeline(self):
@@ -255,7 +264,8 @@ class PoplarExecutor:
             self._placeholder = flatten(placeholder_outputs(output))
         try:
             # The weight update runs the operators PopART builds for the optimizer.
-            run = replace(run, optimizer=update_program(self._optimizer))
+            run = replace(run, optimizer=update_program(self._optimizer),
+                          autoregressive=not self._training and host_generation_loop(self._model))
             self._device = SimulatedDevice(
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
@@ -313,6 +323,11 @@ class PoplarExecutor:
         if self._device is None:
             self._compile(micro_batches[0])
             self._attached = True
+            single = None if fed_by is not None else split_to_single_samples(
+                self._shape, batch_size_of(micro_batches[0]))
+            if single is not None:
+                print(f"ipusim: {model_reports.model_name(self._options, self._training)}: "
+                      f"{single}", file=sys.stderr)
         if fed_by is not None:  # the loader may be gone by the report: keep its rate
             self._device.fed_by(fed_by.measured_rate)
         self._check_micro_batch_size(micro_batches[0])
