@@ -24,6 +24,7 @@ from ipusim.plan.memory import OutOfMemoryError
 from poptorch_shim import enums
 from poptorch_shim._core import loader_feed, simulated_clock
 from poptorch_shim._core.compile_hooks import compile_hooks
+from poptorch_shim._core.option_names import report_names
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.anchors import Anchors, activation_names
 from poptorch_shim._execution.compute import WholeModel, left_as_it_was, promoting_mixed_floats
@@ -37,7 +38,7 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
-from poptorch_shim._execution.generation_loop import host_generation_loop
+from poptorch_shim._execution.optimum_graphcore import host_generation_loop, library_of
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._execution.recursion import recursion_room, stack_needed
@@ -120,6 +121,8 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.Simulation.runs_timing_only
+        # The words of the settings in its reports: PopTorch's, or a library's that wraps it.
+        self._names = report_names(library_of(), training)
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
@@ -270,7 +273,8 @@ class PoplarExecutor:
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
                 output_bytes=tensor_bytes(output),
-                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer))
+                optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
+                names=self._names)
         except OutOfMemoryError as error:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise

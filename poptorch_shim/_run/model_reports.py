@@ -299,7 +299,7 @@ def write_report(executor) -> Path | None:
         reports_replaced.add(directory)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                                loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
+                                loader_items_per_s=_items_per_s(rate), names=device.names,
                                 verdict=model_verdict(device, executor.given_options),
                                 loader_spread=spread,
                                 timing_only=executor.timing_only)

@@ -158,7 +158,7 @@ def test_gpt2_generates_the_tokens_of_transformers_greedy_search(ipusim, tmp_pat
     assert profile["run"]["autoregressive"] is True
     said = advice_of(profile["verdict"])
     assert "deviceIterations" not in said and "device iterations" not in said
-    assert "on_device_generation_steps=" in said
+    assert "device_iterations" not in said and "on_device_generation_steps=" in said
 
 
 def test_the_guides_commands_run_as_written_and_write_their_reports(ipusim, tmp_path):

@@ -90,6 +90,48 @@ print("generated", tuple(tokens.shape))
 """
 
 
+# optimum-graphcore's IPUTrainer as far as the shim sees it: a module of that name that
+# builds the Options, the poptorch.DataLoader and the training model itself.
+TRAINER = """
+import poptorch, torch
+
+def train(model, dataset):
+    opts = poptorch.Options().deviceIterations(4)
+    loader = poptorch.DataLoader(opts, dataset, batch_size=2)
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    for x, y in loader:
+        training(x, y)
+"""
+
+TRAINED = """
+import time
+import torch
+from optimum.graphcore.trainer import train
+
+class Slow(torch.utils.data.Dataset):  # a host-side transform: about 1,000 items/s
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        time.sleep(0.001)
+        return torch.full((8,), float(index)), index % 2
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 2)
+
+    def forward(self, x, y):
+        out = self.linear(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+train(Net(), Slow())
+"""
+
+OPTIMUM_PACKAGE = {f"optimum/{name}__init__.py": "" for name in ("", "graphcore/",
+                                                                 "graphcore/generation/")}
+
+
 def ipusim(tmp_path, source: str, *flags: str, files: dict[str, str] | None = None):
     """Run ``source`` through ``ipusim run --report``: its stderr and reports folder."""
     for name, text in (files or {}).items():
@@ -169,10 +211,8 @@ def test_the_exit_line_the_report_the_summary_and_the_index_give_one_throughput(
 
 
 def test_a_generation_loop_on_the_host_is_never_advised_device_iterations(tmp_path):
-    package = {f"optimum/{name}__init__.py": "" for name in ("", "graphcore/",
-                                                             "graphcore/generation/")}
     out, err, reports = ipusim(tmp_path, GREEDY, files={
-        **package, "optimum/graphcore/generation/utils.py": DECODER_WRAPPER})
+        **OPTIMUM_PACKAGE, "optimum/graphcore/generation/utils.py": DECODER_WRAPPER})
     assert "generated (2, 11)" in out
     profile = json.loads((reports / "inference" / "profile.json").read_text())
     assert profile["run"]["autoregressive"] is True
@@ -185,3 +225,24 @@ def test_a_generation_loop_on_the_host_is_never_advised_device_iterations(tmp_pa
                 "on_device_generation_steps=4" in w["option"])
     assert loop["speedup"] > 1.5 and verdict["kind"] == "host_round_trip"
     assert any("on_device_generation_steps=4" in line for line in verdict["advice"])
+
+
+def test_a_model_optimums_trainer_wraps_is_advised_in_its_users_terms(tmp_path):
+    _, err, reports = ipusim(tmp_path, TRAINED, files={
+        **OPTIMUM_PACKAGE, "optimum/graphcore/trainer.py": TRAINER})
+    profile = json.loads((reports / "training" / "profile.json").read_text())
+    verdict = profile["verdict"]
+    assert verdict["kind"] == "data_loader"
+    advice = " ".join(verdict["advice"])
+    assert 'IPUTrainingArguments.dataloader_mode = "async"' in advice
+    assert "IPUTrainingArguments.dataloader_num_workers" in advice
+    assert "mode=poptorch.DataLoaderMode.Async" not in advice and "(num_workers)" not in advice
+    assert "an IPUTrainer subclass's get_train_dataloader" in advice
+    options = {w["option"] for w in verdict["what_if"]}
+    assert {"IPUConfig.device_iterations", "IPUConfig.gradient_accumulation_steps",
+            "IPUConfig.replication_factor"} <= options
+    assert not options & {"opts.deviceIterations", "opts.Training.gradientAccumulation",
+                          "opts.replicationFactor"}
+    # The summary and the HTML report word it the same way, kept in the profile.
+    assert 'IPUTrainingArguments.dataloader_mode = "async"' in \
+        (reports / "training" / "summary.txt").read_text()
