@@ -201,7 +201,8 @@ def _why_highlighted(verdict: Verdict) -> str:
             "IPUs count only when none of those gains 5%, four times the gradient accumulation "
             "yields to four times the device iterations where it gains no more than 5% beyond "
             "them, and what no setting changes (compute, the IPU-Links) only when no setting "
-            "gains 5%; so a faster row above it may not be the verdict's.</p>")
+            "gains 5%; where nothing gains 5%, the verdict is what bounds the run. So a faster "
+            "row above it may not be the verdict's.</p>")
 
 
 def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> str:
