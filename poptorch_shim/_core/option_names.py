@@ -123,16 +123,28 @@ TRAINER_LOADER_WORDS: MappingProxyType[str, str] = MappingProxyType({
 })
 
 
-def report_names(library: str | None, training: bool) -> SettingNames:
+#: The device iterations of optimum-graphcore's generation loop on the device: its steps.
+DEVICE_LOOP_ITERATIONS = ("the generation steps on the device, "
+                          "parallelize(for_generation=True, on_device_generation_steps=...)")
+
+
+def report_names(library: str | None, training: bool,
+                 device_loop: bool = False) -> SettingNames:
     """How the reports of a model word its settings: PopTorch's calls
     (:data:`REPORT_NAMES`), or for a model optimum-graphcore wraps (``library``:
     ``"optimum"``, or ``"trainer"`` for its IPUTrainer, which also builds the
-    DataLoader) the IPUConfig and IPUTrainingArguments fields its users set."""
-    if library is None:
+    DataLoader) the IPUConfig and IPUTrainingArguments fields its users set; for its
+    generation loop on the device (``device_loop``) the device iterations are the
+    loop's steps, which optimum sets from ``on_device_generation_steps``."""
+    if library is None and not device_loop:
         return REPORT_NAMES
-    words = {**REPORT_NAMES.words, **_optimum_words(training)}
+    words = dict(REPORT_NAMES.words)
+    if library is not None:
+        words.update(_optimum_words(training))
     if library == "trainer":
         words.update(TRAINER_LOADER_WORDS)
+    if device_loop:
+        words["device_iterations"] = DEVICE_LOOP_ITERATIONS
     return SettingNames(MappingProxyType(words), REPORT_NAMES.columns)
 
 

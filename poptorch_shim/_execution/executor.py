@@ -38,7 +38,11 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
-from poptorch_shim._execution.optimum_graphcore import host_generation_loop, library_of
+from poptorch_shim._execution.optimum_graphcore import (
+    device_generation_loop,
+    host_generation_loop,
+    library_of,
+)
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._execution.recursion import recursion_room, stack_needed
@@ -122,7 +126,8 @@ class PoplarExecutor:
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.Simulation.runs_timing_only
         # The words of the settings in its reports: PopTorch's, or a library's that wraps it.
-        self._names = report_names(library_of(), training)
+        self._names = report_names(library_of(), training,
+                                   device_loop=device_generation_loop(model))
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None

@@ -30,14 +30,26 @@ _SHIM = str(Path(__file__).resolve().parents[1])
 _TORCH = str(Path(torch.__file__).resolve().parent)
 
 
+def _decoder_step(model: torch.nn.Module) -> bool:
+    kind = type(model)
+    package, name = _DECODER_STEP
+    return name == kind.__name__ and kind.__module__.startswith(package)
+
+
+def _loops_on_device(model: torch.nn.Module) -> bool:
+    return type(getattr(model, "pipelined_model", None)).__name__ == _DEVICE_LOOP
+
+
 def host_generation_loop(model: torch.nn.Module) -> bool:
     """Whether ``model`` is optimum-graphcore's decoder step of a loop on the host
     (not one of its on-device loops)."""
-    kind = type(model)
-    package, name = _DECODER_STEP
-    if name != kind.__name__ or not kind.__module__.startswith(package):
-        return False
-    return type(getattr(model, "pipelined_model", None)).__name__ != _DEVICE_LOOP
+    return _decoder_step(model) and not _loops_on_device(model)
+
+
+def device_generation_loop(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is optimum-graphcore's generation loop run on the device: its
+    device iterations are the ``on_device_generation_steps`` optimum sets them to."""
+    return _decoder_step(model) and _loops_on_device(model)
 
 
 def library_of() -> str | None:
