@@ -143,18 +143,17 @@ def _ipu_links(setup: Setup, plan: EnginePlan) -> Setup | str:
     return setup._replace(system=replace(setup.system, ipu=ipu))
 
 
-def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], list[int]],
-                   update: bool = True) -> Work:
+def _fixed_compute(setup: Setup, plan: EnginePlan,
+                   times: Callable[[list[int]], list[int]]) -> Work:
     """The planned stages with each pass's compute a fixed time: ``times`` maps the
-    stages' priced times of one pass (forward, backward, recompute and, with
-    ``update``, the weight update) to new ones."""
+    stages' priced times of one pass (forward, backward, recompute, the weight
+    update, the accumulators' adds) to new ones."""
     passes = {name: [getattr(p, f"{name}_ps") for p in plan.prices]
               for name in ("forward", "backward", "recompute", "update", "accumulate")}
     # The backward's time holds the accumulators' adds: they become a given time of
     # their own, so that pricing the stage again adds them once.
     passes["backward"] = [ps - p.accumulate_ps for ps, p in zip(passes["backward"], plan.prices)]
-    passes = {name: times(ps) if update or name != "update" else ps
-              for name, ps in passes.items()}
+    passes = {name: times(ps) for name, ps in passes.items()}
     # A given update is divided among the optimizer's shards when priced: undo that here.
     shards = setup.run.optimizer_shards
     stages = tuple(
@@ -373,11 +372,9 @@ def _ipu_steps(timeline: Timeline) -> dict[int, IPUStep]:
             for ipu, row in times.iterrows() if ipu < timeline.plan.ipus_per_replica}
 
 
-# A RunConfig field a change alters, as the setting that makes it ("execution" is
-# named by the strategy it becomes).
-_FIELD_SETTINGS = {"device_iterations": "device_iterations",
-                   "gradient_accumulation": "gradient_accumulation",
-                   "replicas": "replicas", "sync_pattern": "sync_pattern"}
+# The RunConfig fields a change may alter that a setting of the same name makes, and
+# the strategy setting of each execution a change may turn to.
+_SETTING_FIELDS = ("device_iterations", "gradient_accumulation", "replicas", "sync_pattern")
 _EXECUTION_SETTINGS = {Execution.PIPELINED: "pipelined",
                        Execution.PARALLEL_PHASED: "parallel_phased"}
 
@@ -390,13 +387,12 @@ def _changed_besides(change: Change, before: RunConfig,
     the device."""
     covered = change.covers or (change.setting,)
     also = []
-    for name, setting in _FIELD_SETTINGS.items():
+    for name in _SETTING_FIELDS:
         value = getattr(after, name)
         if name in covered or value == getattr(before, name):
             continue
-        if name == "device_iterations" and before.autoregressive:
-            setting = "on_device_loop"
-        also.append((setting, value))
+        also.append(("on_device_loop" if name == "device_iterations" and before.autoregressive
+                     else name, value))
     if "execution" not in covered and after.execution is not before.execution:
         also.append((_EXECUTION_SETTINGS[after.execution], None))
     if after.offload.optimizer != before.offload.optimizer and change.setting != \
