@@ -267,7 +267,8 @@ def _report(args: argparse.Namespace) -> int:
                loader_spread=saved_loader_spread(profile),
                title=Path(args.profile_dir).resolve().name,
                max_events_per_lane=limit, detail=_detail(args),
-               names=profile_names(profile), verdict=saved_verdict(profile))
+               names=profile_names(profile), verdict=saved_verdict(profile),
+               timing_only=profile.get("timing_only") is True)
     print(output)
     return 0
 
@@ -299,7 +300,8 @@ def _summary(args: argparse.Namespace) -> int:
     timeline, profile = _load(args.profile_dir)
     print(text_summary(timeline, profile.get("loader_items_per_s"), profile.get("options"),
                        verdict=saved_verdict(profile), names=profile_names(profile),
-                       loader_spread=saved_loader_spread(profile)), end="")
+                       loader_spread=saved_loader_spread(profile),
+                       timing_only=profile.get("timing_only") is True), end="")
     return 0
 
 

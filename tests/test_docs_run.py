@@ -34,12 +34,12 @@ NOT_RUN = {
     "about a minute and a half; tests/sweep/test_ray.py runs the Ray backend",
     ".venv/bin/ipusim advise --ray": "starts a local Ray; tests/sweep/test_ray.py runs it",
     "from poptorch_shim.sweep import RayCluster": "a 240-point sweep on a local Ray: minutes",
-    "python3 -m venv .venv-ecosystem": "the ecosystem lane's own environment, over a hundred "
-    "pinned packages: tests/ecosystem/test_ecosystem.py builds it and runs these scripts",
-    ".venv-ecosystem/bin/python -m pip install": "the same environment's packages: minutes",
-    "PYTHONPATH=. .venv-ecosystem/bin/python": "a script of the ecosystem lane, in its "
-    "environment: tests/ecosystem/test_ecosystem.py runs it",
-    "PYTHONPATH=. IPUSIM_TIMING_ONLY=1 .venv-ecosystem": "likewise, BERT-Large timing-only",
+    "bash scripts/setup_ecosystem_env.sh": "the ecosystem lane's own environment, over a "
+    "hundred pinned packages: tests/ecosystem/test_ecosystem.py builds it with this script",
+    "python3 -m venv --clear .venv-ecosystem": "what that script runs: the same environment",
+    ".venv-ecosystem/bin/python -m pip install": "likewise, its packages and ipusim: minutes",
+    ".venv-ecosystem/bin/ipusim": "a command of the ecosystem lane, in its environment: "
+    "tests/ecosystem/test_ecosystem.py runs each as written and checks its report",
 }
 
 # The reader's own files the docs name, as small PopTorch scripts.

@@ -63,6 +63,16 @@ def headline_figures(timeline: Timeline) -> dict[str, float]:
     }
 
 
+def delivered_items_per_s(device_items_per_s: float,
+                          loader_items_per_s: float | None) -> float:
+    """The run's one throughput: the IPUs' own, or the data loader's where that is lower
+    (the IPUs then wait for data). What the what-ifs, the reports, their index and the
+    exit line all give."""
+    if loader_items_per_s is None:
+        return device_items_per_s
+    return min(device_items_per_s, loader_items_per_s)
+
+
 def reported_figures(timeline: Timeline) -> dict[str, float]:
     """The headline figures an autoReport directory keeps, as plain floats."""
     figures = timeline.figures()

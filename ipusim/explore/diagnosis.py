@@ -3,7 +3,11 @@
 The limit is the change of :mod:`ipusim.explore.what_if` a user can make that
 speeds the run up most, when it speeds it up by at least
 :data:`SIGNIFICANT_SPEEDUP`; otherwise the physical limit that no setting
-lifts (the compute, or the IPU-Links), the largest of those what-ifs. The
+lifts (the compute, or the IPU-Links), the largest of those what-ifs where it
+gains as much. Where no change gains it, the run is balanced at its limit, and
+the limit named is what bounds it: the data loader where the IPUs wait for it,
+else the largest share of the IPUs' time the events show (the host's round
+trip, host I/O, syncs or compute), never a cause with no events behind it. The
 figures behind it (:class:`~ipusim.analysis.bottleneck.Bottleneck`) come with
 it, for the words and the reports.
 """
@@ -26,6 +30,8 @@ class Diagnosis:
 
     figures: Bottleneck
     what_ifs: WhatIfs
+    # No change tried gains SIGNIFICANT_SPEEDUP: the run is balanced at its limit.
+    balanced: bool = False
 
     @property
     def kind(self) -> str:
@@ -38,8 +44,10 @@ class Diagnosis:
         return next((w for w in self.what_ifs.tried if w.limit == self.kind), None)
 
 
-def limit(found: WhatIfs) -> str:
-    """The limit :func:`diagnose` names for the changes ``found``.
+def limit(found: WhatIfs, figures: Bottleneck) -> tuple[str, bool]:
+    """The limit :func:`diagnose` names for the changes ``found`` and the run's
+    ``figures``, and whether the run is balanced at it (no change gains
+    :data:`SIGNIFICANT_SPEEDUP`).
 
     The changes a user can make to how the model runs come first. Twice the
     replicas on IPUs the run leaves idle names the limit only when none of them
@@ -61,16 +69,33 @@ def limit(found: WhatIfs) -> str:
                 best.speedup < calls.speedup * SIGNIFICANT_SPEEDUP:
             best = calls
     if best is not None and best.speedup >= SIGNIFICANT_SPEEDUP:
-        return best.limit
+        return best.limit, False
     spare = found.best(actionable=True)
     if spare is not None and spare.speedup >= SIGNIFICANT_SPEEDUP:
-        return spare.limit
+        return spare.limit, False
     physical = [w for w in found.tried if not w.actionable]
-    return max(physical, key=lambda w: w.speedup).limit if physical else "compute"
+    if physical:
+        fastest = max(physical, key=lambda w: w.speedup)
+        if fastest.speedup >= SIGNIFICANT_SPEEDUP:
+            return fastest.limit, False
+    return bound(figures), True
+
+
+def bound(figures: Bottleneck) -> str:
+    """What bounds a run that no change speeds up: the data loader where it is no
+    faster than the IPUs, else the largest share of the IPUs' time (the host's round
+    trip between calls, host I/O, waits in syncs, compute)."""
+    loader = figures.loader_items_per_s
+    if loader is not None and loader <= figures.device_items_per_s:
+        return "data_loader"
+    shares = {"host_round_trip": figures.host_call_share, "host_link": figures.host_io_share,
+              "sync": figures.sync_wait_share, "compute": figures.utilisation}
+    return max(shares, key=shares.get)
 
 
 def diagnose(timeline: Timeline, loader_items_per_s: float | None = None) -> Diagnosis:
     """Simulate ``timeline``'s calls once per change and name what limits them."""
     figures = timeline.bottleneck(loader_items_per_s)  # checks the loader's rate first
     found = what_ifs(timeline, loader_items_per_s)
-    return Diagnosis(replace(figures, kind=limit(found)), found)
+    kind, balanced = limit(found, figures)
+    return Diagnosis(replace(figures, kind=kind), found, balanced)

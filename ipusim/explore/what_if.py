@@ -10,7 +10,14 @@ exactly what a run made with that change gives.
 
 A change the run cannot make (balancing a model of one stage, twice the
 replicas on a system without the IPUs for them, a change that does not fit
-in memory) is left out, with the reason.
+in memory) is left out, with the reason. Each change tried names every setting
+it changes: its own, and those the run's configuration shows it changed besides
+(pipelined execution raising the device iterations to fill the pipeline).
+
+A run whose calls each need the previous call's outputs (``RunConfig.autoregressive``:
+a generation loop on the host) cannot run more of them per call as device
+iterations; its lever is running the loop's steps on the device
+(``on_device_loop``), which the IPUs run as the device iterations of one call.
 """
 from __future__ import annotations
 
@@ -20,9 +27,12 @@ from functools import partial
 from statistics import fmean
 from typing import NamedTuple
 
+from ipusim.analysis.headline import delivered_items_per_s
+from ipusim.analysis.metrics import time_by_category_ps
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import CostModel
 from ipusim.cost.work import Cost, Execution, Work
+from ipusim.engine.event_kinds import COMPUTE_TIME, IPU_COPY_TIME
 from ipusim.engine.sync_groups import SyncPattern
 from ipusim.hardware import SystemSpec
 from ipusim.plan.engine_plan import EnginePlan
@@ -61,6 +71,9 @@ class Change:
     keeps_batch: bool = True
     value: object = None  # what ``setting`` becomes (None where the change sets none)
     samples_per_call: int = 1  # times the samples each call runs
+    # The RunConfig fields ``setting`` itself makes (those of the same name by default):
+    # any other field the change alters is named as a setting it changes besides.
+    covers: tuple[str, ...] = ()
 
 
 def _setting(change: str, setting: str, value: object, limit: str,
@@ -83,6 +96,9 @@ class WhatIf:
     items_per_s: float
     step_time_ms: float
     speedup: float
+    # The settings it changes besides its own: (setting, value) pairs, value None
+    # where the setting is a strategy rather than a number.
+    also: tuple[tuple[str, object], ...] = ()
 
 
 class LeftOut(NamedTuple):
@@ -128,18 +144,17 @@ def _ipu_links(setup: Setup, plan: EnginePlan) -> Setup | str:
     return setup._replace(system=replace(setup.system, ipu=ipu))
 
 
-def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], list[int]],
-                   update: bool = True) -> Work:
+def _fixed_compute(setup: Setup, plan: EnginePlan,
+                   times: Callable[[list[int]], list[int]]) -> Work:
     """The planned stages with each pass's compute a fixed time: ``times`` maps the
-    stages' priced times of one pass (forward, backward, recompute and, with
-    ``update``, the weight update) to new ones."""
+    stages' priced times of one pass (forward, backward, recompute, the weight
+    update, the accumulators' adds) to new ones."""
     passes = {name: [getattr(p, f"{name}_ps") for p in plan.prices]
               for name in ("forward", "backward", "recompute", "update", "accumulate")}
     # The backward's time holds the accumulators' adds: they become a given time of
     # their own, so that pricing the stage again adds them once.
     passes["backward"] = [ps - p.accumulate_ps for ps, p in zip(passes["backward"], plan.prices)]
-    passes = {name: times(ps) if update or name != "update" else ps
-              for name, ps in passes.items()}
+    passes = {name: times(ps) for name, ps in passes.items()}
     # A given update is divided among the optimizer's shards when priced: undo that here.
     shards = setup.run.optimizer_shards
     stages = tuple(
@@ -152,24 +167,26 @@ def _fixed_compute(setup: Setup, plan: EnginePlan, times: Callable[[list[int]], 
     return replace(plan.work, stages=stages)
 
 
-def _balanced(setup: Setup, plan: EnginePlan) -> Setup | str:
+def _balanced(setup: Setup, plan: EnginePlan, steps: dict[int, IPUStep]) -> Setup | str:
+    """Every IPU's whole step brought to the IPUs' mean: the compute each IPU ran
+    (forward, recompute, backward, weight update: ``steps``, per call as recorded)
+    scaled by one factor per IPU, so that with its copies to the other IPUs it
+    takes the mean step. A pass that only some IPUs run (recomputation: the last
+    stage recomputes nothing) thus weighs on the IPUs that run it."""
     if len(plan.stages) < 2:
         return "one model stage: nothing to balance"
     if setup.run.execution is not Execution.PIPELINED:
         return (f"{setup.run.execution.value} execution runs one stage at a time: balancing "
                 "the stages changes nothing")
-
+    mean = fmean(step.compute_ps + step.copies_ps for step in steps.values())
+    factor = {ipu: max(mean - step.copies_ps, 0.0) / step.compute_ps if step.compute_ps
+              else 1.0 for ipu, step in steps.items()}
     ipus = [stage.ipu for stage in plan.stages]
 
     def at_mean(times: list[int]) -> list[int]:
-        """Each IPU's share of a pass scaled to the IPUs' mean (model stages that share
-        an IPU, as BERT's head shares the embedding's, keep their proportions)."""
-        per_ipu = {ipu: sum(t for t, on in zip(times, ipus) if on == ipu) for ipu in set(ipus)}
-        mean = fmean(per_ipu.values())
-        return [round(t * mean / per_ipu[ipu]) if per_ipu[ipu] else t
-                for t, ipu in zip(times, ipus)]
+        return [round(t * factor.get(ipu, 1.0)) for t, ipu in zip(times, ipus)]
 
-    return setup._replace(work=_fixed_compute(setup, plan, at_mean, update=False))
+    return setup._replace(work=_fixed_compute(setup, plan, at_mean))
 
 
 def _compute_twice_as_fast(setup: Setup, plan: EnginePlan) -> Setup:
@@ -234,41 +251,59 @@ def _loader(setup: Setup, plan: EnginePlan) -> Setup:
     return setup  # the loader is not simulated: the device's own rate is the change
 
 
-def changes(run: RunConfig, round_trip_over_bubble: bool = False) -> tuple[Change, ...]:
+class IPUStep(NamedTuple):
+    """An IPU's time per call in compute (every pass and the weight update) and in
+    copies to the other IPUs (activations, the all-reduce), as recorded."""
+
+    compute_ps: float
+    copies_ps: float
+
+
+def changes(run: RunConfig, round_trip_over_bubble: bool = False,
+            steps: dict[int, IPUStep] | None = None) -> tuple[Change, ...]:
     """The changes :func:`what_ifs` tries on ``run``, in the order it tries them.
 
     More device iterations shrink an inference pipeline's bubble and spread its host
     round trip alike: the limit they lift is the one the run's figures show larger
     (``round_trip_over_bubble``: the host round trip's share of the time over the
-    bubble's)."""
+    bubble's). An autoregressive run gets four times the steps of its loop run on
+    the device per call instead. ``steps``: each IPU's step as recorded, which
+    balancing the IPUs weighs."""
     optimizer = "on chip" if run.offload.optimizer else "off chip"
+    more_calls_limit = ("pipeline_bubble" if run.execution is Execution.PIPELINED
+                        and not run.training and not round_trip_over_bubble
+                        else "host_round_trip")
+    more_per_call = (
+        _setting("four times the loop's steps run on the device per call", "on_device_loop",
+                 run.device_iterations * 4, more_calls_limit, _device_iterations,
+                 samples_per_call=4, covers=("device_iterations",))
+        if run.autoregressive else
+        # An inference pipeline runs a call's micro-batches through one fill and drain.
+        _setting("four times the device iterations", "device_iterations",
+                 run.device_iterations * 4, more_calls_limit, _device_iterations,
+                 samples_per_call=4))
     return (
         Change("an infinitely fast host link", None, "host_link", _host_link),
         Change("an infinitely fast data loader", "async_loader", "data_loader", _loader),
         Change("syncs that cost nothing", None, "sync", _syncs),
-        Change("balanced stages, every IPU at the mean", "stage_placement",
-               "imbalance", _balanced),
+        Change("balanced stages, every IPU's whole step at the mean", "stage_placement",
+               "imbalance", partial(_balanced, steps=steps or {})),
         # A pipeline's bubble shrinks with more micro-batches per run; elsewhere more
         # accumulation spreads the weight update, the all-reduce and streamed phases.
         _setting("four times the gradient accumulation", "gradient_accumulation",
                  run.gradient_accumulation * 4,
                  "pipeline_bubble" if run.execution is Execution.PIPELINED else "step_overhead",
                  _accumulation, keeps_batch=not run.training, samples_per_call=4),
-        # An inference pipeline runs a call's micro-batches through one fill and drain.
-        _setting("four times the device iterations", "device_iterations",
-                 run.device_iterations * 4,
-                 "pipeline_bubble" if run.execution is Execution.PIPELINED and not run.training
-                 and not round_trip_over_bubble else "host_round_trip", _device_iterations,
-                 samples_per_call=4),
+        more_per_call,
         Change(f"the optimizer state {optimizer}", "optimizer_location", "optimizer_state",
                _optimizer_location),
         _setting("twice the replicas", "replicas", run.replicas * 2, "unused_ipus", _replicas,
                  keeps_batch=not run.training, samples_per_call=2),
         _setting("the SinglePipeline sync pattern", "sync_pattern", SyncPattern.SINGLE_PIPELINE,
                  "sync", _sync_pattern),
-        Change("pipelined execution", "pipelined", "sync", _pipelined),
-        Change("parallel phased execution with the ReplicaAndLadder sync pattern",
-               "parallel_phased", "sync", _parallel_phased),
+        Change("pipelined execution", "pipelined", "sync", _pipelined, covers=("execution",)),
+        Change("parallel phased execution", "parallel_phased", "sync", _parallel_phased,
+               covers=("execution",)),
         Change("inter-IPU copies that cost nothing", None, "ipu_links", _ipu_links,
                actionable=False),
         Change("compute twice as fast", None, "compute", _compute_twice_as_fast,
@@ -300,15 +335,14 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
     fitted = _does_not_fit(setup) is None
 
     def delivered(simulated: Simulation, loader: bool = True) -> tuple[float, float]:
-        rate = simulated.throughput()
-        if loader and loader_items_per_s is not None:
-            rate = min(rate, loader_items_per_s)
+        rate = delivered_items_per_s(simulated.throughput(),
+                                     loader_items_per_s if loader else None)
         return rate, simulated.plan.items_per_call / rate * 1e3
 
     recorded, recorded_ms = delivered(base)
     tried, left_out = [], []
     round_trip_over_bubble = timeline.host_round_trip_share() > timeline.bubble_fraction()
-    for change in changes(timeline.run, round_trip_over_bubble):
+    for change in changes(timeline.run, round_trip_over_bubble, _ipu_steps(timeline)):
         if change.limit == "data_loader" and loader_items_per_s is None:
             left_out.append(LeftOut(change.change, "the data loader's rate was not measured"))
             continue
@@ -325,9 +359,47 @@ def what_ifs(timeline: Timeline, loader_items_per_s: float | None = None,
         rate, step_ms = delivered(changed, loader=change.limit != "data_loader")
         tried.append(WhatIf(change.change, change.setting, change.value, change.limit,
                             change.actionable, change.keeps_batch, change.samples_per_call,
-                            rate, step_ms, rate / recorded))
+                            rate, step_ms, rate / recorded,
+                            also=_changed_besides(change, setup.run, made.run)))
     tried.sort(key=lambda w: -w.speedup)
     return WhatIfs(tuple(tried), tuple(left_out), recorded, recorded_ms)
+
+
+def _ipu_steps(timeline: Timeline) -> dict[int, IPUStep]:
+    """Each IPU of the first replica's step as recorded, per call."""
+    times = time_by_category_ps(timeline.events, timeline.num_ipus,
+                                (COMPUTE_TIME, IPU_COPY_TIME)) / max(timeline.steps, 1)
+    return {int(ipu): IPUStep(float(row[COMPUTE_TIME.name]), float(row[IPU_COPY_TIME.name]))
+            for ipu, row in times.iterrows() if ipu < timeline.plan.ipus_per_replica}
+
+
+# The RunConfig fields a change may alter that a setting of the same name makes, and
+# the strategy setting of each execution a change may turn to.
+_SETTING_FIELDS = ("device_iterations", "gradient_accumulation", "replicas", "sync_pattern")
+_EXECUTION_SETTINGS = {Execution.PIPELINED: "pipelined",
+                       Execution.PARALLEL_PHASED: "parallel_phased"}
+
+
+def _changed_besides(change: Change, before: RunConfig,
+                     after: RunConfig) -> tuple[tuple[str, object], ...]:
+    """The settings ``change`` alters beyond its own (``change.covers``, else the field
+    of its setting's name), as (setting, value): what a user must set besides to make
+    it. An autoregressive run's device iterations are the steps of its loop run on
+    the device."""
+    covered = change.covers or (change.setting,)
+    also = []
+    for name in _SETTING_FIELDS:
+        value = getattr(after, name)
+        if name in covered or value == getattr(before, name):
+            continue
+        also.append(("on_device_loop" if name == "device_iterations" and before.autoregressive
+                     else name, value))
+    if "execution" not in covered and after.execution is not before.execution:
+        also.append((_EXECUTION_SETTINGS[after.execution], None))
+    if after.offload.optimizer != before.offload.optimizer and change.setting != \
+            "optimizer_location":
+        also.append(("optimizer_location", None))
+    return tuple(also)
 
 
 def _does_not_fit(setup: Setup) -> str | None:

@@ -145,6 +145,11 @@ class RunConfig:
                                          "(PopART's replicatedCollectivesSettings."
                                          "mergeAllReduceCollectives); otherwise one per "
                                          "parameter tensor"})
+    autoregressive: bool = field(
+        default=False, metadata={"help": "each call's inputs are made from the previous call's "
+                                         "outputs (a generation loop on the host): its calls "
+                                         "cannot run together as device iterations, only as "
+                                         "steps of the loop run on the device"})
 
     def __post_init__(self) -> None:
         for name in ("replicas", "device_iterations", "gradient_accumulation", "instances"):
@@ -153,7 +158,8 @@ class RunConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
             check_amount("RunConfig.", name, value, integer=True)
         for name in ("training", "synthetic_data", "recompute", "overlap_inputs",
-                     "overlap_outputs", "stash_off_chip", "merge_all_reduce"):
+                     "overlap_outputs", "stash_off_chip", "merge_all_reduce",
+                     "autoregressive"):
             check_type("RunConfig.", name, getattr(self, name), bool)
         check_type("RunConfig.", "execution", self.execution, Execution)
         check_type("RunConfig.", "sync_pattern", self.sync_pattern, SyncPattern)

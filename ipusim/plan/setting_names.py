@@ -33,6 +33,8 @@ def error_names(names: Mapping[str, str] | None) -> dict[str, str]:
 #: template, given ``value``: the value the advice suggests, where it suggests one.
 SETTING_WORDS: Mapping[str, str] = MappingProxyType({
     "device_iterations": "RunConfig.device_iterations",
+    # An autoregressive run's lever: the steps of its loop run on the device in one call.
+    "on_device_loop": "running {value} steps of the loop on the device in each call",
     "gradient_accumulation": "RunConfig.gradient_accumulation",
     "replicas": "RunConfig.replicas",
     "synthetic_data": "RunConfig.synthetic_data=True",
@@ -82,6 +84,14 @@ class SettingNames:
     def word(self, setting: str, value: object = None) -> str:
         """How advice names ``setting`` (suggesting ``value``, where given)."""
         return self.words.get(setting, SETTING_WORDS[setting]).format(value=value)
+
+    def phrase(self, setting: str, value: object = None) -> str:
+        """``setting`` given ``value``, as advice says it: its words where they show the
+        value (a template of ``value``), else its words and ``= value`` (a number)."""
+        template = self.words.get(setting, SETTING_WORDS[setting])
+        if "{value" in template or value is None:
+            return template.format(value=value)
+        return f"{template} = {value}"
 
     def column(self, setting: str) -> str:
         """The column of a sweep table that holds ``setting``."""

@@ -101,7 +101,8 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      names: SettingNames | None = None,
                      verdict: Verdict | None = None,
                      loader_spread: tuple[float, float] | None = None,
-                     graph: GraphProfile | None = None) -> Path:
+                     graph: GraphProfile | None = None,
+                     timing_only: bool = False) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
@@ -111,6 +112,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps;
     ``graph`` the run's graph profile, when worked out, for the report's tile and
     liveness views.
+    ``timing_only`` that the run computed no tensors, which every output's header says.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -125,6 +127,7 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         profile = _profile(timeline, options or {}, loader_items_per_s, verdict)
         profile["setting_names"] = names.to_dict()
         profile["loader_spread"] = None if loader_spread is None else list(loader_spread)
+        profile["timing_only"] = timing_only
         profile["files"] = sorted(outputs)
         write_atomically(directory / PROFILE, json.dumps(profile, indent=1, default=str))
     if EVENTS in outputs:
@@ -135,10 +138,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
                    title=directory.name, verdict=verdict, loader_spread=loader_spread,
-                   graph=graph)
+                   graph=graph, timing_only=timing_only)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict,
-                            loader_spread=loader_spread)
+                            loader_spread=loader_spread, timing_only=timing_only)
         write_atomically(directory / SUMMARY, text)
     return directory
 

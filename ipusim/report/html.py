@@ -35,7 +35,7 @@ from ipusim.report.figures import (
 from ipusim.report.files import write_atomically
 from ipusim.report.operators import OPERATORS_SCRIPT, operators_section
 from ipusim.report.page import PLOT_CONFIG, page
-from ipusim.report.summary import figure_rows
+from ipusim.report.summary import figure_rows, run_shape
 from ipusim.report.tile_views import tile_views_section
 from ipusim.report.verdict import Verdict, bottleneck
 
@@ -85,7 +85,8 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                 max_events_per_lane: int = MAX_EVENTS_PER_LANE,
                 detail: Detail | None = None, names: SettingNames | None = None,
                 loader_spread: tuple[float, float] | None = None,
-                graph: GraphProfile | None = None) -> str:
+                graph: GraphProfile | None = None,
+                timing_only: bool = False) -> str:
     """The report as one HTML string with plotly.js embedded.
 
     The timeline draws the events ``detail`` shows (default
@@ -93,6 +94,7 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
     the verdict's advice names the settings by ``names`` (default: ipusim's names);
     ``graph``, the run's graph profile when it was worked out (with ``profile.pop``),
     adds the memory-by-tile and liveness views.
+    The header says what the run is (its batching, ``timing_only``).
     """
     verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     title = title or ("training" if timeline.run.training else "inference")
@@ -105,7 +107,8 @@ def render_html(timeline: Timeline, loader_items_per_s: float | None = None,
                               config=PLOT_CONFIG) for name, fig in plots}
     system = timeline.system
     subtitle = (f"{system.ipu.name} × {system.num_ipus}, {timeline.num_ipus} IPU(s) used, "
-                f"{timeline.steps} step(s), {len(timeline.events):,} simulated events")
+                f"{timeline.steps} step(s), {len(timeline.events):,} simulated events; "
+                f"{run_shape(timeline, timing_only)}")
     return page(title, f"{subtitle} · simulated timings, not hardware measurements", f"""\
 <div class="top">
 <section><h2>Bottleneck</h2>
@@ -208,7 +211,8 @@ def _why_highlighted(verdict: Verdict) -> str:
             "IPUs count only when none of those gains 5%, four times the gradient accumulation "
             "yields to four times the device iterations where it gains no more than 5% beyond "
             "them, and what no setting changes (compute, the IPU-Links) only when no setting "
-            "gains 5%; so a faster row above it may not be the verdict's.</p>")
+            "gains 5%; where nothing gains 5%, the verdict is what bounds the run. So a faster "
+            "row above it may not be the verdict's.</p>")
 
 
 def render_out_of_memory_html(table: pd.DataFrame, message: str, title: str) -> str:

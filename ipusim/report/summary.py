@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ipusim.analysis.headline import cycles_by_kind, grouped_steps
+from ipusim.analysis.headline import cycles_by_kind, delivered_items_per_s, grouped_steps
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.plan.memory import MB, MEMORY_PARTS
@@ -22,18 +22,49 @@ MAX_STEP_ROWS = 20
 def text_summary(timeline: Timeline, loader_items_per_s: float | None = None,
                  options: dict | None = None, verdict: Verdict | None = None,
                  names: SettingNames | None = None,
-                 loader_spread: tuple[float, float] | None = None) -> str:
+                 loader_spread: tuple[float, float] | None = None,
+                 timing_only: bool = False) -> str:
     """The whole summary as text; the verdict's advice names the settings by
     ``names`` (default: ipusim's names); ``loader_spread``: the lowest and highest
-    rate of the loader's measured windows of steps (see :func:`figure_rows`)."""
+    rate of the loader's measured windows of steps (see :func:`figure_rows`);
+    ``timing_only``: the run computed no tensors, only the timeline."""
     verdict = verdict or bottleneck(timeline, loader_items_per_s, names)
     sections = [
-        "ipusim profile summary (simulated timings, not measured on hardware)",
-        _target(timeline), _engine(timeline, options), _memory(timeline),
+        "ipusim profile summary (simulated timings, not measured on hardware)\n"
+        + run_shape(timeline, timing_only),
+        _target(timeline), _engine(timeline, options, timing_only), _memory(timeline),
         _execution(timeline), _figures(timeline, loader_items_per_s, loader_spread),
         _time_per_ipu(timeline), _verdict(verdict),
     ]
     return "\n\n".join(sections) + "\n"
+
+
+def run_shape(timeline: Timeline, timing_only: bool = False) -> str:
+    """What the run is, in one line: its batching and whether it computed any tensors,
+    as the exit line and every report's header say it."""
+    run = timeline.run
+    shape = (f"micro-batch size {timeline.work.micro_batch_size}, device iterations "
+             f"{run.device_iterations}, replicas {run.replicas}, gradient accumulation "
+             f"{run.gradient_accumulation}")
+    return shape + (f", {TIMING_ONLY}" if timing_only else "")
+
+
+# What a timing-only run is, where a report or the exit line says it was one.
+TIMING_ONLY = "timing-only (no tensors computed: outputs and losses are placeholders)"
+
+
+def throughput_words(device_items_per_s: float, loader_items_per_s: float | None,
+                     digits: int = 0) -> str:
+    """The run's one throughput (:func:`~ipusim.analysis.headline.delivered_items_per_s`)
+    and which it is: fed by the data loader, or the IPUs alone, with the IPUs' own
+    where the two differ. What the exit line, the reports and their index give."""
+    delivered = delivered_items_per_s(device_items_per_s, loader_items_per_s)
+    figure = f"{delivered:,.{digits}f} items/s"
+    if loader_items_per_s is None:
+        return f"{figure} (the IPUs alone; no data loader measured)"
+    if delivered < device_items_per_s:
+        return f"{figure} fed by the data loader (the IPUs alone {device_items_per_s:,.{digits}f})"
+    return f"{figure} (the IPUs alone; the data loader keeps up)"
 
 
 def _rows(pairs: list[tuple[str, str]]) -> str:
@@ -56,7 +87,7 @@ def _target(timeline: Timeline) -> str:
     ])
 
 
-def _engine(timeline: Timeline, options: dict | None) -> str:
+def _engine(timeline: Timeline, options: dict | None, timing_only: bool) -> str:
     run, work = timeline.run, timeline.work
     text = "Engine:\n" + _rows([
         ("Mode", "training" if run.training else "inference"),
@@ -69,6 +100,8 @@ def _engine(timeline: Timeline, options: dict | None) -> str:
         ("Synthetic data", "yes" if run.synthetic_data else "no"),
         ("Recomputation", "yes" if run.recompute else "no"),
         ("Instance", str(timeline.instance)),
+        ("Timing-only", "yes: no tensors computed, outputs and losses are placeholders"
+         if timing_only else "no"),
     ])
     if options:
         text += "\n  Options (as the script set them):\n" + "\n".join(
@@ -132,13 +165,14 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None,
                 loader_spread: tuple[float, float] | None = None) -> list[tuple[str, str]]:
     """The headline figures as (name, formatted value), for the text and HTML reports.
 
-    With the data loader's rate, the run's throughput fed by it: the IPUs' own, or
-    the loader's where that is lower, the figure the what-ifs and a run made with a
-    change are compared by. ``loader_spread`` is the lowest and highest rate of the
-    loader's windows of steps, when it was measured rather than given."""
+    The throughput is the run's one figure (:func:`throughput_words`): with the data
+    loader's rate, the IPUs' own or the loader's where that is lower, the figure the
+    what-ifs and a run made with a change are compared by. ``loader_spread`` is the
+    lowest and highest rate of the loader's windows of steps, when it was measured
+    rather than given."""
     f = timeline.figures()
     rows = [
-        ("Throughput", f"{f['throughput(items/s)']:,.1f} items/s"),
+        ("Throughput", throughput_words(f["throughput(items/s)"], loader_items_per_s, 1)),
         ("Latency of a micro-batch (mean)",
          f"{f['latency(us)']:,.1f} µs (over every micro-batch, from its input to its output; "
          f"the timeline's arrow is one micro-batch's)"),
@@ -154,8 +188,6 @@ def figure_rows(timeline: Timeline, loader_items_per_s: float | None,
         ("Items", f"{int(f['items']):,}"),
     ]
     if loader_items_per_s is not None:
-        fed = min(f["throughput(items/s)"], loader_items_per_s)
-        rows.insert(1, ("Throughput fed by the data loader", f"{fed:,.1f} items/s"))
         spread = ("" if loader_spread is None else
                   f" (measured on this host: its windows of steps {loader_spread[0]:,.0f} to "
                   f"{loader_spread[1]:,.0f}; Simulation.loaderRate sets it)")

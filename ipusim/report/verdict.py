@@ -16,8 +16,8 @@ from ipusim.analysis.bottleneck import Bottleneck
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import Execution
 from ipusim.engine.sync_groups import SyncPattern
-from ipusim.explore.diagnosis import Diagnosis, diagnose
-from ipusim.explore.what_if import WhatIf
+from ipusim.explore.diagnosis import SIGNIFICANT_SPEEDUP, Diagnosis, diagnose
+from ipusim.explore.what_if import WhatIf, WhatIfs
 from ipusim.plan.memory import excess
 from ipusim.plan.setting_names import SettingNames
 
@@ -33,6 +33,8 @@ class Verdict(Bottleneck):
     # How far the run is over the IPUs' memory, in words, where it does not fit (simulated
     # anyway, as debug.allowOutOfMemory asks): what every headline says first.
     does_not_fit: str | None = None
+    # No change tried gains 5%: the run is balanced at its limit, ``kind`` what bounds it.
+    balanced: bool = False
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (advice, what-ifs and changes left out as lists)."""
@@ -58,15 +60,31 @@ def bottleneck(timeline: Timeline, loader_items_per_s: float | None = None,
     names = names or SettingNames()
     diagnosis = diagnose(timeline, loader_items_per_s)
     found = diagnosis.figures
-    headline, advice = _ADVICE[found.kind](timeline, found, names)
+    headline, advice = _ADVICE[found.kind](timeline, found, names, diagnosis.what_ifs)
     over = excess(timeline.memory_per_ipu())
-    headline = " ".join(part for part in (over, headline, _proof(diagnosis)) if part)
+    balanced = _balanced(diagnosis) if diagnosis.balanced else ""
+    headline = " ".join(part for part in (over, balanced, headline, _proof(diagnosis)) if part)
     return Verdict(**asdict(found), headline=headline, does_not_fit=over,
-                   advice=tuple(advice),
+                   balanced=diagnosis.balanced, advice=tuple(advice),
                    what_if=tuple(what_if_entry(w, names)
                                  for w in diagnosis.what_ifs.tried),
                    left_out=tuple({"change": c, "reason": r}
                                   for c, r in diagnosis.what_ifs.left_out))
+
+
+# What bounds a run balanced at its limit, by the kind the diagnosis names.
+_BOUNDS = {"data_loader": "the data loader bounds it",
+           "host_round_trip": "the host's round trip between calls bounds it",
+           "host_link": "host I/O bounds it", "sync": "waits in syncs bound it",
+           "compute": "the IPUs' compute bounds it"}
+
+
+def _balanced(diagnosis: Diagnosis) -> str:
+    """A run that no change tried speeds up: balanced at its limit, and what bounds it."""
+    best = diagnosis.what_ifs.best(actionable=False)
+    gain = "" if best is None else f" (the most, {best.change}, {best.speedup:.2f}x)"
+    return (f"Balanced at its limit: no change tried gains "
+            f"{SIGNIFICANT_SPEEDUP - 1:.0%}{gain}; {_BOUNDS[diagnosis.kind]}.")
 
 
 def _proof(diagnosis: Diagnosis) -> str:
@@ -83,10 +101,13 @@ def what_if_entry(what_if: WhatIf, names: SettingNames) -> dict:
     """One change tried, as ``profile.json`` keeps it under ``verdict.what_if``: the
     change, the call that makes it (``option``, in the caller's words; None where no
     setting does) and the number it sets (None where it sets none, or sets a pattern
-    the option names), its throughput, step time and speed-up."""
+    the option names), its throughput, step time and speed-up. A change that alters
+    other settings besides its own names each of them in its words."""
     option = (names.word(what_if.setting, what_if.value) if what_if.setting else None)
     value = what_if.value if isinstance(what_if.value, int) else None
-    return {"change": what_if.change, "option": option, "value": value,
+    besides = [names.phrase(setting, other) for setting, other in what_if.also]
+    change = what_if.change + (f" (and {', '.join(besides)})" if besides else "")
+    return {"change": change, "option": option, "value": value,
             "limit": what_if.limit, "actionable": what_if.actionable,
             "keeps_batch": what_if.keeps_batch,
             "items_per_s": what_if.items_per_s, "step_time_ms": what_if.step_time_ms,
@@ -94,14 +115,18 @@ def what_if_entry(what_if: WhatIf, names: SettingNames) -> dict:
 
 
 def _data_loader(timeline: Timeline, n: Bottleneck,
-                 names: SettingNames) -> tuple[str, list[str]]:
+                 names: SettingNames,
+                 tried: WhatIfs) -> tuple[str, list[str]]:
     return (f"The data loader ({n.loader_items_per_s:,.0f} items/s) is slower than the "
             f"simulated IPUs ({n.device_items_per_s:,.0f} items/s): the IPUs wait for data.", [
         f"Use the asynchronous mode: {names.word('async_loader')} loads the next batches in a "
         "worker process while the IPUs run.",
-        "Increase the global batch size or the number of device iterations "
-        f"({names.word('device_iterations')}) so that each step loads more samples per host "
-        "round trip.",
+    ] + [
+        f"{more.change.capitalize()} ({names.phrase(more.setting, more.value)}) gains "
+        f"{more.speedup:.2f}x: each step then loads more samples per host round trip."
+        for more in tried.tried if more.limit == "host_round_trip"
+        and more.speedup >= SIGNIFICANT_SPEEDUP
+    ] + [
         f"Adjust the number of workers ({names.word('loader_workers')}).",
         "In asynchronous mode with few elements per step, try "
         f"{names.word('loader_miss_sleep')}.",
@@ -109,7 +134,13 @@ def _data_loader(timeline: Timeline, n: Bottleneck,
     ])
 
 
-def _round_trip_advice(n: Bottleneck, names: SettingNames) -> str:
+def _round_trip_advice(timeline: Timeline, n: Bottleneck, names: SettingNames) -> str:
+    if timeline.run.autoregressive:
+        steps = timeline.run.device_iterations * 4
+        return (f"Each call to the model costs a host round trip ({n.host_call_share:.0%} of "
+                "the time here), and each call needs the previous call's outputs: running "
+                f"the loop's steps on the device ({names.word('on_device_loop', steps)}) pays "
+                "it once for all of them.")
     return (f"Each call to the model costs a host round trip ({n.host_call_share:.0%} of "
             f"the time here): more device iterations ({names.word('device_iterations')}) run "
             "more of the loop on the IPU per call and pay it once.")
@@ -121,18 +152,20 @@ def _synthetic_advice(names: SettingNames) -> str:
 
 
 def _host_round_trip(timeline: Timeline, n: Bottleneck,
-                     names: SettingNames) -> tuple[str, list[str]]:
+                     names: SettingNames,
+                     tried: WhatIfs) -> tuple[str, list[str]]:
     return (f"The host round trip between calls is the bottleneck: the IPUs spend "
             f"{n.host_call_share:.0%} of the time waiting for the host between calls and "
             f"{n.host_io_share:.0%} in stream copies.", [
-        _round_trip_advice(n, names),
+        _round_trip_advice(timeline, n, names),
         "A larger global batch (micro-batch size, gradient accumulation, replicas) also "
         "spreads each round trip over more samples.",
         _synthetic_advice(names),
     ])
 
 
-def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames,
+               tried: WhatIfs) -> tuple[str, list[str]]:
     per_link = timeline.system.ipus_per_host_link
     if n.host_link_occupancy >= n.host_io_share:
         headline = (f"The host link is the bottleneck: the busiest link is occupied "
@@ -142,7 +175,7 @@ def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[
         headline = (f"Host I/O is the bottleneck: the IPUs spend {n.host_io_share:.0%} of "
                     f"the time in stream copies (the busiest host link is occupied "
                     f"{n.host_link_occupancy:.0%} of the time).")
-    advice = [_round_trip_advice(n, names)] if n.host_call_share >= 0.05 else []
+    advice = [_round_trip_advice(timeline, n, names)] if n.host_call_share >= 0.05 else []
     return (headline, [
         _synthetic_advice(names),
         f"{per_link} IPUs share each host link here ({timeline.run.replicas} replica(s)): fewer "
@@ -156,13 +189,18 @@ def _host_link(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[
 
 
 def _pipeline_bubble(timeline: Timeline, n: Bottleneck,
-                     names: SettingNames) -> tuple[str, list[str]]:
+                     names: SettingNames,
+                     tried: WhatIfs) -> tuple[str, list[str]]:
     p, m = timeline.plan.pipeline_depth, timeline.plan.micro_batches_per_run
     advice = [
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
         f"{n.bubble_fraction:.0%}: raise the gradient accumulation "
         f"({names.word('gradient_accumulation')}) to widen the main phase."
         if timeline.run.training else
+        f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
+        f"{n.bubble_fraction:.0%}: run more of the loop's steps on the device per call "
+        f"({names.word('on_device_loop', max(p, 4 * timeline.run.device_iterations))})."
+        if timeline.run.autoregressive else
         f"The bubble of {m} micro-batches through {p} pipeline stages is (P-1)/(N+P-1) = "
         f"{n.bubble_fraction:.0%}: raise the device iterations "
         f"({names.word('device_iterations')}).",
@@ -186,7 +224,8 @@ def _balance_advice(timeline: Timeline) -> str:
             f"per micro-batch, {balance.ratio:.1f}x stage {balance.fastest}; {why}.")
 
 
-def _sync(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+def _sync(timeline: Timeline, n: Bottleneck, names: SettingNames,
+          tried: WhatIfs) -> tuple[str, list[str]]:
     run = timeline.run
     advice = _execution_advice(timeline, names)
     advice.append(_balance_advice(timeline))
@@ -218,7 +257,8 @@ def _execution_advice(timeline: Timeline, names: SettingNames) -> list[str]:
     return advice
 
 
-def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames,
+             tried: WhatIfs) -> tuple[str, list[str]]:
     if n.utilisation >= 0.5:
         headline = f"Compute-bound: the IPUs compute {n.utilisation:.0%} of the time."
     else:
@@ -234,7 +274,8 @@ def _compute(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[st
     ])
 
 
-def _imbalance(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+def _imbalance(timeline: Timeline, n: Bottleneck, names: SettingNames,
+               tried: WhatIfs) -> tuple[str, list[str]]:
     # Per IPU, as the balancing what-if weighs it: model stages that share an IPU
     # (BERT's head shares the embedding's) add up there.
     stages = timeline.plan.stages
@@ -260,7 +301,8 @@ def _imbalance(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[
 
 
 def _optimizer_state(timeline: Timeline, n: Bottleneck,
-                     names: SettingNames) -> tuple[str, list[str]]:
+                     names: SettingNames,
+                     tried: WhatIfs) -> tuple[str, list[str]]:
     where = "on chip" if timeline.run.offload.optimizer else "off chip"
     return (f"Where the optimizer state lives limits the run: keeping it {where} is faster.", [
         f"Keep the optimizer state {where} ({names.word('optimizer_location')}) while the "
@@ -269,7 +311,8 @@ def _optimizer_state(timeline: Timeline, n: Bottleneck,
 
 
 def _unused_ipus(timeline: Timeline, n: Bottleneck,
-                 names: SettingNames) -> tuple[str, list[str]]:
+                 names: SettingNames,
+                 tried: WhatIfs) -> tuple[str, list[str]]:
     used, available = timeline.num_ipus, timeline.system.num_ipus
     return (f"The run uses {used} of the system's {available} IPUs.", [
         f"Replicate the model over the idle IPUs ({names.word('replicas')}), then check that "
@@ -277,7 +320,8 @@ def _unused_ipus(timeline: Timeline, n: Bottleneck,
     ])
 
 
-def _ipu_links(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[str, list[str]]:
+def _ipu_links(timeline: Timeline, n: Bottleneck, names: SettingNames,
+               tried: WhatIfs) -> tuple[str, list[str]]:
     return ("Copies over the IPU-Links (activations between the stages, the gradients' "
             "all-reduce) limit the run.", [
         "Place the stages so that fewer or smaller tensors cross between IPUs.",
@@ -287,7 +331,8 @@ def _ipu_links(timeline: Timeline, n: Bottleneck, names: SettingNames) -> tuple[
 
 
 def _step_overhead(timeline: Timeline, n: Bottleneck,
-                   names: SettingNames) -> tuple[str, list[str]]:
+                   names: SettingNames,
+                   tried: WhatIfs) -> tuple[str, list[str]]:
     return ("The fixed costs of each weight update (the update itself, the gradients' "
             "all-reduce, streaming phases in and out) limit the run.", [
         "Accumulate more micro-batches per weight update "

@@ -62,6 +62,9 @@ OPTION_CALLS: MappingProxyType[str, OptionCall] = MappingProxyType({
 #: an execution strategy, an output mode, the DataLoader's arguments.
 OTHER_WORDS: MappingProxyType[str, str] = MappingProxyType({
     "pipelined": "poptorch.PipelinedExecution",
+    # The one on-device loop a library makes: optimum-graphcore's generation.
+    "on_device_loop": ("optimum-graphcore's on-device generation, "
+                       "parallelize(for_generation=True, on_device_generation_steps={value})"),
     "parallel_phased": "poptorch.ParallelPhasedExecution",
     "output_period": "OutputMode.Final or EveryN",
     "async_loader": "poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async)",
@@ -96,6 +99,54 @@ def _report_names() -> SettingNames:
 
 #: How ipusim's reports word the settings for a PopTorch user.
 REPORT_NAMES: SettingNames = _report_names()
+
+def _optimum_words(training: bool) -> dict[str, str]:
+    """How an optimum-graphcore user sets the settings optimum turns into Options: its
+    IPUConfig's fields (an inference model's device iterations and replicas its
+    ``inference_`` ones)."""
+    prefix = "" if training else "inference_"
+    return {"device_iterations": f"IPUConfig.{prefix}device_iterations",
+            "replicas": f"IPUConfig.{prefix}replication_factor",
+            "gradient_accumulation": "IPUConfig.gradient_accumulation_steps"}
+
+
+#: How an IPUTrainer user sets its DataLoader: IPUTrainingArguments' fields, and
+#: what only the trainer's own ``get_train_dataloader`` passes (overridden in a subclass).
+TRAINER_LOADER_WORDS: MappingProxyType[str, str] = MappingProxyType({
+    "async_loader": "IPUTrainingArguments.dataloader_mode = \"async\"",
+    "loader_workers": "IPUTrainingArguments.dataloader_num_workers",
+    "loader_miss_sleep": ("async_options={{'miss_sleep_time_in_ms': 0}} in the "
+                          "poptorch.DataLoader of an IPUTrainer subclass's get_train_dataloader"),
+    "loader_epoch_start": ("persistent_workers=True, a larger buffer_size or early_preload=True "
+                           "in the poptorch.DataLoader of an IPUTrainer subclass's "
+                           "get_train_dataloader"),
+})
+
+
+#: The device iterations of optimum-graphcore's generation loop on the device: its steps.
+DEVICE_LOOP_ITERATIONS = ("the generation steps on the device, "
+                          "parallelize(for_generation=True, on_device_generation_steps=...)")
+
+
+def report_names(library: str | None, training: bool,
+                 device_loop: bool = False) -> SettingNames:
+    """How the reports of a model word its settings: PopTorch's calls
+    (:data:`REPORT_NAMES`), or for a model optimum-graphcore wraps (``library``:
+    ``"optimum"``, or ``"trainer"`` for its IPUTrainer, which also builds the
+    DataLoader) the IPUConfig and IPUTrainingArguments fields its users set; for its
+    generation loop on the device (``device_loop``) the device iterations are the
+    loop's steps, which optimum sets from ``on_device_generation_steps``."""
+    if library is None and not device_loop:
+        return REPORT_NAMES
+    words = dict(REPORT_NAMES.words)
+    if library is not None:
+        words.update(_optimum_words(training))
+    if library == "trainer":
+        words.update(TRAINER_LOADER_WORDS)
+    if device_loop:
+        words["device_iterations"] = DEVICE_LOOP_ITERATIONS
+    return SettingNames(MappingProxyType(words), REPORT_NAMES.columns)
+
 
 #: How ipusim's run-configuration errors (``RunConfig.validate``) name the settings.
 ERROR_NAMES: MappingProxyType[str, str] = MappingProxyType({

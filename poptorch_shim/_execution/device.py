@@ -21,6 +21,7 @@ from ipusim.analysis.tile_memory import Variable
 from ipusim.cost.cost_model import PS_PER_S, to_cycles
 from ipusim.engine.event_kinds import FORWARD
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
+from ipusim.plan.setting_names import SettingNames
 from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.option_names import REPORT_NAMES
@@ -51,13 +52,17 @@ class SimulatedDevice:
     def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
                  parameters: tuple[Variable, ...] = (),
-                 debug: dict[tuple, list[dict]] | None = None):
+                 debug: dict[tuple, list[dict]] | None = None,
+                 names: SettingNames = REPORT_NAMES):
         """``run``: the run configuration :func:`.engine_config.check_layout` built and checked
         before the stages were measured; ``stages``: the measured stages, whose
         optimizer state is ``optimizer_state_ratio`` times their weights in training;
         ``parameters``: the model's parameter tensors (:mod:`.tensor_layout`), which stand
         for the weights on the tiles when the model runs as one stage; ``debug``: the
-        debug contexts of its forward's operators, by kernel (:mod:`.debug_context`)."""
+        debug contexts of its forward's operators, by kernel (:mod:`.debug_context`);
+        ``names``: how its verdict and reports word the settings (PopTorch's calls, or
+        the library's that wraps the model)."""
+        self.names = names
         self.work = Work(
             tuple(replace(s, optimizer_bytes=int(s.weight_bytes * optimizer_state_ratio)
                           if run.training else 0) for s in stages),
@@ -130,7 +135,7 @@ class SimulatedDevice:
         what-if, so it is worked out once for each number of calls and loader rate."""
         key = (self.simulation.steps, loader_items_per_s)
         if self._verdict is None or self._verdict[0] != key:
-            self._verdict = key, bottleneck(self.timeline, loader_items_per_s, REPORT_NAMES)
+            self._verdict = key, bottleneck(self.timeline, loader_items_per_s, self.names)
         return self._verdict[1]
 
     def cycle_count(self) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -22,6 +24,7 @@ from ipusim.plan.memory import OutOfMemoryError
 from poptorch_shim import enums
 from poptorch_shim._core import loader_feed, simulated_clock
 from poptorch_shim._core.compile_hooks import compile_hooks
+from poptorch_shim._core.option_names import report_names
 from poptorch_shim._distributed.process_group import align_clock, join_instances, reduce_gradients
 from poptorch_shim._execution.anchors import Anchors, activation_names
 from poptorch_shim._execution.compute import WholeModel, left_as_it_was, promoting_mixed_floats
@@ -36,6 +39,11 @@ from poptorch_shim._execution.engine_config import (
     overlapped,
 )
 from poptorch_shim._execution.fake import fake_inputs, placeholder_outputs
+from poptorch_shim._execution.optimum_graphcore import (
+    device_generation_loop,
+    host_generation_loop,
+    library_of,
+)
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
 from poptorch_shim._execution.recursion import recursion_room, stack_needed
@@ -47,6 +55,7 @@ from poptorch_shim._execution.step_shape import (
     flatten_detached,
     flatten_inputs,
     split,
+    split_to_single_samples,
 )
 from poptorch_shim._execution.tensor_layout import parameter_variables
 from poptorch_shim._optim.state import update_program
@@ -118,6 +127,9 @@ class PoplarExecutor:
         self._runner = self._make_runner(model)
         self._anchors = Anchors(options.anchored_tensors, model, training)
         self._timing_only = options.Simulation.runs_timing_only
+        # The words of the settings in its reports: PopTorch's, or a library's that wraps it.
+        self._names = report_names(library_of(), training,
+                                   device_loop=device_generation_loop(model))
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None
@@ -145,6 +157,12 @@ class PoplarExecutor:
     @property
     def training(self) -> bool:
         return self._training
+
+    @property
+    def timing_only(self) -> bool:
+        """Whether its calls compute no tensors, only the simulated timeline (fixed when
+        the model is wrapped)."""
+        return self._timing_only
 
     @property
     def timeline(self):
@@ -256,12 +274,16 @@ class PoplarExecutor:
         if self._timing_only:
             self._placeholder = flatten(placeholder_outputs(output))
         try:
+            # A generation loop on the host calls the model with its last outputs.
+            run = replace(run, autoregressive=not self._training
+                          and host_generation_loop(self._model))
             self._device = SimulatedDevice(
                 self._options, run, stages, batch_size_of(first_micro_batch),
                 input_bytes=tensor_bytes((first_args, first_kwargs)),
                 output_bytes=tensor_bytes(output),
                 optimizer_state_ratio=_optimizer_state_ratio(self._optimizer),
-                parameters=parameter_variables(self._model), debug=self._debug_contexts)
+                parameters=parameter_variables(self._model), debug=self._debug_contexts,
+                names=self._names)
         except OutOfMemoryError as error:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise
@@ -317,6 +339,11 @@ class PoplarExecutor:
         if self._device is None:
             self._compile(micro_batches[0])
             self._attached = True
+            single = None if fed_by is not None else split_to_single_samples(
+                self._shape, batch_size_of(micro_batches[0]))
+            if single is not None:
+                print(f"ipusim: {model_reports.model_name(self._options, self._training)}: "
+                      f"{single}", file=sys.stderr)
         if fed_by is not None:  # the loader may be gone by the report: keep its rate
             self._device.fed_by(fed_by.measured_rate)
         self._check_micro_batch_size(micro_batches[0])

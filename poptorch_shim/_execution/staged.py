@@ -11,8 +11,11 @@ handing each boundary's gradient back to the stage that produced it, as a
 pipeline of IPUs does. The split graph is cached per input signature.
 
 A model torch.fx cannot trace (data-dependent control flow, ...) runs
-eagerly as one graph instead, with a warning; its work is still charged to
-its blocks' stages as it runs (:mod:`poptorch_shim._execution.eager_stages`).
+eagerly as one graph instead; its work is still charged to its blocks' stages
+as it runs (:mod:`poptorch_shim._execution.eager_stages`). A warning says what
+that means for the user, once per process, pointing at the user's call; and
+an error the model's own code raises then comes from that eager run, without
+the failed trace chained in front of it.
 So does a model whose stages of one phase use each other's results (they run
 at once and exchange tensors both ways, which no order of stage graphs can).
 """
@@ -20,9 +23,11 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -294,6 +299,32 @@ def _split(traced: fx.GraphModule, out_spec: TreeSpec, recorder: BlockRecorder,
     return _GraphPlan([stages[k] for k in sorted(stages)], outputs, out_spec)
 
 
+# Whether this process has said what running a model eagerly means (said once).
+_told_eager = False
+_SHIM = str(Path(__file__).resolve().parents[1])
+_TORCH = str(Path(torch.__file__).resolve().parent)
+
+
+def _tell_eager(model: torch.nn.Module, error: Exception) -> None:
+    """Warn, once per process and at the caller's line outside the shim and torch,
+    that ``model`` runs eagerly because torch.fx could not trace it (``error``)."""
+    global _told_eager
+    if _told_eager:
+        return
+    _told_eager = True
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith((_SHIM, _TORCH)):
+        frame, level = frame.f_back, level + 1
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    warnings.warn(
+        f"poptorch: torch.fx cannot trace {type(model).__name__} to split it at its Blocks "
+        f"({type(error).__name__}: {first_line}). It runs eagerly as one autograd graph "
+        "instead: nothing to change in your script. Its results are the same, and each "
+        "block's work, saved activations, weights and boundary tensors are still charged to "
+        "the IPU it is placed on. Said once, for the first model it applies to.",
+        stacklevel=level)
+
+
 class StagedModel:
     """Runs a model stage by stage, as an execution strategy places its blocks."""
 
@@ -323,22 +354,22 @@ class StagedModel:
         return plan, flat
 
     def _build(self, spec, consts, flat, args, kwargs) -> _GraphPlan | EagerStages:
+        untraced: Exception | None = None
         try:
             traced = _trace(self.model, spec, consts, len(flat))
-        except (fx.proxy.TraceError, TypeError, RuntimeError, NotImplementedError,
-                AttributeError) as error:
-            warnings.warn(
-                f"poptorch: torch.fx cannot trace {type(self.model).__name__} to split it at its "
-                f"Blocks ({type(error).__name__}: {error}). It runs eagerly as one autograd graph "
-                "instead, with the same results; the work, saved activations, weights and "
-                "boundary tensors of each block are charged to its stage as the model runs.",
-                stacklevel=2)
-            return EagerStages(self.model, self.strategy, args, kwargs)
-        try:
-            return _split(*traced, self.strategy)
-        except _ExchangeWithinPhase:
-            # Same results and the same charges per block as stage graphs would give.
-            return EagerStages(self.model, self.strategy, args, kwargs)
+        except Exception as error:  # noqa: BLE001 - the eager run below raises the model's own
+            untraced = error
+        else:
+            try:
+                return _split(*traced, self.strategy)
+            except _ExchangeWithinPhase:
+                pass  # the same results and charges per block as stage graphs would give
+        # Outside the handlers: an error of the model's own code raised by the eager run
+        # reaches the user without the failed trace chained in front of it.
+        eager = EagerStages(self.model, self.strategy, args, kwargs)
+        if untraced is not None:
+            _tell_eager(self.model, untraced)
+        return eager
 
     def stage_layout(self, args: tuple, kwargs: dict) -> list[tuple[str, int]]:
         """The stages (name, IPU) one micro-batch of these inputs runs through."""

@@ -129,6 +129,24 @@ def _arguments_spec(positional: int, keywords: tuple[str, ...]) -> TreeSpec:
     return tree_flatten(((0,) * positional, dict.fromkeys(keywords, 0)))[1]
 
 
+def split_to_single_samples(shape: StepShape, micro_batch_size: int) -> str | None:
+    """Where a call's batch went, when splitting it by ``shape`` left micro-batches of
+    one sample (None otherwise): what a plain ``torch.utils.data.DataLoader`` gives a
+    model of several device iterations or replicas, whose ``batch_size`` its author
+    meant as the micro-batch (``poptorch.DataLoader`` loads that many per micro-batch)."""
+    if micro_batch_size != 1 or shape.micro_batches == 1:
+        return None
+    parts = [f"{count} {what}" for count, what in (
+        (shape.device_iterations, "device iterations"),
+        (shape.gradient_accumulation, "gradient accumulation steps"),
+        (shape.input_groups, "replicas")) if count > 1]
+    return (f"each call's batch of {shape.micro_batches} samples is split into "
+            f"{' x '.join(parts)}, so the micro-batch size is 1. A plain torch DataLoader's "
+            "batch_size is the whole call's batch; for a micro-batch of B samples build "
+            f"poptorch.DataLoader(options, dataset, batch_size=B), which loads "
+            f"B x {shape.micro_batches} samples per call.")
+
+
 def batch_size_of(inputs: tuple[tuple, dict]) -> int:
     """The samples of a micro-batch: the first dimension most of the tensors of
     ``(args, kwargs)`` share (0-d tensors are ignored), the larger on a tie. An

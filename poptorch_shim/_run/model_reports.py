@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipusim.cost.cost_model import PS_PER_US
+from ipusim.report.summary import run_shape, throughput_words
 from poptorch_shim._core import run_settings
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._core.simulated_clock import host_calls_s
@@ -51,6 +52,7 @@ class _Figures:
     given_options: Options  # the script's own: the DataLoaders built with them know them
     line: str | None = None
     whose: str = ""  # under poprun: which instance's replicas the figures are
+    timing_only: bool = False  # no tensors computed: its exit line says so
 
 
 _compiled: list[_Figures] = []
@@ -168,7 +170,8 @@ def register(executor) -> None:
         name = model_name(executor.options, executor.training)
         directory = report_directory(executor)
         _compiled.append(_Figures(name, executor.device, directory, executor.given_options,
-                                  whose=_whose(executor.options.Distributed, directory)))
+                                  whose=_whose(executor.options.Distributed, directory),
+                                  timing_only=executor.timing_only))
     if report_directory(executor) is not None and executor not in _pending:
         _pending.append(executor)
 
@@ -191,7 +194,8 @@ def keep_figures(executor) -> None:
 
 def _figures_line(entry: _Figures) -> str | None:
     """The exit line of a model: its verdict (the one its report shows, a model that
-    does not fit saying so first), throughput and latency, and where its report is."""
+    does not fit saying so first), throughput and latency, what the run is (its
+    batching, timing-only) and where its report is."""
     device = entry.device
     if device is None or not device.step_durations:
         return None
@@ -202,19 +206,19 @@ def _figures_line(entry: _Figures) -> str | None:
     fit = f"{verdict.does_not_fit} Simulated as if it fitted: " if verdict.does_not_fit else ""
     return (f"  {entry.name}{entry.whose}: {fit}{_throughput(timeline.throughput(), rate)}, "
             f"latency {timeline.latency_ps() / PS_PER_US:,.1f} µs per micro-batch, bottleneck "
-            f"{verdict.kind}{_gain(verdict)}{where}")
+            f"{verdict.kind}{_gain(verdict)}; {run_shape(timeline, entry.timing_only)}{where}")
 
 
 def _throughput(device_items_per_s: float, rate: LoaderRate | None) -> str:
-    """The run's throughput as the exit line gives it: fed by its data loader, as the
-    what-ifs and the summary count it, and the loader's rate with its spread."""
+    """The run's one throughput, as every report and their index give it (fed by its
+    data loader where that is slower than the IPUs), and the loader's rate with its
+    spread."""
+    said = throughput_words(device_items_per_s, _items_per_s(rate))
     if rate is None:
-        return f"{device_items_per_s:,.0f} items/s"
-    fed = min(device_items_per_s, rate.items_per_s)
+        return said
     how = (f"measured, windows of steps {rate.low:,.0f} to {rate.high:,.0f}" if rate.measured
            else "given")
-    return (f"{fed:,.0f} items/s (the IPUs {device_items_per_s:,.0f}, the data loader "
-            f"{rate.items_per_s:,.0f} {how})")
+    return f"{said} [the data loader {rate.items_per_s:,.0f} {how}]"
 
 
 def _gain(verdict) -> str:
@@ -300,9 +304,10 @@ def write_report(executor) -> Path | None:
              if outputs is None or PROFILE in outputs else None)
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
-                                loader_items_per_s=_items_per_s(rate), names=REPORT_NAMES,
+                                loader_items_per_s=_items_per_s(rate), names=device.names,
                                 verdict=model_verdict(device, executor.given_options),
-                                loader_spread=spread, graph=graph)
+                                loader_spread=spread, graph=graph,
+                                timing_only=executor.timing_only)
         if graph is not None:
             _write_pva_files(executor, done, graph)
     finally:

@@ -14,6 +14,7 @@ from ipusim import (
     system_spec,
 )
 from ipusim.engine.sync_groups import SyncPattern
+from ipusim.explore.diagnosis import SIGNIFICANT_SPEEDUP
 from ipusim.explore.what_if import what_ifs
 from ipusim.report.verdict import bottleneck
 
@@ -28,6 +29,9 @@ def pipeline(slow: int = 2, ipus: int = 4, **run) -> tuple[Work, RunConfig]:
         for i in range(ipus))
     work = Work(stages, micro_batch_size=4, input_bytes_per_sample=65536)
     return work, RunConfig(gradient_accumulation=16, execution=Execution.PIPELINED, **run)
+
+
+BALANCED = "balanced stages, every IPU's whole step at the mean"
 
 
 def by_change(found):
@@ -76,9 +80,37 @@ def test_balancing_a_slow_stage_is_a_run_whose_stages_all_take_the_mean():
         replace(s, forward=Cost(time_ps=mean_f), backward=Cost(time_ps=mean_b))
         for s in work.stages))
     by_hand = simulate(balanced, run, system)
-    what_if = by_change(found)["balanced stages, every IPU at the mean"]
+    what_if = by_change(found)[BALANCED]
     assert what_if.speedup > 1.2  # the slow stage sets the pace of every pipeline cycle
-    assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-3)
+    # Balanced by each IPU's whole step (its weight update and copies too), not pass by
+    # pass: within a percent of the passes at their means, as the stages' copies differ.
+    assert what_if.items_per_s == pytest.approx(by_hand.throughput(), rel=1e-2)
+
+
+def recomputed_pipeline(recompute: bool) -> tuple[Work, RunConfig]:
+    """Two model stages of equal forward and backward: balanced, unless recomputation
+    adds a forward to the first (a pipeline's last stage recomputes nothing)."""
+    stages = tuple(Stage(f"S{i}", ipu=i, forward=Cost(time_ps=4 * 10**8),
+                         backward=Cost(time_ps=8 * 10**8), activation_bytes=100_000,
+                         weight_bytes=10**6) for i in range(2))
+    return (Work(stages, micro_batch_size=4, input_bytes_per_sample=1024),
+            RunConfig(gradient_accumulation=16, execution=Execution.PIPELINED,
+                      recompute=recompute))
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_an_imbalance_made_by_recomputation_is_one_balancing_lifts(recompute):
+    work, run = recomputed_pipeline(recompute)
+    timeline = simulate(work, run, system_spec("mk2", num_ipus=2))
+    compute = timeline.category_times()["compute"]
+    what_if = by_change(what_ifs(timeline))[BALANCED]
+    if recompute:  # IPU 0 runs forward, recompute and backward; IPU 1 no recompute
+        assert compute[0] > compute[1] * 1.2
+        assert what_if.speedup > SIGNIFICANT_SPEEDUP
+        assert bottleneck(timeline).kind == "imbalance"
+    else:  # the same work on each IPU: nothing to gain
+        assert compute[0] == pytest.approx(compute[1], rel=0.05)
+        assert what_if.speedup < SIGNIFICANT_SPEEDUP
 
 
 def test_changes_come_fastest_first_and_the_recorded_run_is_the_baseline():
@@ -116,7 +148,7 @@ def test_changes_the_run_cannot_make_are_left_out_with_the_reason():
     assert reasons["the optimizer state off chip"] == "the model keeps no optimizer state"
     one = Work((work.stages[0],), micro_batch_size=4)
     found = what_ifs(simulate(one, RunConfig(), system_spec("mk2", num_ipus=2)))
-    assert dict(found.left_out)["balanced stages, every IPU at the mean"] == \
+    assert dict(found.left_out)[BALANCED] == \
         "one model stage: nothing to balance"
     assert by_change(found)["twice the replicas"].speedup > 1.5
 
@@ -136,7 +168,7 @@ def test_the_diagnosis_names_the_slow_stage_not_the_bubble_or_the_syncs():
     work, run = pipeline()
     diagnosis = diagnose(simulate(work, run, system_spec("mk2", num_ipus=4)))
     assert diagnosis.kind == "imbalance"
-    assert diagnosis.proof.change == "balanced stages, every IPU at the mean"
+    assert diagnosis.proof.change == BALANCED
     assert diagnosis.proof is diagnosis.what_ifs.tried[0]
 
 
@@ -166,7 +198,7 @@ def test_balancing_averages_over_the_ipus_not_the_model_stages():
                    forward=Cost(time_ps=9 * 10**8), backward=Cost(time_ps=18 * 10**8))
     shared = replace(work, stages=work.stages + (head,))
     found = what_ifs(simulate(shared, run, system_spec("mk2", num_ipus=4)))
-    balanced = by_change(found)["balanced stages, every IPU at the mean"]
+    balanced = by_change(found)[BALANCED]
     assert balanced.speedup > 1.3  # per model stage, IPU 0 would still hold 2 x the mean
 
 

@@ -187,5 +187,6 @@ def test_the_runner_prints_each_models_simulated_figures_at_exit(tmp_path):
     figures = lines[start + 1:]
     assert [line.split(":")[0].strip() for line in figures] == ["inference", "kept"]
     for line, name in zip(figures, ("inference", "kept")):
-        assert "items/s, latency" in line and "bottleneck" in line
+        assert "items/s (the IPUs alone; no data loader measured), latency" in line \
+            and "bottleneck" in line
         assert line.endswith(f"report {tmp_path / 'reports' / name}")

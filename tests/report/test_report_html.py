@@ -26,7 +26,16 @@ def test_shows_the_verdict_and_the_figures(pipeline_timeline):
                  "Host I/O share", "Sync wait share", "Simulated duration",
                  "Data loader throughput"):
         assert f"<th>{name}" in page
-    assert f"{pipeline_timeline.throughput():,.1f} items/s" in page
+    # The run's one throughput is the loader's, slower than the IPUs, whose own is beside it.
+    assert (f"12,345.0 items/s fed by the data loader (the IPUs alone "
+            f"{pipeline_timeline.throughput():,.1f})") in page
+    # The header says what the run is.
+    run = pipeline_timeline.run
+    assert (f"micro-batch size {pipeline_timeline.work.micro_batch_size}, device iterations "
+            f"{run.device_iterations}, replicas {run.replicas}, gradient accumulation "
+            f"{run.gradient_accumulation}") in page
+    assert "timing-only" not in page
+    assert "timing-only (no tensors computed" in render_html(pipeline_timeline, timing_only=True)
 
 
 def test_render_check_waits_for_the_browser(pipeline_timeline, tmp_path):

@@ -77,8 +77,6 @@ def test_the_data_loaders_advice_reads_poptorchs_arguments(timelines):
     assert verdict.advice == (
         "Use the asynchronous mode: poptorch.DataLoader(..., mode=poptorch.DataLoaderMode.Async) "
         "loads the next batches in a worker process while the IPUs run.",
-        "Increase the global batch size or the number of device iterations "
-        "(opts.deviceIterations) so that each step loads more samples per host round trip.",
         "Adjust the number of workers (num_workers).",
         "In asynchronous mode with few elements per step, try "
         "async_options={'miss_sleep_time_in_ms': 0}.",

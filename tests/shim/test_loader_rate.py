@@ -77,7 +77,7 @@ def run(tmp_path, name, iterations, rate_line, capsys):
     err = capsys.readouterr().err
     folder = reports / "training"
     summary = (folder / "summary.txt").read_text()
-    fed = re.search(r"Throughput fed by the data loader:\s+([\d,.]+) items/s", summary)
+    fed = re.search(r"Throughput:\s+([\d,.]+) items/s", summary)
     return (json.loads((folder / "profile.json").read_text()),
             float(fed.group(1).replace(",", "")), err)
 

@@ -1,5 +1,10 @@
 """A LightningModule fitted, validated, tested and used to predict through
-Lightning's IPU strategy (lightning-graphcore), unmodified."""
+Lightning's IPU strategy (lightning-graphcore), unmodified: pipelined over two
+IPUs, data-parallel over two replicas, or data-parallel with the strategy's
+device iterations (8). Lightning 2.0, which lightning-graphcore 0.1.0 was made
+for, converts a DataLoader into a poptorch.DataLoader only for its own built-in
+IPU accelerator: lightning-graphcore's gets the loader's batches as they are,
+each a whole call's batch."""
 import sys
 
 import lightning.pytorch as pl
@@ -40,10 +45,10 @@ class Classifier(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def loader():
+def loader(rows: int = 64, batch: int = 8):
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
-    return DataLoader(data, batch_size=8)  # a multiple of the micro-batches of every call
+    data = TensorDataset(torch.randn(rows, 8), torch.randint(0, 2, (rows,)))
+    return DataLoader(data, batch_size=batch)  # a multiple of the micro-batches of every call
 
 
 def main(mode: str):
@@ -57,18 +62,22 @@ def main(mode: str):
         strategy = IPUStrategy(training_opts=opts,
                                inference_opts=poptorch.Options().deviceIterations(2),
                                precision_plugin=precision)
+    elif mode == "device-iterations":  # 8 device iterations a call on each of 2 replicas
+        strategy = IPUStrategy(device_iterations=8, precision_plugin=precision)
     else:  # the strategy's options: a replica per device
         strategy = IPUStrategy(precision_plugin=precision)
     devices = 1 if pipelined else 2
+    # Batches of 16, each call 16 x 8 x 2 samples: two calls an epoch.
+    rows, batch = (512, 16) if mode == "device-iterations" else (64, 8)
     trainer = pl.Trainer(accelerator=IPUAccelerator(), devices=devices, strategy=strategy,
                          max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False)
     before = model.first.weight.detach().clone()
-    trainer.fit(model, loader(), loader())
+    trainer.fit(model, loader(rows, batch), loader(rows, batch))
     assert not torch.equal(model.first.weight, before), "fit changed no weight"
-    trainer.validate(model, loader())
-    trainer.test(model, loader())
-    predictions = trainer.predict(model, loader())
+    trainer.validate(model, loader(rows, batch))
+    trainer.test(model, loader(rows, batch))
+    predictions = trainer.predict(model, loader(rows, batch))
     print("predicted", sum(p.shape[0] for p in predictions), "rows")
 
 
