@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
 
 BOTTLENECKS = ("data_loader", "host_link", "host_round_trip", "sync", "compute",
                "pipeline_bubble")
@@ -71,7 +71,7 @@ class Bottleneck:
         }
 
 
-def find_bottleneck(timeline: Timeline, loader_items_per_s: float | None = None) -> Bottleneck:
+def find_bottleneck(timeline: TimelineView, loader_items_per_s: float | None = None) -> Bottleneck:
     """What limits ``timeline``; ``loader_items_per_s`` is the data loader's own throughput."""
     if loader_items_per_s is not None and not loader_items_per_s > 0:
         raise ValueError(f"loader_items_per_s must be a positive number of items per second, "
@@ -104,7 +104,7 @@ class StageBalance(NamedTuple):
         return self.ratio < BALANCED_RATIO
 
 
-def stage_balance(timeline: Timeline) -> StageBalance | None:
+def stage_balance(timeline: TimelineView) -> StageBalance | None:
     """How far apart the stages' compute times per micro-batch are (None for one stage)."""
     times = timeline.stage_times_us()
     if len(times) < 2:

@@ -22,7 +22,7 @@ from ipusim.analysis.tile_memory import Variable, check_tiles, tile_memory
 from ipusim.plan.memory import MemoryModel
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
     from ipusim.hardware import SystemSpec
     from ipusim.plan.engine_plan import EnginePlan
 
@@ -47,7 +47,7 @@ def vertex_code_bytes(memory: pd.DataFrame, tiles: int,
             for ipu, code in memory["code"].items()}
 
 
-def graph_profile(timeline: Timeline, named: tuple[Variable, ...] = ()) -> GraphProfile:
+def graph_profile(timeline: TimelineView, named: tuple[Variable, ...] = ()) -> GraphProfile:
     """The :class:`GraphProfile` of ``timeline``'s last step (its program steps at most
     :data:`~ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`: the variables' liveness and
     the tiles' peaks are those of the steps listed)."""

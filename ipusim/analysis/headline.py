@@ -31,7 +31,7 @@ from ipusim.plan import memory
 from ipusim.plan.memory import MEMORY_PARTS, MemoryModel
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
 
 # The headline figures Timeline.summary() shows, in the units a person reads them.
 SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)", "utilisation",
@@ -40,7 +40,7 @@ SUMMARY_FIGURES = ("items", "duration(ms)", "throughput(items/s)", "latency(us)"
 REPORTED_FIGURES = SUMMARY_FIGURES + ("host_link_occupancy", "steps", "step_time(ms)", "ipus")
 
 
-def headline_figures(timeline: Timeline) -> dict[str, float]:
+def headline_figures(timeline: TimelineView) -> dict[str, float]:
     """Every headline figure of ``timeline``, unit-suffixed (counts as ints, the rest as
     floats): the one source of :meth:`~ipusim.Timeline.summary`, the reports' figures and
     the bottleneck verdict."""
@@ -73,13 +73,13 @@ def delivered_items_per_s(device_items_per_s: float,
     return min(device_items_per_s, loader_items_per_s)
 
 
-def reported_figures(timeline: Timeline) -> dict[str, float]:
+def reported_figures(timeline: TimelineView) -> dict[str, float]:
     """The headline figures an autoReport directory keeps, as plain floats."""
     figures = timeline.figures()
     return {name: float(figures[name]) for name in REPORTED_FIGURES}
 
 
-def host_link_occupancy(timeline: Timeline) -> float:
+def host_link_occupancy(timeline: TimelineView) -> float:
     """Busiest host link's share of the span spent moving data, in either direction."""
     events = timeline.events
     span = span_ps(events)
@@ -91,14 +91,14 @@ def host_link_occupancy(timeline: Timeline) -> float:
     return float(busy.max() / span)
 
 
-def host_round_trip_share(timeline: Timeline) -> float:
+def host_round_trip_share(timeline: TimelineView) -> float:
     """The IPUs' mean share of the span spent waiting for the host between calls (the
     host call column of :func:`ipusim.analysis.metrics.category_times`, alone)."""
     waits = time_by_category_ps(timeline.events, timeline.num_ipus, (HOST_CALL_TIME,))
     return float((waits[HOST_CALL_TIME.name] / max(span_ps(timeline.events), 1)).mean())
 
 
-def stage_times_us(timeline: Timeline) -> dict[int, float]:
+def stage_times_us(timeline: TimelineView) -> dict[int, float]:
     """Mean compute time of each stage per micro-batch (forward, recompute and backward)."""
     events = timeline.events
     compute = events[events["kind"].isin(COMPUTE_KINDS) & (events["micro_batch"] >= 0)]
@@ -110,7 +110,7 @@ def stage_times_us(timeline: Timeline) -> dict[int, float]:
     return {int(stage): float(t) / PS_PER_US for stage, t in means.items()}
 
 
-def to_cycles(ps: float, timeline: Timeline) -> int:
+def to_cycles(ps: float, timeline: TimelineView) -> int:
     """Simulated picoseconds as cycles of the IPU clock."""
     return cost_model.to_cycles(ps, timeline.system.ipu.clock_hz)
 
@@ -119,7 +119,7 @@ MICRO_BATCH_IO_COLUMNS = ["input_start_ps", "input_end_ps", "output_ready_ps", "
                           "returned"]
 
 
-def micro_batch_io(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
+def micro_batch_io(timeline: TimelineView, step: int | None = None) -> pd.DataFrame:
     """When each micro-batch of ``step`` (default: the last) of replica 0 came in and went out.
 
     One row per micro-batch (the index), in picoseconds (as floats): its input
@@ -152,7 +152,7 @@ def micro_batch_io(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
     return table[MICRO_BATCH_IO_COLUMNS]
 
 
-def step_cycles(timeline: Timeline) -> pd.DataFrame:
+def step_cycles(timeline: TimelineView) -> pd.DataFrame:
     """Cycles of every program step (call to the model), and per kind of event.
 
     Columns: step, start_cycle, cycles, duration(us), then one ``<kind>_cycles``
@@ -202,7 +202,7 @@ def grouped_steps(steps: pd.DataFrame) -> pd.DataFrame:
                          "duration(us)": grouped["duration"].to_numpy()})
 
 
-def memory_per_ipu(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
+def memory_per_ipu(timeline: TimelineView, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each IPU of one replica needs, by category, against its capacity
     (:func:`ipusim.plan.memory.memory_per_ipu`), and the share of the capacity it uses."""
     table = memory.memory_per_ipu(timeline.work, timeline.run, timeline.system, model,
@@ -211,7 +211,7 @@ def memory_per_ipu(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd
     return table
 
 
-def memory_per_stage(timeline: Timeline, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
+def memory_per_stage(timeline: TimelineView, model: MemoryModel = MemoryModel()) -> pd.DataFrame:
     """Bytes each (merged) stage needs, by category, without the per-IPU runtime code.
 
     Each stage is what :func:`ipusim.plan.memory.memory_per_ipu` counts for it on

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, NamedTuple
 import pandas as pd
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
 
 PHASES = ("ramp-up", "main", "ramp-down")
 PHASE_COLUMNS = ["step", "run", "phase", "first_pipeline_cycle", "last_pipeline_cycle",
                  "start_ps", "end_ps"]
 
 
-def pipeline_cycle_times(timeline: Timeline) -> pd.DataFrame:
+def pipeline_cycle_times(timeline: TimelineView) -> pd.DataFrame:
     """Start and end of every pipeline cycle, over all replicas.
 
     Columns: step, run, cycle, start_ps, end_ps.
@@ -38,7 +38,7 @@ def pipeline_cycle_times(timeline: Timeline) -> pd.DataFrame:
     return table.reset_index()
 
 
-def pipeline_phases(timeline: Timeline) -> pd.DataFrame:
+def pipeline_phases(timeline: TimelineView) -> pd.DataFrame:
     """One row per phase of every pipeline run: its cycles and the time it spans.
 
     Phases are contiguous: each ends where the next one's first cycle starts,
@@ -77,7 +77,7 @@ class LatencyPath(NamedTuple):
         return self.end_ps - self.start_ps
 
 
-def latency_path(timeline: Timeline, step: int | None = None) -> LatencyPath | None:
+def latency_path(timeline: TimelineView, step: int | None = None) -> LatencyPath | None:
     """The micro-batch Fig 4.1 highlights, in ``step`` (default: the first) of replica 0.
 
     In a pipeline it is micro-batch P - 1, the first to enter once the

@@ -32,7 +32,7 @@ from ipusim.engine.event_kinds import (
 )
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
 
 # Program kinds, by libpva's names for them.
 ON_TILE_EXECUTE, DO_EXCHANGE, SYNC = "OnTileExecute", "DoExchange", "Sync"
@@ -87,7 +87,7 @@ def operator_program_steps(name: str, vertex: str,
     return out
 
 
-def operator_runs(timeline: Timeline) -> list[tuple[int, str, str, dict]]:
+def operator_runs(timeline: TimelineView) -> list[tuple[int, str, str, dict]]:
     """Every run of each stage's operators for one micro-batch, in the order of the
     operator breakdown (:meth:`~ipusim.analysis.timeline.Timeline.operator_breakdown`):
     (stage index, pass, the run's name, its breakdown row). A run's name is its debug
@@ -103,7 +103,7 @@ def operator_runs(timeline: Timeline) -> list[tuple[int, str, str, dict]]:
     return runs
 
 
-def _operators(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, dict, tuple]]]:
+def _operators(timeline: TimelineView) -> dict[tuple[int, str], list[tuple[str, dict, tuple]]]:
     """Each (stage index, pass)'s operator runs for one micro-batch: their name, breakdown
     row and the program steps of one run (the row's steps cover all its runs)."""
     found: dict[tuple[int, str], list[tuple[str, dict, tuple]]] = {}
@@ -115,7 +115,7 @@ def _operators(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, dict
     return found
 
 
-def step_events(timeline: Timeline, step: int | None = None) -> pd.DataFrame:
+def step_events(timeline: TimelineView, step: int | None = None) -> pd.DataFrame:
     """The events of one step (default: the last) of replica 0 that are program steps,
     in the order they start."""
     events = timeline.events
@@ -191,7 +191,7 @@ def _event_steps(kind: str, label: str, ipu: int, cycles: int) -> list[ProgramSt
     return [ProgramStep(SYNC, f"ipu{ipu}/{kind}", cycles, ipu)]
 
 
-def program_steps(timeline: Timeline, step: int | None = None,
+def program_steps(timeline: TimelineView, step: int | None = None,
                   limit: int = MAX_PROGRAM_STEPS) -> StepTable:
     """One step (default: the last) of replica 0 as Poplar's program steps, in order, at
     most ``limit`` of them (whole events).

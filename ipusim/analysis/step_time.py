@@ -40,7 +40,7 @@ from ipusim.engine.event_kinds import (
 )
 
 if TYPE_CHECKING:
-    from ipusim.analysis.timeline import Timeline
+    from ipusim.analysis.timeline_view import TimelineView
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ _CATEGORY = {COMPUTE: COMPUTE_TIME, EXCHANGE: IPU_COPY_TIME, STREAMING: STREAMIN
 assert set(_CATEGORY.values()) == set(COUNTED), "every counted category has its part"
 
 
-def step_time_by_ipu(timeline: Timeline) -> pd.DataFrame:
+def step_time_by_ipu(timeline: TimelineView) -> pd.DataFrame:
     """Picoseconds each IPU spends in each part of :data:`STEP_PARTS` over the whole run
     (int64; index ipu, one column per part): each row adds up to the span exactly.
 
@@ -102,7 +102,7 @@ def step_time_by_ipu(timeline: Timeline) -> pd.DataFrame:
     return table
 
 
-def _ramps(timeline: Timeline) -> tuple[np.ndarray, np.ndarray]:
+def _ramps(timeline: TimelineView) -> tuple[np.ndarray, np.ndarray]:
     """The ramp-up and ramp-down phases of every pipeline run, as sorted, disjoint
     [start, end) intervals (picoseconds); none unless pipelined."""
     phases = pipeline_phases(timeline)
