@@ -16,7 +16,7 @@ from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.cpu_clock import Stopwatch
 from poptorch_shim._data.loader_rate import LoaderRate, StepCost, measured_rate
 from poptorch_shim._data.shard_sampler import ShardSampler
-from poptorch_shim._data.worker_cpu import TimedCollate, TimedWorkerInit, unwrapped
+from poptorch_shim._data.worker_cpu import timed, unwrapped
 from poptorch_shim.custom_args import parser_for
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.errors import Error
@@ -50,6 +50,11 @@ class DataLoader(torch.utils.data.DataLoader):
     the next batch is requested (clone what must outlive the step). In
     ``Async`` mode with ``num_workers > 0``, the large tensors of a batch are
     the shared memory the workers collated them into, passed on uncopied.
+
+    The loader's rate, which the model's verdict reads, is what its steps cost
+    in CPU time on the simulated host (:mod:`poptorch_shim._data.loader_rate`):
+    with ``num_workers > 0`` its ``collate_fn`` and ``worker_init_fn`` are the
+    given ones wrapped, so that each worker times its batches.
     """
 
     def __init__(self,
@@ -136,9 +141,9 @@ class DataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             drop_last=drop_last and self._rebatched_size is None,
             persistent_workers=persistent_workers, **kwargs)
-        if num_workers > 0:  # each worker times its batches (worker_cpu.py)
-            self.collate_fn = TimedCollate(self.collate_fn)
-            self.worker_init_fn = TimedWorkerInit(self.worker_init_fn)
+        # With workers, each times its batches (worker_cpu.py).
+        self.collate_fn, self.worker_init_fn = timed(self.collate_fn, self.worker_init_fn,
+                                                     num_workers)
         self._costs: list[StepCost] = []  # what each step after the first cost the host
         self._workers_cpu_s = 0.0  # the workers' CPU seconds for the batches received
         self._host_cores = host_cores(options)

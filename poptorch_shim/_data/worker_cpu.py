@@ -67,6 +67,21 @@ class TimedCollate:
         return CostedBatch(batch, spent)
 
 
+def timed(collate_fn: Callable, init_fn: Callable | None,
+          workers: int) -> tuple[Callable, Callable | None]:
+    """A loader's ``collate_fn`` and ``worker_init_fn`` as it runs them: wrapped to time
+    each batch when it has worker processes, plain without. Functions read off another
+    loader (a framework rebuilding a DataLoader from one) are unwrapped first, so they
+    are never timed twice, nor timed in a loader without workers."""
+    if isinstance(collate_fn, TimedCollate):
+        collate_fn = collate_fn.collate_fn
+    if isinstance(init_fn, TimedWorkerInit):
+        init_fn = init_fn.init_fn
+    if workers > 0:
+        return TimedCollate(collate_fn), TimedWorkerInit(init_fn)
+    return collate_fn, init_fn
+
+
 def unwrapped(batches: Iterator, add_cpu_s: Callable[[float], None]) -> Iterator:
     """``batches`` without their wrappers, each batch's workers' CPU seconds handed
     to ``add_cpu_s`` before the batch is yielded."""

@@ -234,3 +234,16 @@ def test_three_runs_on_a_busy_machine_give_one_verdict_and_figures_within_5_perc
     assert left == {}  # no worker left behind
     assert {name for name in _shared_memory() - shared_before
             if name.startswith(("ipusim-ring", "torch_"))} == set()
+
+
+def test_functions_read_off_another_loader_are_timed_once_and_only_with_workers():
+    def collate(samples):
+        return samples
+
+    collate_w, init_w = worker_cpu.timed(collate, None, 2)
+    again, init_again = worker_cpu.timed(collate_w, init_w, 2)  # a loader rebuilt from one
+    assert again.collate_fn is collate and init_again.init_fn is None
+    assert worker_cpu.timed(collate_w, init_w, 0) == (collate, None)
+    loader = poptorch.DataLoader(poptorch.Options(), list(range(8)), batch_size=2,
+                                 collate_fn=collate_w)
+    assert loader.collate_fn is collate and next(iter(loader)) == [0, 1]
