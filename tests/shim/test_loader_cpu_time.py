@@ -149,6 +149,10 @@ class Decoded(torch.utils.data.Dataset):
 if __name__ == "__main__":
     opts = poptorch.Options().deviceIterations(4)
     opts.Training.gradientAccumulation(4)
+    # The profile and the summary only: the figures, without drawing the HTML report.
+    opts._Popart.set("engineOptions", {"autoReport.all": "true",
+                                       "autoReport.outputExecutionProfile": "false",
+                                       "autoReport.directory": sys.argv[2]})
     net = Net()
     model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.01))
     loader = poptorch.DataLoader(opts, Decoded(), batch_size=4, num_workers=2,
@@ -202,8 +206,8 @@ def _run(tmp_path: Path, name: str, mode: str) -> tuple[dict, float, str]:
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     reports = tmp_path / name
-    assert commands.main(["run", "--no-progress", "--timing-only", "--report", str(reports),
-                          str(script), mode]) == 0
+    assert commands.main(["run", "--no-progress", "--timing-only", str(script), mode,
+                          str(reports)]) == 0
     folder = reports / "training"
     summary = (folder / "summary.txt").read_text()
     fed = re.search(r"Throughput fed by the data loader:\s+([\d,.]+) items/s", summary)
@@ -228,6 +232,12 @@ def test_three_runs_on_a_busy_machine_give_one_verdict_and_figures_within_5_perc
     assert all(3000 < rate < 5000 for rate in rates), rates
     assert max(rates) / min(rates) <= 1.05, rates
     assert max(fed) / min(fed) <= 1.05, fed
+    what_ifs = [{entry["change"]: entry["items_per_s"] for entry in profile["verdict"]["what_if"]}
+                for profile, _, _ in runs]
+    assert what_ifs[0].keys() == what_ifs[1].keys() == what_ifs[2].keys()
+    for change in what_ifs[0]:  # each what-if, fed by the loader, as its run would be
+        gains = [figures[change] for figures in what_ifs]
+        assert max(gains) / min(gains) <= 1.05, (change, gains)
     assert multiprocessing.active_children() == []
     left = {pid: command for pid, command in _children().items()
             if pid not in before and pid not in busy_machine}
