@@ -14,7 +14,7 @@ from poptorch_shim._core import loader_feed
 from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.cpu_clock import Stopwatch
-from poptorch_shim._data.loader_rate import LoaderRate, StepCost, measured_rate
+from poptorch_shim._data.loader_rate import CostLog, LoaderRate, StepCost, measured_rate
 from poptorch_shim._data.shard_sampler import ShardSampler
 from poptorch_shim._data.worker_cpu import timed, unwrapped
 from poptorch_shim.custom_args import parser_for
@@ -144,7 +144,7 @@ class DataLoader(torch.utils.data.DataLoader):
         # With workers, each times its batches (worker_cpu.py).
         self.collate_fn, self.worker_init_fn = timed(self.collate_fn, self.worker_init_fn,
                                                      num_workers)
-        self._costs: list[StepCost] = []  # what each step after the first cost the host
+        self._costs = CostLog()  # what each step after the first cost the host
         self._workers_cpu_s = 0.0  # the workers' CPU seconds for the batches received
         self._host_cores = host_cores(options)
         _loaders.add(self)

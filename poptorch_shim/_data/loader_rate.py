@@ -47,6 +47,32 @@ class StepCost:
                         self.serial_wait_s + other.serial_wait_s,
                         self.workers_cpu_s + other.workers_cpu_s)
 
+    def __sub__(self, other: StepCost) -> StepCost:
+        return StepCost(self.serial_cpu_s - other.serial_cpu_s,
+                        self.serial_wait_s - other.serial_wait_s,
+                        self.workers_cpu_s - other.workers_cpu_s)
+
+
+class CostLog:
+    """The costs of a loader's steps, kept as running totals: any run of consecutive
+    steps costs one subtraction, so the rate, which a model reads after every call,
+    takes the same time after ten steps or ten thousand."""
+
+    def __init__(self, costs: tuple[StepCost, ...] = ()):
+        self._totals = [StepCost()]
+        for cost in costs:
+            self.append(cost)
+
+    def append(self, cost: StepCost) -> None:
+        self._totals.append(self._totals[-1] + cost)
+
+    def __len__(self) -> int:
+        return len(self._totals) - 1
+
+    def total(self, start: int = 0, end: int | None = None) -> StepCost:
+        """What steps ``start`` to ``end`` (excluded; None: the last) cost together."""
+        return self._totals[len(self) if end is None else end] - self._totals[start]
+
 
 @dataclass(frozen=True)
 class LoaderRate:
@@ -78,24 +104,23 @@ def step_seconds(cost: StepCost, workers: int, cores: int) -> float:
                (cost.serial_cpu_s + cost.workers_cpu_s) / cores)
 
 
-def measured_rate(costs: list[StepCost], items_per_step: int, workers: int,
+def measured_rate(costs: CostLog, items_per_step: int, workers: int,
                   cores: int) -> LoaderRate | None:
-    """The rate of steps of ``items_per_step`` items each, the step ``k`` having cost
-    ``costs[k]``, loaded by ``workers`` worker processes on ``cores`` host cores; None
-    before a step was costed (or when none cost anything)."""
-    times = [step_seconds(cost, workers, cores) for cost in costs]
-    if not times or not sum(times) > 0:
+    """The rate of steps of ``items_per_step`` items each, whose costs ``costs`` holds,
+    loaded by ``workers`` worker processes on ``cores`` host cores; None before a step
+    was costed (or when none cost anything)."""
+    steps = len(costs)
+    if not steps or not step_seconds(costs.total(), workers, cores) > 0:
         return None
-    count = min(WINDOWS, len(costs))
-    bounds = [round(k * len(costs) / count) for k in range(count + 1)]
-    windows = []
-    for start, end in zip(bounds, bounds[1:]):
-        total = sum(costs[start:end], StepCost())
-        windows.append(((end - start) * items_per_step, step_seconds(total, workers, cores)))
+    count = min(WINDOWS, steps)
+    bounds = [round(k * steps / count) for k in range(count + 1)]
+    windows = [((end - start) * items_per_step,
+                step_seconds(costs.total(start, end), workers, cores))
+               for start, end in zip(bounds, bounds[1:])]
     rates = [items / spent if spent > 0 else math.inf for items, spent in windows]
     kept = [window for _, window in sorted(zip(rates, windows))[1:]] if count > 2 else windows
     spent = sum(seconds for _, seconds in kept)
-    rate = (sum(items for items, _ in kept) / spent if spent > 0
-            else len(costs) * items_per_step / sum(times))  # only the slowest window cost
+    rate = (sum(items for items, _ in kept) / spent if spent > 0  # else only the slowest cost
+            else steps * items_per_step / step_seconds(costs.total(), workers, cores))
     finite = [r for r in rates if math.isfinite(r)]
     return LoaderRate(rate, min(min(finite), rate), max(max(finite), rate))

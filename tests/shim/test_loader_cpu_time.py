@@ -1,6 +1,7 @@
 """A data loader's cost is the CPU time its processes spend on each step, run on the
 simulated host's cores by its worker processes: the accounting, piece by piece, and
 a loader-fed script run three times on a machine this test keeps busy."""
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -20,7 +21,13 @@ from poptorch_shim._data import worker_cpu
 from poptorch_shim._data.cpu_clock import Stopwatch
 from poptorch_shim._data.data_loader import host_cores
 from poptorch_shim._data.item_structure import describe
-from poptorch_shim._data.loader_rate import StepCost, measured_rate, step_seconds
+from poptorch_shim._data.loader_rate import (
+    WINDOWS,
+    CostLog,
+    StepCost,
+    measured_rate,
+    step_seconds,
+)
 from poptorch_shim._data.ring_buffer import DATA, SharedRing
 
 
@@ -60,10 +67,10 @@ def test_the_host_cores_are_the_systems_shared_by_a_jobs_processes():
 
 
 def test_the_rate_is_the_steps_items_over_their_time_on_the_host():
-    costs = [StepCost(0.0005, 0.0, 0.008)] * 16
+    costs = CostLog((StepCost(0.0005, 0.0, 0.008),) * 16)
     rate = measured_rate(costs, 64, workers=2, cores=128)
     assert rate.items_per_s == pytest.approx(64 / 0.004)
-    assert rate.low == rate.high == rate.items_per_s
+    assert rate.low == pytest.approx(rate.high) == pytest.approx(rate.items_per_s)
     # The same CPU time on a host of one core: serial and workers' time add up.
     assert measured_rate(costs, 64, 2, 1).items_per_s == pytest.approx(64 / 0.0085)
 
@@ -71,14 +78,31 @@ def test_the_rate_is_the_steps_items_over_their_time_on_the_host():
 def test_a_window_of_costly_steps_moves_the_spread_not_the_rate():
     costs = [StepCost(0.001)] * 32
     costs[5] = StepCost(0.050)  # one step the loader did something once
-    rate = measured_rate(costs, 100, 0, 128)
+    rate = measured_rate(CostLog(tuple(costs)), 100, 0, 128)
     assert rate.items_per_s == pytest.approx(100_000)
     assert rate.low == pytest.approx(4 * 100 / (0.001 * 3 + 0.050))
 
 
 def test_no_step_costed_gives_no_rate():
-    assert measured_rate([], 100, 2, 128) is None
-    assert measured_rate([StepCost()] * 4, 100, 2, 128) is None
+    assert measured_rate(CostLog(), 100, 2, 128) is None
+    assert measured_rate(CostLog((StepCost(),) * 4), 100, 2, 128) is None
+
+
+def test_the_rate_takes_as_long_after_ten_thousand_steps_as_after_ten():
+    class Counted(CostLog):
+        reads = 0
+
+        def total(self, start=0, end=None):
+            Counted.reads += 1
+            return super().total(start, end)
+
+    costs = Counted()
+    for step in range(10_000):
+        costs.append(StepCost(0.001, 0.0, 0.004 + step % 3 * 0.001))
+    assert dataclasses.astuple(costs.total(10, 13)) == pytest.approx((0.003, 0.0, 0.015))
+    Counted.reads = 0
+    assert measured_rate(costs, 64, 2, 128).items_per_s == pytest.approx(64 / 0.0025, rel=1e-3)
+    assert Counted.reads <= 2 + WINDOWS  # a model reads the rate after every call
 
 
 def test_the_stopwatch_counts_cpu_and_own_waits_not_paused_time():
