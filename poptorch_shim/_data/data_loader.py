@@ -237,17 +237,18 @@ class DataLoader(torch.utils.data.DataLoader):
         for the step, its own time off the CPU where it loads the data itself (no
         worker processes), the workers' CPU time for the step's batches; in the
         asynchronous modes, what the accessor's worker noted for the step."""
-        first = True
+        first, accessor = True, self._accessor
         while True:
-            watch, workers_before = Stopwatch(), self._workers_cpu_s
+            watch = None if accessor is not None else Stopwatch()
+            workers_before = self._workers_cpu_s
             try:
                 batch = next(source)
             except StopIteration:
                 return
-            cpu_s, off_cpu_s = watch.take()
-            if self._accessor is not None:
-                cost = self._accessor.last_cost
+            if accessor is not None:
+                cost = accessor.last_cost
             else:
+                cpu_s, off_cpu_s = watch.take()
                 cost = StepCost(cpu_s, off_cpu_s if self.num_workers == 0 else 0.0,
                                 self._workers_cpu_s - workers_before)
             if not first:
