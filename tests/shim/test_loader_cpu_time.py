@@ -281,3 +281,24 @@ def test_functions_read_off_another_loader_are_timed_once_and_only_with_workers(
     loader = poptorch.DataLoader(poptorch.Options(), list(range(8)), batch_size=2,
                                  collate_fn=collate_w)
     assert loader.collate_fn is collate and next(iter(loader)) == [0, 1]
+
+
+class _Decoding(torch.utils.data.Dataset):
+    """Each item costs 1 ms of CPU time in the thread that loads it."""
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, index):
+        _burn(0.001)
+        return torch.full((4,), float(index))
+
+
+def test_a_loader_without_workers_costs_its_threads_cpu_time():
+    loader = poptorch.DataLoader(poptorch.Options().deviceIterations(2), _Decoding(),
+                                 batch_size=4)
+    for _ in loader:
+        pass
+    # 8 items a step, 8 ms of CPU time, plus what collating them costs.
+    assert 850 < loader.measured_items_per_s <= 1000
+    assert loader.workers_cpu_s == 0
