@@ -16,7 +16,7 @@ from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
 from poptorch_shim._data.cpu_clock import Stopwatch
 from poptorch_shim._data.loader_rate import CostLog, LoaderRate, StepCost, measured_rate
 from poptorch_shim._data.shard_sampler import ShardSampler
-from poptorch_shim._data.worker_cpu import timed, unwrapped
+from poptorch_shim._data.worker_cpu import TimedCollate, TimedWorkerInit, unwrapped
 from poptorch_shim.custom_args import parser_for
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.errors import Error
@@ -53,8 +53,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     The loader's rate, which the model's verdict reads, is what its steps cost
     in CPU time on the simulated host (:mod:`poptorch_shim._data.loader_rate`):
-    with ``num_workers > 0`` its ``collate_fn`` and ``worker_init_fn`` are the
-    given ones wrapped, so that each worker times its batches.
+    with ``num_workers > 0`` each worker process times its batches.
     """
 
     def __init__(self,
@@ -141,9 +140,6 @@ class DataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             drop_last=drop_last and self._rebatched_size is None,
             persistent_workers=persistent_workers, **kwargs)
-        # With workers, each times its batches (worker_cpu.py).
-        self.collate_fn, self.worker_init_fn = timed(self.collate_fn, self.worker_init_fn,
-                                                     num_workers)
         self._costs = CostLog()  # what each step after the first cost the host
         self._workers_cpu_s = 0.0  # the workers' CPU seconds for the batches received
         self._host_cores = host_cores(options)
@@ -227,6 +223,20 @@ class DataLoader(torch.utils.data.DataLoader):
             source = _combined_batches(source, self._batches_to_combine,
                                        self.batch_sampler_drop_last)
         return self._costed(source)
+
+    def _get_iterator(self):
+        """torch's iterator over the batches. With workers it starts them with this
+        loader's ``collate_fn`` and ``worker_init_fn`` wrapped, so that each worker
+        times its batches (``worker_cpu.py``); the loader's own attributes stay the
+        ones given, for whoever reads them (a framework rebuilding the loader)."""
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        given = self.collate_fn, self.worker_init_fn
+        self.collate_fn, self.worker_init_fn = TimedCollate(given[0]), TimedWorkerInit(given[1])
+        try:
+            return super()._get_iterator()
+        finally:
+            self.collate_fn, self.worker_init_fn = given
 
     def _add_workers_cpu(self, cpu_s: float) -> None:
         self._workers_cpu_s += cpu_s

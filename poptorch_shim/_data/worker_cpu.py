@@ -2,15 +2,16 @@
 workers themselves and carried with the batch to the process that reads it.
 
 torch runs ``worker_init_fn`` once in each worker process and ``collate_fn`` on
-each of its batches. ``poptorch.DataLoader`` wraps both (:class:`TimedWorkerInit`,
-:class:`TimedCollate`): they read the worker's CPU time (``time.process_time``: all
-its threads, the one that pickles finished batches into shared memory included)
-after the init and after each collate, and the difference between two readings is
-what that batch cost the worker. It travels with the batch as a
-:class:`CostedBatch`, which the reading side unwraps (:func:`unwrapped`). A worker
-waiting for its next indices, or for the caller to take its batches, uses no CPU,
-so its idle time costs nothing; its own sleeps and reads are not counted either
-(only CPU time holds still when other processes share the machine).
+each of its batches. ``poptorch.DataLoader`` starts its workers with both wrapped
+(:class:`TimedWorkerInit`, :class:`TimedCollate`): they read the worker's CPU
+time (``time.process_time``: all its threads, the one that pickles finished
+batches into shared memory included) after the init and after each collate, and
+the difference between two readings is what that batch cost the worker. It
+travels with the batch as a :class:`CostedBatch`, which the reading side unwraps
+(:func:`unwrapped`). A worker waiting for its next indices, or for the caller
+to take its batches, uses no CPU, so its idle time costs nothing; its own sleeps
+and reads are not counted either (only CPU time holds still when other processes
+share the machine).
 """
 from __future__ import annotations
 
@@ -65,21 +66,6 @@ class TimedCollate:
         spent = 0.0 if _last_cpu_s is None else now - _last_cpu_s
         _last_cpu_s = now
         return CostedBatch(batch, spent)
-
-
-def timed(collate_fn: Callable, init_fn: Callable | None,
-          workers: int) -> tuple[Callable, Callable | None]:
-    """A loader's ``collate_fn`` and ``worker_init_fn`` as it runs them: wrapped to time
-    each batch when it has worker processes, plain without. Functions read off another
-    loader (a framework rebuilding a DataLoader from one) are unwrapped first, so they
-    are never timed twice, nor timed in a loader without workers."""
-    if isinstance(collate_fn, TimedCollate):
-        collate_fn = collate_fn.collate_fn
-    if isinstance(init_fn, TimedWorkerInit):
-        init_fn = init_fn.init_fn
-    if workers > 0:
-        return TimedCollate(collate_fn), TimedWorkerInit(init_fn)
-    return collate_fn, init_fn
 
 
 def unwrapped(batches: Iterator, add_cpu_s: Callable[[float], None]) -> Iterator:
