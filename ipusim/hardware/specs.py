@@ -344,12 +344,25 @@ class SystemSpec:
                           "out), an assumption (range 3.3 to 16 GB/s)"})
     streaming_memory_bytes: int = field(
         default=128 * 2**30, metadata={"help": "streaming memory per IPU-M2000"})
+    # The host server that runs the script and its data loader: Graphcore's reference
+    # server for a Pod is a Dell PowerEdge R6525 "containing dual AMD EPYC 7742
+    # processors" (IPU-POD DA Build and Test Guide 5.1.1; IPU-POD64 Build and Test
+    # Guide 4.1.1), 2 x 64 cores. Graphcore's approved server list also qualifies
+    # other CPU variants "suitable for systems with different numbers of
+    # IPU-Machines", and a Pod64 may have one to four servers (IPU-POD64 datasheet
+    # 2.1): 128 is the reference server's count, an assumption for any other host.
+    host_cpu_cores: int = field(
+        default=128, metadata={"help": "CPU cores of the host server that run the data "
+                                       "loader's processes (dual AMD EPYC 7742: 128), each "
+                                       "taken as fast as a core of the machine that "
+                                       "measures the loader; shared by a poprun job's "
+                                       "instances"})
 
     def __post_init__(self) -> None:
         check_type("SystemSpec.", "ipu", self.ipu, IPUSpec)
         for name in ("num_ipus", "ipus_per_host_link", "direct_attach_ipus",
                      "ipus_per_host_server", "ipus_per_link_domain", "ipus_per_machine",
-                     "rung_links", "rail_links"):
+                     "rung_links", "rail_links", "host_cpu_cores"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SystemSpec.{name} must be a positive integer, got {value!r}")

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from poptorch_shim._data.item_structure import unflatten
+from poptorch_shim._data.loader_rate import StepCost
 from poptorch_shim._data.ring_buffer import DATA, END, FREE
 from poptorch_shim._data.worker import WorkerConfig
 from poptorch_shim._data.worker_handle import WorkerHandle
@@ -124,6 +125,8 @@ class AsynchronousDataAccessor:
         self._ended = False     # the current iteration reached the end
         self._worker_error: Exception | None = None  # reported, not raised
         self._failure: Exception | None = None  # raised: the accessor stopped
+        # What loading the item last returned cost, as the worker noted it.
+        self.last_cost = StepCost()
 
     @property
     def worker_pid(self) -> int:
@@ -188,6 +191,7 @@ class AsynchronousDataAccessor:
                 self._ended = True
                 raise StopIteration
             item = self._item(slot)  # first: Ctrl-C in it leaves the slot unread
+            self.last_cost = StepCost(*ring.cost(slot))
             self._read = (slot + 1) % ring.buffer_size
             self._held = slot
             self._consumed = True

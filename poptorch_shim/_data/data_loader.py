@@ -2,7 +2,6 @@
 is the data of one model call (one step), sharded across the processes of a
 distributed run and optionally loaded ahead by an
 ``AsynchronousDataAccessor``."""
-import time
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -10,11 +9,14 @@ from typing import Any
 
 import torch
 
+import ipusim
 from poptorch_shim._core import loader_feed
 from poptorch_shim._core.batching import MicroBatchCounts
 from poptorch_shim._data.async_data_accessor import AsynchronousDataAccessor
-from poptorch_shim._data.loader_rate import LoaderRate, measured_rate, queued_s
+from poptorch_shim._data.cpu_clock import Stopwatch
+from poptorch_shim._data.loader_rate import CostLog, LoaderRate, StepCost, measured_rate
 from poptorch_shim._data.shard_sampler import ShardSampler
+from poptorch_shim._data.worker_cpu import TimedCollate, TimedWorkerInit, unwrapped
 from poptorch_shim.custom_args import parser_for
 from poptorch_shim.enums import DataLoaderMode
 from poptorch_shim.errors import Error
@@ -48,6 +50,10 @@ class DataLoader(torch.utils.data.DataLoader):
     the next batch is requested (clone what must outlive the step). In
     ``Async`` mode with ``num_workers > 0``, the large tensors of a batch are
     the shared memory the workers collated them into, passed on uncopied.
+
+    The loader's rate, which the model's verdict reads, is what its steps cost
+    in CPU time on the simulated host (:mod:`poptorch_shim._data.loader_rate`):
+    with ``num_workers > 0`` each worker process times its batches.
     """
 
     def __init__(self,
@@ -134,7 +140,9 @@ class DataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             drop_last=drop_last and self._rebatched_size is None,
             persistent_workers=persistent_workers, **kwargs)
-        self._waits: list[float] = []  # the caller's wait for each step after the first
+        self._costs = CostLog()  # what each step after the first cost the host
+        self._workers_cpu_s = 0.0  # the workers' CPU seconds for the batches received
+        self._host_cores = host_cores(options)
         _loaders.add(self)
         self._accessor: AsynchronousDataAccessor | None = None
         if mode != DataLoaderMode.Sync:
@@ -207,45 +215,78 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         if self._accessor is not None:
-            source = iter(self._accessor)
-        elif self._batches_to_combine > 1:
-            source = _combined_batches(super().__iter__(), self._batches_to_combine,
+            return self._costed(iter(self._accessor))
+        source = super().__iter__()
+        if self.num_workers > 0:
+            source = unwrapped(source, self._add_workers_cpu)
+        if self._batches_to_combine > 1:
+            source = _combined_batches(source, self._batches_to_combine,
                                        self.batch_sampler_drop_last)
-        else:
-            source = super().__iter__()
-        return self._timed(source)
+        return self._costed(source)
 
-    def _timed(self, source: Iterator) -> Iterator:
-        """Yield from ``source``, timing how long the caller waits for each
-        step after the first (which pays for starting workers), less the time
-        other processes held the CPU it was ready to run on."""
-        first = True
+    def _get_iterator(self):
+        """torch's iterator over the batches. With workers it starts them with this
+        loader's ``collate_fn`` and ``worker_init_fn`` wrapped, so that each worker
+        times its batches (``worker_cpu.py``); the loader's own attributes stay the
+        ones given, for whoever reads them (a framework rebuilding the loader)."""
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        given = self.collate_fn, self.worker_init_fn
+        self.collate_fn, self.worker_init_fn = TimedCollate(given[0]), TimedWorkerInit(given[1])
+        try:
+            return super()._get_iterator()
+        finally:
+            self.collate_fn, self.worker_init_fn = given
+
+    def _add_workers_cpu(self, cpu_s: float) -> None:
+        self._workers_cpu_s += cpu_s
+
+    def _costed(self, source: Iterator) -> Iterator:
+        """Yield from ``source``, noting what each step after the first (which pays
+        for starting workers) cost the host: this thread's CPU time while it waited
+        for the step, its own time off the CPU where it loads the data itself (no
+        worker processes), the workers' CPU time for the step's batches; in the
+        asynchronous modes, what the accessor's worker noted for the step."""
+        first, accessor = True, self._accessor
         while True:
-            start, queued = time.perf_counter(), queued_s()
+            watch = None if accessor is not None else Stopwatch()
+            workers_before = self._workers_cpu_s
             try:
                 batch = next(source)
             except StopIteration:
                 return
-            if not first:  # less the time other processes held the CPU
-                self._waits.append(time.perf_counter() - start - (queued_s() - queued))
+            if accessor is not None:
+                cost = accessor.last_cost
+            else:
+                cpu_s, off_cpu_s = watch.take()
+                cost = StepCost(cpu_s, off_cpu_s if self.num_workers == 0 else 0.0,
+                                self._workers_cpu_s - workers_before)
+            if not first:
+                self._costs.append(cost)
             first = False
             loader_feed.yielded(self, batch)
             yield batch
 
     @property
+    def workers_cpu_s(self) -> float:
+        """CPU seconds the worker processes spent on the batches this loader has
+        received so far (0 without workers)."""
+        return self._workers_cpu_s
+
+    @property
     def measured_items_per_s(self) -> float | None:
-        """Items per second the caller received, timed on the host's wall clock
-        while it waited for steps (over windows of steps but the slowest: see
-        :mod:`poptorch_shim._data.loader_rate`); None before two steps were read.
-        With an asynchronous loader that keeps up, the wait (and so the
-        bottleneck) is small and this figure large, as it should be."""
+        """Items per second this loader delivers on the simulated host: the CPU time
+        its steps cost, run by its worker processes on the host's cores (over windows
+        of steps but the slowest: see :mod:`poptorch_shim._data.loader_rate`); None
+        before two steps were read. It does not move with this machine's other load."""
         rate = self.measured_rate
         return None if rate is None else rate.items_per_s
 
     @property
     def measured_rate(self) -> LoaderRate | None:
         """The measured rate with its spread over the windows of steps."""
-        return measured_rate(self._waits, self._combined_batch_size)
+        return measured_rate(self._costs, self._combined_batch_size or 1, self.num_workers,
+                             self._host_cores)
 
     def __getstate__(self) -> dict:
         # What the accessor's worker process receives: a plain synchronous
@@ -335,6 +376,15 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"{rebatched_worker_size!r}. It is the batch size the workers "
                 "load before the accessor joins their batches.")
         return rebatched_worker_size, combined
+
+
+def host_cores(options: Options) -> int:
+    """The simulated host's CPU cores one process's loader runs on: the system's
+    ``host_cpu_cores`` (``Options.Simulation.system(..., host_cpu_cores=N)``), shared
+    equally by the processes of a distributed run (poprun's instances on one host
+    server), at least one."""
+    spec = ipusim.system_spec(options.Simulation.preset, 1, **options.Simulation.overrides)
+    return max(1, spec.host_cpu_cores // options.Distributed.num_processes)
 
 
 def measured_loader_rate(options: Options) -> LoaderRate | None:

@@ -5,7 +5,7 @@ shared-memory file that both processes map.
 Memory layout (all offsets 64-byte aligned)::
 
     header (int64 words): min_epoch | shutdown | waiting | state[B] | epoch[B]
-                          | passed[B] | length[B][L]
+                          | passed[B] | length[B][L] | cost[B][3]
     slot 0: leaf 0 | leaf 1 | ... | leaf L-1
     slot 1: ...
 
@@ -15,7 +15,10 @@ epoch the slot belongs to, ``length[i][j]`` the first-dimension length of leaf
 j (a last batch may be shorter than the slot). ``passed[i]`` is 1 when some
 leaves of the item are not in the slot: they were already in shared memory
 and the worker passed them through its pipe instead (see ``worker.py``).
-The worker writes data, epoch, passed and lengths before it sets ``state``;
+``cost[i]`` is what loading the item cost, in nanoseconds: the worker's CPU
+time, its own time off the CPU, and its loader's worker processes' CPU time
+(``loader_rate.StepCost``). The worker writes data, epoch, passed, lengths and
+cost before it sets ``state``;
 the host reads ``state`` first. Both are plain stores and loads of aligned
 words, which x86-64's memory model keeps in program order; the host sets the
 slot back to FREE when it has done with it.
@@ -48,6 +51,7 @@ _ALIGN = 64
 # thread. Smaller leaves keep ``copy_``, whose fixed cost is lower.
 _MEMMOVE_MIN_BYTES = 1 << 20
 _MIN_EPOCH, _SHUTDOWN, _WAITING, _CONTROL_WORDS = 0, 1, 2, 3
+_COST_WORDS = 3  # a slot's cost: seconds of three kinds, as integer nanoseconds
 
 
 def _aligned(size: int) -> int:
@@ -102,7 +106,8 @@ class SharedRing:
         self._passed_at = self._epoch_at + buffer_size
         self._length_at = self._passed_at + buffer_size
         self._leaves = leaves
-        words = self._length_at + buffer_size * leaves
+        self._cost_at = self._length_at + buffer_size * leaves
+        words = self._cost_at + buffer_size * _COST_WORDS
         # numpy views of the header: reading one word costs ~100 ns, which
         # keeps the polling loops of both processes cheap.
         self._header = memory[:words * 8].view(torch.int64).numpy()
@@ -119,7 +124,7 @@ class SharedRing:
     @staticmethod
     def size_in_bytes(layout: ItemLayout, buffer_size: int) -> int:
         """Bytes of the shared-memory file for ``layout`` and ``buffer_size``."""
-        words = _CONTROL_WORDS + buffer_size * (3 + len(layout.leaves))
+        words = _CONTROL_WORDS + buffer_size * (3 + len(layout.leaves) + _COST_WORDS)
         slot = sum(_aligned(spec.nbytes) for spec in layout.leaves)
         return _aligned(words * 8) + buffer_size * slot
 
@@ -177,16 +182,24 @@ class SharedRing:
         start = self._length_at + index * self._leaves
         return self._header[start:start + self._leaves].tolist()
 
+    def cost(self, index: int) -> tuple[float, ...]:
+        """What loading the item of slot ``index`` cost, seconds of each kind."""
+        start = self._cost_at + index * _COST_WORDS
+        return tuple(ns / 1e9 for ns in self._header[start:start + _COST_WORDS].tolist())
+
     def views(self, index: int) -> list[torch.Tensor]:
         """Full-size tensors over the leaves of slot ``index``."""
         return self._slots[index]
 
-    def publish(self, index: int, kind: int, epoch: int,
-                lengths: list[int], passed: bool = False) -> None:
-        """Hand slot ``index`` to the host: lengths, epoch and whether leaves
-        were passed through the pipe, then state."""
+    def publish(self, index: int, kind: int, epoch: int, lengths: list[int],
+                passed: bool = False, cost_s: tuple[float, ...] = (0.0,) * _COST_WORDS) -> None:
+        """Hand slot ``index`` to the host: lengths, epoch, whether leaves were
+        passed through the pipe and what loading the item cost (``cost_s``, seconds of
+        each kind), then state."""
         start = self._length_at + index * self._leaves
         self._header[start:start + self._leaves] = lengths
+        start = self._cost_at + index * _COST_WORDS
+        self._header[start:start + _COST_WORDS] = [round(s * 1e9) for s in cost_s]
         self._header[self._epoch_at + index] = epoch
         self._header[self._passed_at + index] = int(passed)
         self._header[self._state_at + index] = kind

@@ -31,6 +31,13 @@ file descriptor (``shared_leaves.py``), so that the batch reaches the host
 without being copied a second time. The worker sends it before it publishes
 the slot, and the host reads it when it reads the slot.
 
+Each item's slot says what loading it cost (``ring_buffer.py``): this worker's
+CPU time from the previous item to this one, waits for a free slot or for the
+host left out (``cpu_clock.Stopwatch``), its own time off the CPU where it loads
+the data itself, and the CPU time the dataset's worker processes report for it
+(a ``poptorch.DataLoader``'s ``workers_cpu_s``). The host's DataLoader costs its
+steps by them (``loader_rate.py``).
+
 The worker ignores SIGINT (Ctrl-C in a terminal reaches the whole process
 group): the host decides when it stops. It also stops when its parent
 process is gone, so it can never outlive the program.
@@ -50,6 +57,7 @@ from typing import Any
 import torch
 
 from poptorch_shim._data import shared_leaves
+from poptorch_shim._data.cpu_clock import Stopwatch
 from poptorch_shim._data.item_structure import (
     ItemLayout,
     check_leaf,
@@ -116,6 +124,8 @@ class _Producer:
         self._passes = _receives_batches(dataset)  # may pass leaves by reference
         self._first_ppid = os.getppid()  # the host, or the fork server
         self.where = "while starting epoch 1"
+        self._watch = Stopwatch()  # this worker's cost of the item being loaded
+        self._workers_cpu_s = _workers_cpu_s(dataset)  # the dataset's workers', so far
 
     def run(self) -> None:
         """Describe the first item, join the host's ring, then load."""
@@ -141,9 +151,11 @@ class _Producer:
             self._socket.close()
 
     def _receive_ring_path(self) -> str:
+        self._watch.pause()
         while not self._conn.poll(0.05):
             if not self._host_alive():
                 raise _Shutdown()
+        self._watch.resume()
         try:
             message = self._conn.recv()
         except EOFError:
@@ -179,14 +191,18 @@ class _Producer:
         """Wait until ``epoch`` may be loaded; return it, or the later epoch
         the host asked for meanwhile."""
         config = self._config
-        while True:
-            wanted = self._poll_host()
-            if wanted > epoch:
-                return wanted
-            if (wanted == epoch or (epoch == 1 and config.early_preload)
-                    or (epoch > 1 and config.load_indefinitely)):
-                return epoch
-            time.sleep(_IDLE_SLEEP_S)
+        self._watch.pause()
+        try:
+            while True:
+                wanted = self._poll_host()
+                if wanted > epoch:
+                    return wanted
+                if (wanted == epoch or (epoch == 1 and config.early_preload)
+                        or (epoch > 1 and config.load_indefinitely)):
+                    return epoch
+                time.sleep(_IDLE_SLEEP_S)
+        finally:
+            self._watch.resume()
 
     def _poll_host(self) -> int:
         """Raise _Shutdown if the host wants the worker gone; else return
@@ -299,16 +315,31 @@ class _Producer:
     def _acquire(self, epoch: int) -> int:
         """Wait for the next slot to be FREE; return its index."""
         sleep_s = self._config.miss_sleep_time_in_ms / 1000.0
-        while True:
-            self._check_restart(epoch)
-            if self._ring.state(self._write) == FREE:
-                return self._write
-            if sleep_s > 0:
-                time.sleep(sleep_s)
+        self._watch.pause()  # waiting for the host to free a slot is not loading
+        try:
+            while True:
+                self._check_restart(epoch)
+                if self._ring.state(self._write) == FREE:
+                    return self._write
+                if sleep_s > 0:
+                    time.sleep(sleep_s)
+        finally:
+            self._watch.resume()
+
+    def _cost(self) -> tuple[float, float, float]:
+        """What the item about to be published cost since the last one: this worker's
+        CPU seconds, its own seconds off the CPU (only where it loads the data itself:
+        with worker processes it was waiting for them) and theirs."""
+        cpu_s, off_cpu_s = self._watch.take()
+        workers_cpu_s = _workers_cpu_s(self._dataset)
+        spent, self._workers_cpu_s = workers_cpu_s - self._workers_cpu_s, workers_cpu_s
+        return cpu_s, 0.0 if self._passes else off_cpu_s, spent
 
     def _publish(self, kind: int, epoch: int, lengths: list[int],
                  passed: bool = False) -> None:
-        self._ring.publish(self._write, kind, epoch, lengths, passed)
+        cost = self._cost()
+        self._ring.publish(self._write, kind, epoch, lengths, passed,
+                           cost if kind == DATA else (0.0, 0.0, 0.0))
         self._write = (self._write + 1) % self._config.buffer_size
         if self._ring.host_waiting:
             self._send(("ready",))
@@ -328,6 +359,12 @@ class _Producer:
             self._conn.send(message)
         except OSError:
             raise _Shutdown() from None  # the host closed the pipe
+
+
+def _workers_cpu_s(dataset: Any) -> float:
+    """CPU seconds the dataset's worker processes have spent on the batches it
+    received, where it counts them (a ``poptorch.DataLoader``), else 0."""
+    return float(getattr(dataset, "workers_cpu_s", 0.0))
 
 
 def _receives_batches(dataset: Any) -> bool:

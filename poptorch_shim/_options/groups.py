@@ -398,9 +398,9 @@ class _SimulationOptions(OptionsGroup):
     @setter
     def loaderRate(self, items_per_second: float | None) -> "_SimulationOptions":
         """Tell the report's bottleneck verdict that the host data loader
-        delivers this many items per second, instead of the rate timed on the
-        real ``poptorch.DataLoader`` built with these options; None goes back
-        to timing it."""
+        delivers this many items per second, instead of the rate measured on
+        the real ``poptorch.DataLoader`` (its CPU time per step on the simulated
+        host's ``host_cpu_cores``); None goes back to measuring it."""
         check_value(self._path, self._store.spec("loader_rate"), items_per_second)
         if items_per_second is not None and not 0 < items_per_second < math.inf:   # NaN too
             raise ValueError(f"{self._path}.loaderRate: items_per_second must be a positive "

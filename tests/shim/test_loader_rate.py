@@ -1,5 +1,6 @@
-"""The data loader's rate is an input of the run that holds still: measured over
-windows of steps but the slowest, with their spread, or given with
+"""The data loader's rate is an input of the run that holds still: its steps' CPU
+time on the simulated host (``test_loader_cpu_time.py``), over windows of steps but
+the slowest, with their spread, or given with
 ``opts.Simulation.loaderRate``; the headline, the what-ifs and a run made with a
 change all count the run as fed by it, so a what-if gives what that run gets."""
 import json
@@ -10,7 +11,6 @@ import pytest
 from support.reports import fresh_report_registry
 
 from poptorch_shim import commands
-from poptorch_shim._data.loader_rate import WINDOWS, measured_rate
 
 SCRIPT = """
 import sys
@@ -50,22 +50,6 @@ for x, y in poptorch.DataLoader(opts, Data(3 * iterations * 8 * 4), batch_size=4
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):
     fresh_report_registry(monkeypatch)
-
-
-def test_a_window_the_host_spent_elsewhere_moves_the_spread_not_the_rate():
-    waits = [0.001] * 32
-    steady = measured_rate(waits, 100)
-    waits[5] = 0.050  # one step the host was busy with something else
-    disturbed = measured_rate(waits, 100)
-    assert steady.items_per_s == pytest.approx(100_000)
-    assert disturbed.items_per_s == steady.items_per_s
-    per_window = 32 // WINDOWS
-    assert disturbed.low == pytest.approx(per_window * 100 / (0.001 * (per_window - 1) + 0.050))
-    assert disturbed.high == pytest.approx(100_000)
-
-
-def test_a_loader_that_never_kept_the_caller_waiting_has_no_rate():
-    assert measured_rate([0.0] * 10, 100) is None and measured_rate([], 100) is None
 
 
 def run(tmp_path, name, iterations, rate_line, capsys):
@@ -115,12 +99,3 @@ def test_the_exit_line_keeps_the_loader_of_a_model_gone_before_the_end(tmp_path,
     line = next(line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("  training: "))
     assert "the data loader 20,000 given" in line
-
-
-def test_a_loader_whose_workers_deliver_in_bursts_is_timed_over_its_steps():
-    """Workers that have the next steps ready, then keep the caller waiting: most
-    windows wait little, a few long; the rate is that of the steps, not of a lucky window."""
-    waits = [0.0, 0.0, 0.0, 0.012] * 8  # a step in four waits 12 ms: 3 ms a step
-    rate = measured_rate(waits, 100)
-    assert rate.items_per_s == pytest.approx(100 / 0.003)
-    assert rate.low <= rate.items_per_s <= rate.high
