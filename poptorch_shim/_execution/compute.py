@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from itertools import chain
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.loss_finder import LossFinder
+from poptorch_shim._execution.step_shape import flatten_inputs
 
 
 def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,
@@ -88,9 +89,12 @@ class _MixedFloats(TorchFunctionMode):
 def promoting_mixed_floats(model: torch.nn.Module, inputs: Any) -> Iterator[None]:
     """Run the model with float16 and float32 operands promoted to float32 as
     PopTorch does (see :class:`_MixedFloats`); a model with no float16 input,
-    parameter or buffer runs untouched, at no cost."""
-    tensors = list(model.parameters()) + list(model.buffers()) + tree_flatten(inputs)[0]
-    with _MixedFloats() if torch.float16 in _floats(tensors) else nullcontext():
+    parameter or buffer runs untouched, at no cost. ``inputs``: a micro-batch's
+    ``(args, kwargs)``."""
+    tensors = chain(model.parameters(), model.buffers(), flatten_inputs(*inputs)[0])
+    half = any(isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16
+               for tensor in tensors)
+    with _MixedFloats() if half else nullcontext():
         yield
 
 
