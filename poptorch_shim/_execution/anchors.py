@@ -114,9 +114,14 @@ class Anchors:
 
     # -- capture -------------------------------------------------------------------
     @contextmanager
-    def capturing(self, shape: StepShape, loss_scale: float) -> Iterator[_StepCapture]:
+    def capturing(self, shape: StepShape,
+                  loss_scale: float) -> Iterator[_StepCapture | None]:
         """Capture the anchored tensors of one call; the values are assembled
-        when the ``with`` body ends."""
+        when the ``with`` body ends. None where nothing is anchored: the call's
+        micro-batches then have nothing to close."""
+        if not self._specs:
+            yield None
+            return
         capture = _StepCapture(self._targets, self._model, loss_scale)
         with capture.hooked():
             yield capture

@@ -7,7 +7,7 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from itertools import chain
 from typing import Any
@@ -86,14 +86,17 @@ class _MixedFloats(TorchFunctionMode):
 
 
 @contextmanager
-def promoting_mixed_floats(model: torch.nn.Module, inputs: Any) -> Iterator[None]:
-    """Run the model with float16 and float32 operands promoted to float32 as
+def promoting_mixed_floats(modules: Iterable[torch.nn.Module],
+                           inputs: Any) -> Iterator[None]:
+    """Run a model with float16 and float32 operands promoted to float32 as
     PopTorch does (see :class:`_MixedFloats`); a model with no float16 input,
-    parameter or buffer runs untouched, at no cost. ``inputs``: a micro-batch's
-    ``(args, kwargs)``."""
-    tensors = chain(model.parameters(), model.buffers(), flatten_inputs(*inputs)[0])
+    parameter or buffer runs untouched, at no cost. ``modules``: the model's
+    ``modules()``, whose parameters and buffers are its own; ``inputs``: a
+    micro-batch's ``(args, kwargs)``."""
+    tensors = chain.from_iterable(chain(module._parameters.values(), module._buffers.values())
+                                  for module in modules)
     half = any(isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16
-               for tensor in tensors)
+               for tensor in chain(tensors, flatten_inputs(*inputs)[0]))
     with _MixedFloats() if half else nullcontext():
         yield
 
@@ -147,9 +150,7 @@ class WholeModel:
         if not training:
             with torch.no_grad():
                 return self.model(*args, **kwargs)
-        with self.loss_finder.watching() as losses:
-            output = self.model(*args, **kwargs)
-        loss = self.loss_finder.find(output, losses)
+        output, loss = self.loss_finder.forward(self.model, args, kwargs)
         # The gradients of loss * loss_scale, without an autograd node for the product.
         loss.backward(None if loss_scale == 1.0 else torch.full_like(loss, loss_scale))
         return output
