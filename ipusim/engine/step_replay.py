@@ -6,8 +6,9 @@ times. A call that starts with the system idle (no SimPy event pending,
 every host link free) therefore records exactly the events of the last call
 that started idle, shifted in time, and leaves the host links the same way.
 :class:`StepReplay` keeps that call as a :class:`StepTemplate` and appends
-the shifted copy instead of building the programs and simulating them again:
-what makes a shim call cheap. Anything else (the first call, a call after an
+the shifted copy instead of building the programs and simulating them again
+(the recorder writes the copy out only when its rows are read): what makes a
+shim call cheap. Anything else (the first call, a call after an
 instance's clock alignment left an event pending) is simulated.
 """
 from __future__ import annotations
@@ -58,9 +59,7 @@ class StepTemplate:
         """Record this call again as call ``step`` from now, and move the clock past it."""
         start = system.now_ps
         for ipu, (times, fields) in self.rows.items():
-            fields = fields.copy()
-            fields[:, _STEP] = step
-            system.recorder.columns(ipu).append(times + start, fields)
+            system.recorder.columns(ipu).append_shifted(times, fields, start, step)
         if self.duration_ps:
             system.env.run(until=start + self.duration_ps)
         for link, (h2d, d2h) in zip(system.host_links, self.links):

@@ -109,6 +109,16 @@ def _tuple_spec(length: int) -> TreeSpec:
     return tree_flatten((0,) * length)[1]
 
 
+def unflatten(leaves: list[Any], spec: TreeSpec) -> Any:
+    """``tree_unflatten(leaves, spec)``, without the generic walk for the specs
+    :func:`flatten` makes without one (one tensor, a tuple of tensors)."""
+    if spec is _LEAF:
+        return leaves[0]
+    if spec is _tuple_spec(len(leaves)):
+        return tuple(leaves)
+    return tree_unflatten(leaves, spec)
+
+
 def flatten_detached(value: Any) -> tuple[list[Any], TreeSpec]:
     """``value`` flattened, every tensor detached: an output leaving the device."""
     leaves, spec = flatten(value)
@@ -217,14 +227,14 @@ def _pieces(leaf: Any, size: int, count: int) -> Sequence[Any]:
     """``leaf``'s part of each of ``count`` micro-batches: views of ``size`` rows each,
     or ``leaf`` itself in every one when it has no batch dimension (``size`` 0).
 
-    A plain tensor that needs no gradient is cut by one ``Tensor.split`` (the same
-    views as slicing, made in one call); any other is sliced, so that a tensor
-    subclass sees the indexing it expects and each piece of an input that needs
-    gradients has its own slice in the autograd graph."""
+    A plain tensor that needs no gradient is cut by one ``Tensor.chunk`` (the same
+    views as slicing, made in one call: ``count`` divides its rows); any other is
+    sliced, so that a tensor subclass sees the indexing it expects and each piece
+    of an input that needs gradients has its own slice in the autograd graph."""
     if not size:
         return repeat(leaf, count)
     if type(leaf) is torch.Tensor and not leaf.requires_grad:
-        return leaf.split(size)
+        return leaf.chunk(count)
     return [leaf[i * size:(i + 1) * size] for i in range(count)]
 
 
@@ -264,4 +274,4 @@ def _concat(values: list[tuple[list[Any], TreeSpec]]) -> Any:
             leaves.append(torch.stack(group))
         else:
             leaves.append(torch.cat(group))
-    return tree_unflatten(leaves, spec)
+    return unflatten(leaves, spec)
