@@ -8,7 +8,7 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import chain
 from typing import Any
 
@@ -85,9 +85,8 @@ class _MixedFloats(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextmanager
 def promoting_mixed_floats(modules: Iterable[torch.nn.Module],
-                           inputs: Any) -> Iterator[None]:
+                           inputs: Any) -> AbstractContextManager[Any]:
     """Run a model with float16 and float32 operands promoted to float32 as
     PopTorch does (see :class:`_MixedFloats`); a model with no float16 input,
     parameter or buffer runs untouched, at no cost. ``modules``: the model's
@@ -97,8 +96,7 @@ def promoting_mixed_floats(modules: Iterable[torch.nn.Module],
                                   for module in modules)
     half = any(isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16
                for tensor in chain(tensors, flatten_inputs(*inputs)[0]))
-    with _MixedFloats() if half else nullcontext():
-        yield
+    return _MixedFloats() if half else nullcontext()
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 
 from tqdm import tqdm
@@ -92,15 +92,18 @@ class ModelProgress:
             _measuring.reset(token)
             bar.close()
 
-    @contextmanager
-    def computing(self, micro_batches: int, call: int) -> Iterator[Callable[[], None]]:
+    def computing(self, micro_batches: int,
+                  call: int) -> AbstractContextManager[Callable[[], None]]:
         """While call number ``call`` computes its ``micro_batches``: a bar to their total;
         the function it gives counts one micro-batch computed. Where no bar would draw,
-        none is built: building a disabled tqdm bar is most of what a quick call
-        costs beyond its compute."""
+        none is built: building a disabled tqdm bar would cost a quick call more than
+        anything else the shim does around its compute."""
         if not self._shows(True):
-            yield _count_nothing
-            return
+            return nullcontext(_count_nothing)
+        return self._computing(micro_batches, call)
+
+    @contextmanager
+    def _computing(self, micro_batches: int, call: int) -> Iterator[Callable[[], None]]:
         bar = self._bar(True, desc=f"{self.name}, call {call}", total=micro_batches,
                         unit=" micro-batches")
         try:

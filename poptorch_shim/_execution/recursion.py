@@ -3,7 +3,8 @@ hundred levels deep under the shim's hooks takes more frames than plain torch.""
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 
@@ -22,13 +23,14 @@ def stack_needed(model: torch.nn.Module) -> int:
     return depth * _FRAMES_PER_LEVEL + 1000
 
 
-@contextmanager
-def recursion_room(needed: int):
+def recursion_room(needed: int) -> AbstractContextManager[None]:
     """Python's recursion limit raised to ``needed`` inside the ``with`` body, if lower."""
     limit = sys.getrecursionlimit()
-    if needed <= limit:
-        yield
-        return
+    return nullcontext() if needed <= limit else _raised_limit(needed, limit)
+
+
+@contextmanager
+def _raised_limit(needed: int, limit: int) -> Iterator[None]:
     sys.setrecursionlimit(needed)
     try:
         yield
