@@ -60,8 +60,8 @@ class StepTemplate:
         start = system.now_ps
         for ipu, (times, fields) in self.rows.items():
             system.recorder.columns(ipu).append_shifted(times, fields, start, step)
-        if self.duration_ps:
-            system.env.run(until=start + self.duration_ps)
+        if self.duration_ps:  # the system is idle: nothing to run on the way
+            system.env.idle_until(start + self.duration_ps)
         for link, (h2d, d2h) in zip(system.host_links, self.links):
             if h2d is not None:
                 link.h2d_free_at = start + h2d

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from itertools import chain
 from typing import Any
 
 import torch
@@ -92,11 +91,13 @@ def promoting_mixed_floats(modules: Iterable[torch.nn.Module],
     parameter or buffer runs untouched, at no cost. ``modules``: the model's
     ``modules()``, whose parameters and buffers are its own; ``inputs``: a
     micro-batch's ``(args, kwargs)``."""
-    tensors = chain.from_iterable(chain(module._parameters.values(), module._buffers.values())
-                                  for module in modules)
-    half = any(isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16
-               for tensor in chain(tensors, flatten_inputs(*inputs)[0]))
-    return _MixedFloats() if half else nullcontext()
+    tensors = [leaf for module in modules
+               for leaf in (*module._parameters.values(), *module._buffers.values())]
+    tensors += flatten_inputs(*inputs)[0]
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16:
+            return _MixedFloats()
+    return nullcontext()
 
 
 @contextmanager

@@ -557,9 +557,10 @@ class _mode:
     def __enter__(self):
         self.saved = [(m, m.training) for m in self.modules]
         # Module.train only sets the flags: skipped when they are all set already.
-        if any(was != self.training or type(m).train is not torch.nn.Module.train
-               for m, was in self.saved):
-            self.modules[0].train(self.training)
+        for m, was in self.saved:
+            if was != self.training or type(m).train is not torch.nn.Module.train:
+                self.modules[0].train(self.training)
+                break
 
     def __exit__(self, *exc):
         for module, was_training in self.saved:
