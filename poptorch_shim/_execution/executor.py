@@ -373,7 +373,8 @@ class PoplarExecutor:
         rows = [micro_batches[i:i + groups] for i in range(0, len(micro_batches), groups)]
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
-        outputs: list = [None] * (len(rows) * len(sources))
+        per_row = len(sources)
+        outputs: list = [None] * (len(rows) * per_row)
         call = len(self._device.step_durations) + 1
         # The loop runs once per micro-batch: what it does beyond the user's
         # compute is what a call costs, so it looks everything up once.
@@ -387,7 +388,7 @@ class PoplarExecutor:
                 if training:
                     self._optimizer.zero_grad()
                 for index in range(start, start + accumulation):
-                    for place, source in enumerate(sources, index * len(sources)):
+                    for place, source in enumerate(sources, index * per_row):
                         mb_args, mb_kwargs = rows[index][source]
                         out = run(mb_args, mb_kwargs, training, scale)
                         if index in returned:
