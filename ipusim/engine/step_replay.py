@@ -107,7 +107,10 @@ class StepReplay:
         env = self.system.env
         while env.peek() == env.now:
             env.step()
+        if env.peek() != math.inf:
+            return False
         now = env.now
-        return env.peek() == math.inf and all(
-            link.h2d_free_at <= now and link.d2h_free_at <= now
-            for link in self.system.host_links)
+        for link in self.system.host_links:
+            if link.h2d_free_at > now or link.d2h_free_at > now:
+                return False
+        return True

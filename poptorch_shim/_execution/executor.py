@@ -107,6 +107,9 @@ class PoplarExecutor:
         self._stack_needed = stack_needed(model)
         self._options = options
         self._training = training
+        # Read once: the model's own options are frozen, and every call needs these.
+        self._offline = options.connection_type is enums.ConnectionType.Never
+        self._mean = options.Training.reduction_type == enums.ReductionType.Mean
         self._optimizer = optimizer
         if training and optimizer is None:
             self._optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -304,7 +307,7 @@ class PoplarExecutor:
                 raise poptorch_error(error) from None
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
-        if self._options.connection_type is enums.ConnectionType.Never:
+        if self._offline:
             raise AssertionError(OFFLINE_ERR)   # PopTorch asserts it: not a poptorch.Error
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
@@ -367,7 +370,7 @@ class PoplarExecutor:
         its group's input, and the weights update once per device iteration.
         """
         shape = self._shape
-        mean = self._options.Training.reduction_type == enums.ReductionType.Mean
+        mean = self._mean
         scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
         groups = shape.input_groups
         rows = [micro_batches[i:i + groups] for i in range(0, len(micro_batches), groups)]

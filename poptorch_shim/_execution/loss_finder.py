@@ -43,7 +43,11 @@ class LossFinder:
                 output = model(*args, **kwargs)
             return output, self.find(output, losses)
         output = model(*args, **kwargs)
-        return output, self.find(output, None)
+        leaves, spec = flatten(output)
+        where = self._where
+        if where[0] is spec or where[0] == spec:  # (see find)
+            return output, leaves[where[1]]
+        return output, self._found(output, None, leaves, spec)
 
     def find(self, output: Any, losses: LossRecorder | None) -> torch.Tensor:
         """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
@@ -52,6 +56,12 @@ class LossFinder:
         # The structures of most outputs are shared specs: identical, no need to compare.
         if where is not None and (where[0] is spec or where[0] == spec):
             return leaves[where[1]]
+        return self._found(output, losses, leaves, spec)
+
+    def _found(self, output: Any, losses: LossRecorder | None, leaves: list,
+               spec: TreeSpec) -> torch.Tensor:
+        """The loss among ``output`` (flattened: ``leaves``, ``spec``) found by the
+        operator that made it, and kept where it was found."""
         loss = find_loss(output, losses)
         self._where = (spec, next(i for i, leaf in enumerate(leaves) if leaf is loss))
         return loss
