@@ -3,14 +3,17 @@
 The shim runs every micro-batch with real torch compute and then advances
 the simulated IPU system; this measures what that costs on top of plain
 torch forward + backward + optimizer step (SGD with momentum) over the same
-micro-batches. For each MLP width (64, 256 and 1024 by default) both sides
-start from the same initial weights (the plain model loads the shim model's
-state before wrapping), get one untimed warm-up call each, then run pairs of
-calls, one of each side in alternating order, torch on one thread
-(``torch.set_num_threads(1)``) so the two sides do not compete for cores.
+micro-batches (with ``--gradient-accumulation N`` a weight update every N
+micro-batches, their gradients added up as PopTorch's Mean reduction does; a
+call holds device iterations x N micro-batches). For each MLP width (64, 256
+and 1024 by default) both sides start from the same initial weights (the
+plain model loads the shim model's state before wrapping), get one untimed
+warm-up call each, then run pairs of calls, one of each side in alternating
+order, torch on one thread (``torch.set_num_threads(1)``) so the two sides do
+not compete for cores.
 
 Units: milliseconds per call (one call = all the micro-batches of one
-``deviceIterations`` step), of the process's CPU time by default
+step, device iterations x gradient accumulation), of the process's CPU time by default
 (``--clock cpu``: other processes on a shared machine barely move it) or of
 wall time (``--clock wall``). Each width runs ``--repeats`` pairs, by
 default as many as fit ``--seconds`` of plain torch (15 at least). Per
@@ -85,25 +88,31 @@ def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 
 def measure_width(width: int, x: torch.Tensor, y: torch.Tensor, micro_batch: int,
-                  device_iterations: int, repeats: int | None, seconds: float,
-                  clock) -> dict[str, list[float] | float]:
+                  device_iterations: int, accumulation: int, repeats: int | None,
+                  seconds: float, clock) -> dict[str, list[float] | float]:
     """Paired seconds of the shim call and the plain torch step at ``width``:
     ``repeats`` pairs, or as many as fit ``seconds`` of plain torch."""
     torch.manual_seed(width)
     shim_model, plain_model = Mlp(width), Mlp(width)
     plain_model.load_state_dict(shim_model.state_dict())  # the same initial weights
     opts = poptorch.Options().deviceIterations(device_iterations)
+    opts.Training.gradientAccumulation(accumulation)
     shim = poptorch.trainingModel(shim_model, opts,
                                   torch.optim.SGD(shim_model.parameters(), lr=0.01, momentum=0.9))
     optimizer = torch.optim.SGD(plain_model.parameters(), lr=0.01, momentum=0.9)
     shim.compile(x, y)
+    update = micro_batch * accumulation  # samples per weight update
+    scale = 1.0 / accumulation           # PopTorch's Mean reduction over the accumulation
 
     def plain_step() -> None:
-        """Forward, backward and optimizer step on each micro-batch, as the shim does."""
-        for i in range(0, len(x), micro_batch):
+        """Forward and backward on each micro-batch, the gradients of each
+        accumulation's micro-batches added up (scaled by the Mean reduction), an
+        optimizer step after each: what the shim does."""
+        for start in range(0, len(x), update):
             optimizer.zero_grad()
-            _, loss = plain_model(x[i:i + micro_batch], y[i:i + micro_batch])
-            loss.backward()
+            for i in range(start, start + update, micro_batch):
+                _, loss = plain_model(x[i:i + micro_batch], y[i:i + micro_batch])
+                loss.backward(None if scale == 1.0 else torch.full_like(loss, scale))
             optimizer.step()
 
     def shim_step() -> None:
@@ -131,6 +140,9 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--device-iterations", type=int, default=16)
+    parser.add_argument("--gradient-accumulation", type=int, default=1,
+                        help="micro-batches per weight update (a call holds device "
+                             "iterations x this many)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="pairs of calls per width (default: as many as fit --seconds)")
     parser.add_argument("--seconds", type=float, default=8.0,
@@ -139,18 +151,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    n = args.micro_batch * args.device_iterations
+    micro_batches = args.device_iterations * args.gradient_accumulation
+    n = args.micro_batch * micro_batches
     x, y = torch.randn(n, 784), torch.randint(0, 10, (n,))
 
-    print(f"one call: {args.device_iterations} micro-batches x {args.micro_batch} samples of an "
-          f"MLP 784-W-W-10, SGD momentum; torch threads: {torch.get_num_threads()}; "
+    print(f"one call: {micro_batches} micro-batches x {args.micro_batch} samples of an "
+          f"MLP 784-W-W-10 ({args.device_iterations} device iterations x gradient "
+          f"accumulation {args.gradient_accumulation}), SGD momentum; "
+          f"torch threads: {torch.get_num_threads()}; "
           f"{args.clock} time; median [interquartile range] over pairs of calls")
     print(f"{'width':>6}{'pairs':>7}  {'plain torch ms/call':<24}{'shim ms/call':<24}"
           f"{'ratio shim/plain':<22}{'fixed cost ms/call':<24}{'max |dw|':>9}"
           f"{'extra Python calls':>20}")
     for width in args.widths:
         result = measure_width(width, x, y, args.micro_batch, args.device_iterations,
-                               args.repeats, args.seconds, CLOCKS[args.clock])
+                               args.gradient_accumulation, args.repeats, args.seconds,
+                               CLOCKS[args.clock])
         plain, shim = result["plain"], result["shim"]
         print(f"{width:>6}{len(plain):>7}  {spread([1e3 * t for t in plain], '.2f'):<24}"
               f"{spread([1e3 * t for t in shim], '.2f'):<24}"

@@ -12,8 +12,6 @@ control flow is for inference only) and whether the forward runs to be
 compiled rather than to compute a micro-batch (a print happens only when the
 program runs).
 """
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import NamedTuple
 
@@ -44,12 +42,18 @@ def compiling() -> bool:
     return run is not None and run.compiling
 
 
-@contextmanager
-def running_on_ipu(training: bool, compiling: bool = False) -> Iterator[None]:
+class running_on_ipu:
     """Make :func:`isRunningOnIpu` return True inside the ``with`` body, for a
-    ``training`` model or an inference one, ``compiling`` it or computing."""
-    token = _ON_IPU.set(_IpuRun(training, compiling))
-    try:
-        yield
-    finally:
-        _ON_IPU.reset(token)
+    ``training`` model or an inference one, ``compiling`` it or computing (a
+    class rather than a generator: every model call enters it)."""
+
+    __slots__ = ("_run", "_token")
+
+    def __init__(self, training: bool, compiling: bool = False):
+        self._run = _IpuRun(training, compiling)
+
+    def __enter__(self) -> None:
+        self._token = _ON_IPU.set(self._run)
+
+    def __exit__(self, *exc) -> None:
+        _ON_IPU.reset(self._token)

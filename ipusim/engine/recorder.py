@@ -116,18 +116,26 @@ class Columns:
     the cost of appending to ``array.array`` one field at a time) and calls
     :meth:`pack` when :attr:`pending` holds :data:`CHUNK` rows; packing turns
     them into an int64 (start, end) block and an int32 (label, micro_batch,
-    step, cycle) block in one numpy call.
+    step, cycle) block in one numpy call. A replayed call's rows (see
+    :mod:`ipusim.engine.step_replay`) wait as a reference to its template until
+    they are read: the calls of a run are replayed at the cost of a list append.
     """
 
-    __slots__ = ("pending", "times", "fields")
+    __slots__ = ("pending", "times", "fields", "replays", "replayed_rows")
 
     def __init__(self) -> None:
         self.pending: list[int] = []           # rows in PENDING_LAYOUT order, one after another
         self.times: list[np.ndarray] = []      # (rows, TIMES) int64 blocks
         self.fields: list[np.ndarray] = []     # (rows, FIELDS) int32 blocks
+        # Replayed calls not yet written into the blocks, oldest first: (times, fields,
+        # shift, step), all older than the pending rows; and how many rows they hold.
+        self.replays: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        self.replayed_rows = 0
 
     def pack(self) -> None:
-        """Move the pending rows into the typed blocks."""
+        """Move the replayed calls, then the pending rows, into the typed blocks."""
+        if self.replays:
+            self._pack_replays()
         if not self.pending:
             return
         block = np.array(self.pending, np.int64).reshape(-1, ROW_INTS)
@@ -139,8 +147,40 @@ class Columns:
         self.fields.append(fields.astype(np.int32))
         self.pending.clear()
 
+    def _pack_replays(self) -> None:
+        """Write the replayed calls into the typed blocks: the calls that replay one
+        block (a call's template) in a row become one block, shifted and renumbered
+        in one numpy pass each."""
+        replays, self.replays, self.replayed_rows = self.replays, [], 0
+        start = 0
+        while start < len(replays):
+            times, fields = replays[start][:2]
+            end = start + 1
+            while end < len(replays) and replays[end][0] is times and replays[end][1] is fields:
+                end += 1
+            shifts = np.array([shift for _, _, shift, _ in replays[start:end]], np.int64)
+            steps = np.array([step for _, _, _, step in replays[start:end]], np.int32)
+            count = end - start
+            self.times.append((times[None] + shifts[:, None, None]).reshape(-1, TIMES))
+            block = np.tile(fields, (count, 1))
+            block[:, FIELD["step"]] = np.repeat(steps, len(fields))
+            self.fields.append(block)
+            start = end
+
+    def append_shifted(self, times: np.ndarray, fields: np.ndarray, shift: int,
+                       step: int) -> None:
+        """Append packed rows again (a replayed call's), ``shift`` later and numbered
+        ``step``: kept as they are until the rows are read (every reader packs first),
+        so that replaying a call costs no array operation while the script runs.
+        ``times`` and ``fields`` must not change afterwards."""
+        if self.pending:  # the pending rows are older: they go first
+            self.pack()
+        self.replays.append((times, fields, shift, step))
+        self.replayed_rows += len(times)
+
     def __len__(self) -> int:
-        return sum(len(block) for block in self.times) + len(self.pending) // ROW_INTS
+        return (sum(len(block) for block in self.times) + self.replayed_rows
+                + len(self.pending) // ROW_INTS)
 
     def tail(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(times, fields) of the last ``count`` rows, packed, gathered from the newest blocks."""
@@ -155,12 +195,6 @@ class Columns:
             left -= take
         return (np.concatenate(times[::-1]) if times else np.empty((0, TIMES), np.int64),
                 np.concatenate(fields[::-1]) if fields else np.empty((0, FIELDS), np.int32))
-
-    def append(self, times: np.ndarray, fields: np.ndarray) -> None:
-        """Append packed rows (a replayed call's) after those recorded so far."""
-        self.pack()
-        self.times.append(times)
-        self.fields.append(fields)
 
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, fields) of every row, packed."""

@@ -6,8 +6,9 @@ times. A call that starts with the system idle (no SimPy event pending,
 every host link free) therefore records exactly the events of the last call
 that started idle, shifted in time, and leaves the host links the same way.
 :class:`StepReplay` keeps that call as a :class:`StepTemplate` and appends
-the shifted copy instead of building the programs and simulating them again:
-what makes a shim call cheap. Anything else (the first call, a call after an
+the shifted copy instead of building the programs and simulating them again
+(the recorder writes the copy out only when its rows are read): what makes a
+shim call cheap. Anything else (the first call, a call after an
 instance's clock alignment left an event pending) is simulated.
 """
 from __future__ import annotations
@@ -58,11 +59,9 @@ class StepTemplate:
         """Record this call again as call ``step`` from now, and move the clock past it."""
         start = system.now_ps
         for ipu, (times, fields) in self.rows.items():
-            fields = fields.copy()
-            fields[:, _STEP] = step
-            system.recorder.columns(ipu).append(times + start, fields)
-        if self.duration_ps:
-            system.env.run(until=start + self.duration_ps)
+            system.recorder.columns(ipu).append_shifted(times, fields, start, step)
+        if self.duration_ps:  # the system is idle: nothing to run on the way
+            system.env.idle_until(start + self.duration_ps)
         for link, (h2d, d2h) in zip(system.host_links, self.links):
             if h2d is not None:
                 link.h2d_free_at = start + h2d
@@ -108,7 +107,10 @@ class StepReplay:
         env = self.system.env
         while env.peek() == env.now:
             env.step()
+        if env.peek() != math.inf:
+            return False
         now = env.now
-        return env.peek() == math.inf and all(
-            link.h2d_free_at <= now and link.d2h_free_at <= now
-            for link in self.system.host_links)
+        for link in self.system.host_links:
+            if link.h2d_free_at > now or link.d2h_free_at > now:
+                return False
+        return True

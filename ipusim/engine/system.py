@@ -53,12 +53,27 @@ class _IOTiles:
         self.outputs_sent = 0                # when the last output reaches the host
 
 
+class Environment(simpy.Environment):
+    """SimPy's environment, whose clock can also move on over an empty schedule."""
+
+    def idle_until(self, time: int) -> None:
+        """What ``run(until=time)`` does when no event is scheduled, the clock moved
+        to ``time``, without the event it would schedule, stop on and leave behind
+        (a replayed call's clock moves on so; see :mod:`ipusim.engine.step_replay`)."""
+        if self._queue:
+            raise RuntimeError("idle_until() with events scheduled: run(until=...) them")
+        if time <= self._now:
+            raise ValueError(f"until ({time}) must be greater than the current simulation "
+                             f"time ({self._now})")
+        self._now = time
+
+
 class System:
     """A simulated IPU system that keeps its clock across calls."""
 
     def __init__(self, spec: SystemSpec, recorder: Recorder | None = None):
         self.spec = spec
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.recorder = recorder if recorder is not None else Recorder()
         self.host_links = [HostLink() for _ in range(spec.num_host_links)]
         self._barriers: dict[Group, Barrier] = {}

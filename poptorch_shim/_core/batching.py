@@ -10,11 +10,13 @@ this module is the one place the products are written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
 class MicroBatchCounts:
-    """The micro-batch counts of a call under some options."""
+    """The micro-batch counts of a call under some options (each product worked
+    out once: the fields are frozen, and every model call reads them)."""
 
     device_iterations: int
     gradient_accumulation: int
@@ -27,23 +29,23 @@ class MicroBatchCounts:
         return cls(options.device_iterations, options.Training.gradient_accumulation,
                    options.replication_factor, options.input_group_size)
 
-    @property
+    @cached_property
     def input_groups(self) -> int:
         """Distinct input micro-batches per row of replicas."""
         return self.replicas // self.input_group_size
 
-    @property
+    @cached_property
     def micro_batches_per_step(self) -> int:
         """Micro-batches each replica runs in one call: a row of replicas per
         device iteration and gradient-accumulation step."""
         return self.device_iterations * self.gradient_accumulation
 
-    @property
+    @cached_property
     def micro_batches(self) -> int:
         """Distinct input micro-batches in one call."""
         return self.micro_batches_per_step * self.input_groups
 
-    @property
+    @cached_property
     def micro_batches_per_update(self) -> int:
         """Micro-batches whose gradients one weight update combines: every
         replica's gradient-accumulation steps."""

@@ -24,7 +24,7 @@ updated weight one per weight update.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -113,10 +113,15 @@ class Anchors:
         return replace(shape, gradient_accumulation=1) if kind == UPDATED else shape
 
     # -- capture -------------------------------------------------------------------
-    @contextmanager
-    def capturing(self, shape: StepShape, loss_scale: float) -> Iterator[_StepCapture]:
+    def capturing(self, shape: StepShape,
+                  loss_scale: float) -> AbstractContextManager[_StepCapture | None]:
         """Capture the anchored tensors of one call; the values are assembled
-        when the ``with`` body ends."""
+        when the ``with`` body ends. None where nothing is anchored: the call's
+        micro-batches then have nothing to close."""
+        return self._capturing(shape, loss_scale) if self._specs else nullcontext()
+
+    @contextmanager
+    def _capturing(self, shape: StepShape, loss_scale: float) -> Iterator[_StepCapture]:
         capture = _StepCapture(self._targets, self._model, loss_scale)
         with capture.hooked():
             yield capture

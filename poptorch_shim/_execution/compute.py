@@ -7,18 +7,18 @@ model as a single stage on IPU 0; the staged runner for Blocks lives in
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from ipusim import Cost, Stage
 from poptorch_shim._execution.cost_probe import Measurement, measure, tensor_bytes
 from poptorch_shim._execution.loss_finder import LossFinder
+from poptorch_shim._execution.step_shape import flatten_inputs
 
 
 def measured_stage(name: str, ipu: int, forward: Measurement, backward: Cost,
@@ -84,14 +84,20 @@ class _MixedFloats(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextmanager
-def promoting_mixed_floats(model: torch.nn.Module, inputs: Any) -> Iterator[None]:
-    """Run the model with float16 and float32 operands promoted to float32 as
+def promoting_mixed_floats(modules: Iterable[torch.nn.Module],
+                           inputs: Any) -> AbstractContextManager[Any]:
+    """Run a model with float16 and float32 operands promoted to float32 as
     PopTorch does (see :class:`_MixedFloats`); a model with no float16 input,
-    parameter or buffer runs untouched, at no cost."""
-    tensors = list(model.parameters()) + list(model.buffers()) + tree_flatten(inputs)[0]
-    with _MixedFloats() if torch.float16 in _floats(tensors) else nullcontext():
-        yield
+    parameter or buffer runs untouched, at no cost. ``modules``: the model's
+    ``modules()``, whose parameters and buffers are its own; ``inputs``: a
+    micro-batch's ``(args, kwargs)``."""
+    tensors = [leaf for module in modules
+               for leaf in (*module._parameters.values(), *module._buffers.values())]
+    tensors += flatten_inputs(*inputs)[0]
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float16:
+            return _MixedFloats()
+    return nullcontext()
 
 
 @contextmanager
@@ -143,9 +149,7 @@ class WholeModel:
         if not training:
             with torch.no_grad():
                 return self.model(*args, **kwargs)
-        with self.loss_finder.watching() as losses:
-            output = self.model(*args, **kwargs)
-        loss = self.loss_finder.find(output, losses)
+        output, loss = self.loss_finder.forward(self.model, args, kwargs)
         # The gradients of loss * loss_scale, without an autograd node for the product.
         loss.backward(None if loss_scale == 1.0 else torch.full_like(loss, loss_scale))
         return output

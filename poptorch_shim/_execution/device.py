@@ -122,7 +122,7 @@ class SimulatedDevice:
         duration = self.simulation.step()
         self.step_durations.append(duration)
         self.host_calls.append((host_start_ns, simulated_clock.host_now_ns(), start,
-                                self.simulation.now_ps))
+                                start + duration))
         return duration
 
     @property

@@ -118,6 +118,9 @@ class PoplarExecutor:
         self._stack_needed = stack_needed(model)
         self._options = options
         self._training = training
+        # Read once: the model's own options are frozen, and every call needs these.
+        self._offline = options.connection_type is enums.ConnectionType.Never
+        self._mean = options.Training.reduction_type == enums.ReductionType.Mean
         self._optimizer = optimizer
         if training and optimizer is None:
             self._optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -303,9 +306,10 @@ class PoplarExecutor:
                      lambda *_, name=name: called.append(name) if name not in called else None)
                  for name, module in activation_names(probe.model)]
         try:
-            with left_as_it_was(probe.model), _mode(probe.model, self._training), \
+            modules = list(probe.model.modules())
+            with left_as_it_was(probe.model), _mode(modules, self._training), \
                     recording(recorder), running_on_ipu(self._training, compiling=True), \
-                    promoting_mixed_floats(probe.model, (args, kwargs)), \
+                    promoting_mixed_floats(modules, (args, kwargs)), \
                     observing(lambda kind, tensors, value: asked.add(kind)), \
                     fake_inputs((args, kwargs), self._timing_only) as (args, kwargs):
                 # The weight update runs the operators PopART builds for the optimizer.
@@ -329,7 +333,7 @@ class PoplarExecutor:
                 raise poptorch_error(error) from None
 
     def _call(self, call: simulated_clock.ModelCall, args: tuple, kwargs: dict) -> Any:
-        if self._options.connection_type is enums.ConnectionType.Never:
+        if self._offline:
             raise AssertionError(OFFLINE_ERR)   # PopTorch asserts it: not a poptorch.Error
         if self._device is not None and not self._attached:
             self.attachToDevice()  # as PopTorch does after detachFromDevice()
@@ -346,8 +350,10 @@ class PoplarExecutor:
                       f"{single}", file=sys.stderr)
         if fed_by is not None:  # the loader may be gone by the report: keep its rate
             self._device.fed_by(fed_by.measured_rate)
-        self._check_micro_batch_size(micro_batches[0])
-        self._check_signature(micro_batches[0])
+        if input_signature(micro_batches[0]) != self._signature:
+            # Inputs of the compiled shapes pass both checks: each says what else differs.
+            self._check_micro_batch_size(micro_batches[0])
+            self._check_signature(micro_batches[0])
         if self._timing_only:
             shape = self._shape
             outputs = [self._placeholder] * (shape.micro_batches_per_step * shape.replicas)
@@ -394,33 +400,42 @@ class PoplarExecutor:
         per iteration and accumulation step; each replica of a row computes on
         its group's input, and the weights update once per device iteration.
         """
-        shape, outputs = self._shape, []
-        mean = self._options.Training.reduction_type == enums.ReductionType.Mean
+        shape = self._shape
+        mean = self._mean
         scale = 1.0 / (shape.gradient_accumulation * shape.replicas) if mean else 1.0
-        rows = [micro_batches[i:i + shape.input_groups]
-                for i in range(0, len(micro_batches), shape.input_groups)]
+        groups = shape.input_groups
+        rows = [micro_batches[i:i + groups] for i in range(0, len(micro_batches), groups)]
         returned = shape.returned_rows(len(rows))
         sources = [shape.input_of(replica) for replica in range(shape.replicas)]
+        per_row = len(sources)
+        outputs: list = [None] * (len(rows) * per_row)
         call = len(self._device.step_durations) + 1
-        with _mode(self._model, self._training), running_on_ipu(self._training), \
-                promoting_mixed_floats(self._model, micro_batches[0]), \
+        # The loop runs once per micro-batch: what it does beyond the user's
+        # compute is what a call costs, so it looks everything up once.
+        run, training, accumulation = self._runner.run, self._training, shape.gradient_accumulation
+        modules = list(self._model.modules())  # walked once, for the mode and the dtypes
+        with _mode(modules, training), running_on_ipu(training), \
+                promoting_mixed_floats(modules, micro_batches[0]), \
                 self._anchors.capturing(shape, scale) as anchors, \
-                self._progress.computing(len(rows) * len(sources), call) as computed:
-            for start in range(0, len(rows), shape.gradient_accumulation):
-                if self._training:
+                self._progress.computing(len(outputs), call) as computed:
+            for start in range(0, len(rows), accumulation):
+                if training:
                     self._optimizer.zero_grad()
-                for index in range(start, start + shape.gradient_accumulation):
-                    for source in sources:
+                for index in range(start, start + accumulation):
+                    for place, source in enumerate(sources, index * per_row):
                         mb_args, mb_kwargs = rows[index][source]
-                        out = self._runner.run(mb_args, mb_kwargs, self._training, scale)
-                        outputs.append(flatten_detached(out) if index in returned else None)
-                        anchors.micro_batch_done()
+                        out = run(mb_args, mb_kwargs, training, scale)
+                        if index in returned:
+                            outputs[place] = flatten_detached(out)
+                        if anchors is not None:
+                            anchors.micro_batch_done()
                         computed()
-                if self._training:
+                if training:
                     if self._across_instances:
                         reduce_gradients(self._model.parameters(), mean)
                     self._optimizer.step()
-                    anchors.weights_updated()
+                    if anchors is not None:
+                        anchors.weights_updated()
         return outputs
 
     # -- weights, optimizer, device ----------------------------------------------
@@ -566,17 +581,21 @@ def _reduce_as_optimizer_needs(options: Options, optimizer: torch.optim.Optimize
 
 
 class _mode:
-    """Put a module in train or eval mode for a block, then restore it."""
+    """Put a module in train or eval mode for a block, then restore it.
 
-    def __init__(self, module: torch.nn.Module, training: bool):
-        self.module, self.training = module, training
+    ``modules``: the module's ``modules()``, the module itself first (a call
+    walks the tree once for this and for the mixed-float check)."""
+
+    def __init__(self, modules: list[torch.nn.Module], training: bool):
+        self.modules, self.training = modules, training
 
     def __enter__(self):
-        self.saved = [(m, m.training) for m in self.module.modules()]
+        self.saved = [(m, m.training) for m in self.modules]
         # Module.train only sets the flags: skipped when they are all set already.
-        if any(was != self.training or type(m).train is not torch.nn.Module.train
-               for m, was in self.saved):
-            self.module.train(self.training)
+        for m, was in self.saved:
+            if was != self.training or type(m).train is not torch.nn.Module.train:
+                self.modules[0].train(self.training)
+                break
 
     def __exit__(self, *exc):
         for module, was_training in self.saved:

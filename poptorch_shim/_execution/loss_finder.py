@@ -6,6 +6,7 @@ later calls take the output at the same place.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -14,6 +15,8 @@ from torch.utils._pytree import TreeSpec
 
 from poptorch_shim._execution.step_shape import flatten
 from poptorch_shim.losses import LossRecorder, find_loss
+
+_NOT_WATCHING = nullcontext()  # stateless: one serves every call
 
 
 class LossFinder:
@@ -28,13 +31,37 @@ class LossFinder:
     def watching(self) -> AbstractContextManager[LossRecorder | None]:
         """Record the loss functions' results while the forward runs (``with
         finder.watching() as losses``), until the loss has been found once."""
-        return nullcontext() if self._where is not None else LossRecorder()
+        return _NOT_WATCHING if self._where is not None else LossRecorder()
+
+    def forward(self, model: Callable[..., Any], args: tuple,
+                kwargs: dict) -> tuple[Any, torch.Tensor]:
+        """``model(*args, **kwargs)`` and the loss among its output, watched for
+        only until it has been found (what :meth:`watching` and :meth:`find` do, in
+        one call for the executor's every micro-batch)."""
+        if self._where is None:
+            with LossRecorder() as losses:
+                output = model(*args, **kwargs)
+            return output, self.find(output, losses)
+        output = model(*args, **kwargs)
+        leaves, spec = flatten(output)
+        where = self._where
+        if where[0] is spec or where[0] == spec:  # (see find)
+            return output, leaves[where[1]]
+        return output, self._found(output, None, leaves, spec)
 
     def find(self, output: Any, losses: LossRecorder | None) -> torch.Tensor:
         """The loss among ``output``; ``losses`` is what :meth:`watching` recorded."""
         leaves, spec = flatten(output)
-        if self._where is not None and self._where[0] == spec:
-            return leaves[self._where[1]]
+        where = self._where
+        # The structures of most outputs are shared specs: identical, no need to compare.
+        if where is not None and (where[0] is spec or where[0] == spec):
+            return leaves[where[1]]
+        return self._found(output, losses, leaves, spec)
+
+    def _found(self, output: Any, losses: LossRecorder | None, leaves: list,
+               spec: TreeSpec) -> torch.Tensor:
+        """The loss among ``output`` (flattened: ``leaves``, ``spec``) found by the
+        operator that made it, and kept where it was found."""
         loss = find_loss(output, losses)
         self._where = (spec, next(i for i, leaf in enumerate(leaves) if leaf is loss))
         return loss

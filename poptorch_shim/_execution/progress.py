@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 
 from tqdm import tqdm
@@ -60,10 +60,18 @@ class ModelProgress:
         self.name = name
         self.show_measuring = measuring
 
-    def _bar(self, shown: bool, **kwargs) -> tqdm:
-        stream = sys.stderr
-        shown = shown and run_settings.current().progress and _is_terminal(stream) \
+    @staticmethod
+    def _shows(shown: bool) -> bool:
+        """Whether a bar asked to be ``shown`` draws: the run asks for progress, stderr
+        is a terminal and no bar of the script's is open. The terminal is asked before
+        the run's settings, which outside the runner means reading the environment."""
+        return shown and _is_terminal(sys.stderr) and run_settings.current().progress \
             and not script_bar_open()
+
+    @staticmethod
+    def _bar(shown: bool, **kwargs) -> tqdm:
+        """A bar on stderr, drawn if ``shown`` (what :meth:`_shows` decided)."""
+        stream = sys.stderr
         # miniters=0: redraw on time alone (every MININTERVAL_S), whatever the count.
         bar = tqdm(file=stream, leave=False, delay=DELAY_S, mininterval=MININTERVAL_S,
                    miniters=0, dynamic_ncols=True, disable=not shown, **kwargs)
@@ -75,7 +83,8 @@ class ModelProgress:
     def measuring(self) -> Iterator[None]:
         """While the model is measured: the count of operators measured so far, which
         :func:`operator_measured` advances."""
-        bar = self._bar(self.show_measuring, desc=f"measuring {self.name}", unit=" operators")
+        bar = self._bar(self._shows(self.show_measuring), desc=f"measuring {self.name}",
+                        unit=" operators")
         token = _measuring.set(None if bar.disable else bar)
         try:
             yield
@@ -83,16 +92,28 @@ class ModelProgress:
             _measuring.reset(token)
             bar.close()
 
-    @contextmanager
-    def computing(self, micro_batches: int, call: int) -> Iterator[Callable[[], None]]:
+    def computing(self, micro_batches: int,
+                  call: int) -> AbstractContextManager[Callable[[], None]]:
         """While call number ``call`` computes its ``micro_batches``: a bar to their total;
-        the function it gives counts one micro-batch computed."""
+        the function it gives counts one micro-batch computed. Where no bar would draw,
+        none is built: building a disabled tqdm bar would cost a quick call more than
+        anything else the shim does around its compute."""
+        if not self._shows(True):
+            return nullcontext(_count_nothing)
+        return self._computing(micro_batches, call)
+
+    @contextmanager
+    def _computing(self, micro_batches: int, call: int) -> Iterator[Callable[[], None]]:
         bar = self._bar(True, desc=f"{self.name}, call {call}", total=micro_batches,
                         unit=" micro-batches")
         try:
             yield bar.update
         finally:
             bar.close()
+
+
+def _count_nothing() -> None:
+    """A micro-batch computed where no bar shows: nothing to count."""
 
 
 def operator_measured() -> None:

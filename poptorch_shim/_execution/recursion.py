@@ -3,7 +3,7 @@ hundred levels deep under the shim's hooks takes more frames than plain torch.""
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -22,15 +22,23 @@ def stack_needed(model: torch.nn.Module) -> int:
     return depth * _FRAMES_PER_LEVEL + 1000
 
 
-@contextmanager
-def recursion_room(needed: int):
+def recursion_room(needed: int) -> AbstractContextManager[None]:
     """Python's recursion limit raised to ``needed`` inside the ``with`` body, if lower."""
     limit = sys.getrecursionlimit()
-    if needed <= limit:
-        yield
-        return
-    sys.setrecursionlimit(needed)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(limit)
+    return nullcontext() if needed <= limit else _RaisedLimit(needed, limit)
+
+
+class _RaisedLimit:
+    """The recursion limit at ``needed`` inside the ``with`` body, ``limit`` after it
+    (a class rather than a generator: a deep model's every call enters it)."""
+
+    __slots__ = ("needed", "limit")
+
+    def __init__(self, needed: int, limit: int):
+        self.needed, self.limit = needed, limit
+
+    def __enter__(self) -> None:
+        sys.setrecursionlimit(self.needed)
+
+    def __exit__(self, *exc) -> None:
+        sys.setrecursionlimit(self.limit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from itertools import repeat
 from typing import Any
@@ -106,6 +107,16 @@ _LEAF = tree_flatten(0)[1]  # the spec of any leaf
 @functools.cache
 def _tuple_spec(length: int) -> TreeSpec:
     return tree_flatten((0,) * length)[1]
+
+
+def unflatten(leaves: list[Any], spec: TreeSpec) -> Any:
+    """``tree_unflatten(leaves, spec)``, without the generic walk for the specs
+    :func:`flatten` makes without one (one tensor, a tuple of tensors)."""
+    if spec is _LEAF:
+        return leaves[0]
+    if spec is _tuple_spec(len(leaves)):
+        return tuple(leaves)
+    return tree_unflatten(leaves, spec)
 
 
 def flatten_detached(value: Any) -> tuple[list[Any], TreeSpec]:
@@ -223,12 +234,26 @@ def split(inputs: tuple[tuple, dict], shape: StepShape) -> list[tuple[tuple, dic
             for leaf in leaves]
     if not any(rows):
         _first_dimensions(leaves)  # raises: no input has a batch dimension
-    cuts = [[leaf[i * size:(i + 1) * size] if size else leaf for leaf, size in zip(leaves, rows)]
-            for i in range(shape.micro_batches)]
+    cuts = zip(*(_pieces(leaf, size, shape.micro_batches) for leaf, size in zip(leaves, rows)))
     if spec is not _arguments_spec(len(args), tuple(kwargs)):
-        return [tree_unflatten(cut, spec) for cut in cuts]
+        return [tree_unflatten(list(cut), spec) for cut in cuts]
     positional = len(args)  # every argument a tensor: no tree to rebuild
-    return [(tuple(cut[:positional]), dict(zip(kwargs, cut[positional:]))) for cut in cuts]
+    return [(cut[:positional], dict(zip(kwargs, cut[positional:]))) for cut in cuts]
+
+
+def _pieces(leaf: Any, size: int, count: int) -> Sequence[Any]:
+    """``leaf``'s part of each of ``count`` micro-batches: views of ``size`` rows each,
+    or ``leaf`` itself in every one when it has no batch dimension (``size`` 0).
+
+    A plain tensor that needs no gradient is cut by one ``Tensor.chunk`` (the same
+    views as slicing, made in one call: ``count`` divides its rows); any other is
+    sliced, so that a tensor subclass sees the indexing it expects and each piece
+    of an input that needs gradients has its own slice in the autograd graph."""
+    if not size:
+        return repeat(leaf, count)
+    if type(leaf) is torch.Tensor and not leaf.requires_grad:
+        return leaf.chunk(count)
+    return [leaf[i * size:(i + 1) * size] for i in range(count)]
 
 
 def assemble(outputs: list[tuple[list[Any], TreeSpec] | None], shape: StepShape) -> Any:
@@ -267,4 +292,4 @@ def _concat(values: list[tuple[list[Any], TreeSpec]]) -> Any:
             leaves.append(torch.stack(group))
         else:
             leaves.append(torch.cat(group))
-    return tree_unflatten(leaves, spec)
+    return unflatten(leaves, spec)

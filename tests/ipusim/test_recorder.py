@@ -99,3 +99,23 @@ def test_an_index_beyond_int32_is_refused_not_wrapped():
     recorder = recorded([Row(0, 1, 0, "forward", 0, 2**31, 0, -1, 0.0, 0.0)])
     with pytest.raises(OverflowError, match="beyond int32"):
         recorder.to_frame()
+
+
+def test_rows_appended_shifted_read_back_in_order_between_recorded_rows():
+    # A replayed call's rows wait as a reference until read: they must come back
+    # shifted and renumbered, in their place among the rows recorded around them.
+    template = recorded(ROWS[:2])
+    times, fields = template.columns(0).packed()
+    recorder = Recorder()
+    recorder.record_row(ROWS[1])
+    recorder.columns(0).append_shifted(times, fields, 100, 1)
+    recorder.columns(0).append_shifted(times, fields, 200, 2)
+    assert len(recorder) == 3
+    recorder.record_row(ROWS[3])
+    recorder.columns(0).append_shifted(times, fields, 300, 3)
+    shifted = [Row(ROWS[1].start_ps + shift, ROWS[1].end_ps + shift, 0, "backward", 1, 2, step,
+                   1, 20.0, 9.0) for shift, step in ((100, 1), (200, 2))]
+    last = Row(ROWS[1].start_ps + 300, ROWS[1].end_ps + 300, 0, "backward", 1, 2, 3, 1, 20.0, 9.0)
+    assert recorder.rows == [ROWS[1], *shifted, ROWS[3], last]
+    assert len(recorder) == 5
+    assert fields[:, 2].tolist() == [0]  # the template is left as it was

@@ -193,3 +193,16 @@ def test_recorded_rows_carry_the_instruction_labels():
     system = System(SystemSpec(num_ipus=1))
     system.run([[Busy("backward", 2, 7, 3, 4, 11, flops=5.0, nbytes=6.0)]])
     assert system.recorder.rows == [(0, 11, 0, "backward", 2, 7, 3, 4, 6.0, 5.0)]
+
+
+def test_an_idle_clock_moves_on_as_running_until_a_time_does():
+    from ipusim.engine.system import Environment
+    ran, idled = Environment(), Environment()
+    ran.run(until=7)
+    idled.idle_until(7)
+    assert (ran.now, idled.now) == (7, 7) and type(idled.now) is int
+    with pytest.raises(ValueError, match="greater than the current simulation time"):
+        idled.idle_until(7)
+    idled.timeout(3)
+    with pytest.raises(RuntimeError, match="events scheduled"):
+        idled.idle_until(20)

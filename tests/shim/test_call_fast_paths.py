@@ -37,7 +37,8 @@ def test_flatten_is_torchs_tree_flatten(value):
 
 @pytest.mark.parametrize("args,kwargs", [
     ((T, U), {}), ((T,), {"target": U}), ((), {"b": U, "a": T}), ((T, [U]), {}),
-    ((T, 0.5), {}), ((T,), {"mask": None}), ((T, (U, U)), {"y": {"z": T}})], ids=repr)
+    ((T, 0.5), {}), ((T,), {"mask": None}), ((T, (U, U)), {"y": {"z": T}}),
+    ((T.clone().requires_grad_(), torch.nn.Parameter(U.clone())), {})], ids=repr)
 def test_split_cuts_every_batched_tensor_as_the_generic_walk_does(args, kwargs):
     shape = StepShape(device_iterations=2, gradient_accumulation=1, replicas=2)
     leaves, spec = flatten_inputs(args, kwargs)
