@@ -87,7 +87,8 @@ def main() -> int:
     print(f"The weight update of 10 tensors: {update:,.0f} cycles simulated; the trace's "
           f"gradient descent about {UPDATE:,} ({update / UPDATE - 1:+.1%}). Not the same "
           f"program: TensorFlow's GradientDescent is one scaled add a tensor, PopTorch's SGD "
-          f"as PopART decomposes it two operators a tensor and the accumulators' zeroing")
+          f"as PopART decomposes it the learning rate's negation and two operators a tensor, "
+          f"and the accumulators' zeroing")
     if args.check and abs(error) > TOLERANCE:
         print(f"Outside +-{TOLERANCE:.0%}")
         return 1
