@@ -5,7 +5,6 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import re
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import torch
 from support.reports import fresh_report_registry
 
 import poptorch_shim as poptorch
+from ipusim.analysis.headline import delivered_items_per_s
 from poptorch_shim import commands
 from poptorch_shim._data import worker_cpu
 from poptorch_shim._data.cpu_clock import Stopwatch
@@ -232,11 +232,10 @@ def _run(tmp_path: Path, name: str, mode: str) -> tuple[dict, float, str]:
     reports = tmp_path / name
     assert commands.main(["run", "--no-progress", "--timing-only", str(script), mode,
                           str(reports)]) == 0
-    folder = reports / "training"
-    summary = (folder / "summary.txt").read_text()
-    fed = re.search(r"Throughput fed by the data loader:\s+([\d,.]+) items/s", summary)
-    profile = json.loads((folder / "profile.json").read_text())
-    return profile, float(fed.group(1).replace(",", "")), profile["verdict"]["kind"]
+    profile = json.loads((reports / "training" / "profile.json").read_text())
+    fed = delivered_items_per_s(profile["figures"]["throughput(items/s)"],
+                                profile["loader_items_per_s"])
+    return profile, fed, profile["verdict"]["kind"]
 
 
 @pytest.mark.slow  # starts worker processes, and keeps the machine busy with more
