@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ipusim.cost.collectives import ALL_GATHER, REDUCE_SCATTER, ring_links, ring_steps
-from ipusim.cost.operator_model import compute_set_fixed_cycles, kernel_cycles
+from ipusim.cost.operator_model import kernel_cycles
+from ipusim.cost.program import compute_set_fixed_cycles
 from ipusim.cost.tile_figures import TileFigures
 from ipusim.cost.work import Cost, Kernel, KernelKind, check_amount
 from ipusim.hardware import IPUSpec, SystemSpec

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ipusim.cost.program import compute_set_fixed_cycles
 from ipusim.hardware.specs import element_bytes
 
 if TYPE_CHECKING:
@@ -271,8 +272,8 @@ def _tile_plans(groups: int, rows: int, k: int, n: int, width: int, ipu: IPUSpec
     # plan (ConvModel.cpp:1088-1097), the reduction's stages only where k is split.
     unsplit = kk == 1
     reduce_exchange[unsplit] = partials[unsplit] * partial_width / ipu.exchange_bytes_per_cycle
-    fixed = model.sync_cycles + model.exchange_overhead_cycles
-    total = amp + received + reduce_vector + reduce_exchange + (stages + 1) * fixed
+    total = amp + received + reduce_vector + reduce_exchange \
+        + (stages + 1) * compute_set_fixed_cycles(model)
     # Temporary bytes while the convolution runs: the operands the tile works on, held
     # as copies where they were exchanged to it, and its partial sums
     # (inputsConvTempMemory, weightsConvTempMemory, partialsConvTempMemory: CM:2044-2046).

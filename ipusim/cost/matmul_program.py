@@ -66,25 +66,14 @@ def _program(kernel: Kernel, cols: int, plan: MatmulPlan, ipu: IPUSpec,
         per_tile = nbytes / tiles
         steps += compute_set(name, rearrange_cycles(per_tile, atom), model, ipu, glue=True,
                              received_bytes=per_tile)
-    steps.append(Step(ProgramKind.SYNC, "Convolve/Sync", model.sync_cycles, Unit.SYNC,
-                      count=plan.serial))
-    steps.append(Step(ProgramKind.DO_EXCHANGE, "Convolve/ExchangePre",
-                      model.exchange_overhead_cycles + plan.received, Unit.EXCHANGE,
-                      count=plan.serial))
-    steps.append(Step(ProgramKind.ON_TILE_EXECUTE, "Convolve", plan.amp, Unit.AMP,
-                      count=plan.serial))
+    steps += compute_set("Convolve", plan.amp, model, ipu, unit=Unit.AMP,
+                         exchange_cycles=plan.received, count=plan.serial)
     if plan.out_exchange:
         steps.append(Step(ProgramKind.DO_EXCHANGE, "Convolve/ExchangeOut", plan.out_exchange,
                           Unit.EXCHANGE, count=plan.serial))
     for index, (exchange, vector) in enumerate(plan.stages):
-        name = f"Reduce{index}"
-        steps += (Step(ProgramKind.SYNC, f"{name}/Sync", model.sync_cycles, Unit.SYNC,
-                       count=plan.serial),
-                  Step(ProgramKind.DO_EXCHANGE, f"{name}/ExchangePre",
-                       model.exchange_overhead_cycles + exchange, Unit.EXCHANGE,
-                       count=plan.serial),
-                  Step(ProgramKind.ON_TILE_EXECUTE, name, vector, Unit.VECTOR, glue=True,
-                       count=plan.serial))
+        steps += compute_set(f"Reduce{index}", vector, model, ipu, glue=True,
+                             exchange_cycles=exchange, count=plan.serial)
     if plan.cast:
         steps += compute_set("Cast", plan.cast, model, ipu, glue=True)
     return OperatorCycles(tuple(steps))

@@ -154,11 +154,6 @@ def operator_cycles(kernel: Kernel, ipu: IPUSpec, model: TileFigures) -> Operato
     return OperatorCycles(compute_set(name, cycles, model, ipu, received_bytes=received))
 
 
-def compute_set_fixed_cycles(model: TileFigures) -> float:
-    """What a compute set costs besides its work: its sync and its exchange phase."""
-    return model.sync_cycles + model.exchange_overhead_cycles
-
-
 def _vector_cycles(kernel: Kernel, ipu: IPUSpec, kind: KernelKind | None = None) -> float:
     """Tile cycles of one pass of a vector vertex (of ``kind``, the kernel's own by
     default) on its busiest tile: each worker's overhead and its share of the

@@ -136,17 +136,24 @@ class OperatorCycles:
                                     for step in self.steps))
 
 
+def compute_set_fixed_cycles(model: TileFigures) -> float:
+    """What a compute set costs besides its work: its sync and its exchange phase."""
+    return model.sync_cycles + model.exchange_overhead_cycles
+
+
 def compute_set(name: str, cycles: float, model: TileFigures, ipu: IPUSpec, *,
                 unit: Unit = Unit.VECTOR, glue: bool = False, received_bytes: float = 0.0,
-                count: int = 1) -> tuple[Step, ...]:
+                exchange_cycles: float = 0.0, count: int = 1) -> tuple[Step, ...]:
     """The three steps of one compute set as Poplar runs it: the tiles' sync, the
     exchange phase that brings ``received_bytes`` to the busiest tile (its fixed
-    cost and the bytes at the tile's exchange rate), and the vertices' ``cycles``.
+    cost and the bytes at the tile's exchange rate, plus ``exchange_cycles`` a
+    planner already priced), and the vertices' ``cycles``; ``count`` runs of them.
 
     The sync and the exchange phase's fixed cost are PopLibs' planner constants
     (:attr:`TileFigures.sync_cycles`, :attr:`TileFigures.exchange_overhead_cycles`).
     """
-    exchange = model.exchange_overhead_cycles + received_bytes / ipu.exchange_bytes_per_cycle
+    exchange = model.exchange_overhead_cycles + received_bytes / ipu.exchange_bytes_per_cycle \
+        + exchange_cycles
     return (Step(ProgramKind.SYNC, f"{name}/Sync", model.sync_cycles, Unit.SYNC, count=count),
             Step(ProgramKind.DO_EXCHANGE, f"{name}/ExchangePre", exchange, Unit.EXCHANGE,
                  count=count),

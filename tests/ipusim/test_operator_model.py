@@ -12,11 +12,11 @@ from ipusim.cost.cost_model import CALIBRATED_MK2, PS_PER_S
 from ipusim.cost.operator_model import (
     MULTI_PASS,
     VECTOR_STEP_NAMES,
-    compute_set_fixed_cycles,
     kernel_cycles,
     operator_cycles,
 )
 from ipusim.cost.optimizer import DEFAULT_PROGRAM
+from ipusim.cost.program import compute_set_fixed_cycles
 
 HALF = replace(CALIBRATED_MK2, half_partials=True)
 
