@@ -11,7 +11,7 @@ CM:1058-1068), and, where the reduction dimension is split, the partial sums'
 exchange and their multi-stage reduction (CM:1077-1136, ConvReducePlan.cpp:22-26).
 ``PE`` below is lib/poplin/PerformanceEstimation.hpp, ``CM`` lib/poplin/ConvModel.cpp.
 
-The plan is numbers (:class:`MatmulPlan`); :mod:`ipusim.cost.operator_model` turns
+The plan is numbers (:class:`MatmulPlan`); :mod:`ipusim.cost.matmul_program` turns
 it into the program steps PopLibs builds.
 """
 from __future__ import annotations
