@@ -137,8 +137,8 @@ class CostModel(TileFigures):
         into the gateway's buffer while the IPU computes): the host link into the
         gateway's buffer (in a switched Pod, also its share of the host servers'
         NICs) and the buffer to the IPU's tiles, so it runs at the slower of the
-        two. The machine's host link serves one copy at a time (the schedule's
-        FIFO): an assumption, no public figure says how its IPUs' copies share it.
+        two. The first hop is the machine's, shared by its IPUs' copies one at a
+        time (:meth:`host_link_held_ps`); the second is each IPU's own.
         """
         if nbytes <= 0:
             return 0
@@ -148,6 +148,23 @@ class CostModel(TileFigures):
             hops = (system.gateway_to_host_bandwidth, system.ipu_to_gateway_bandwidth)
         rate = min(*hops, system.host_link_share(ipus))
         return self.host_transfer_latency_ps + to_ps(nbytes / rate)
+
+    def host_link_held_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None,
+                          to_device: bool = True) -> int:
+        """How long one stream copy of ``nbytes`` holds its machine's shared hop:
+        the host link into the gateway's buffer (7.06 GB/s, gc-hosttraffictest) or
+        out of it (2.93), or in a switched Pod the link's share of the servers'
+        NICs where that is less. The machine's IPUs queue for it one copy at a
+        time; each then goes on on its own hop to or from its tiles (3.30, 3.76
+        GB/s), so two IPUs' input copies overlap where the shared hop is twice as
+        fast as the own one. An assumption: gc-hosttraffictest measured one IPU
+        (32 of its tiles) streaming, and no public figure gives what the gateway
+        does when four pull at once."""
+        if nbytes <= 0:
+            return 0
+        shared = system.host_to_gateway_bandwidth if to_device else system.gateway_to_host_bandwidth
+        return self.host_transfer_latency_ps + to_ps(
+            nbytes / min(shared, system.host_link_share(ipus)))
 
     @property
     def host_call_ps(self) -> int:

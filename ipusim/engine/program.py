@@ -45,6 +45,10 @@ class HostIO(NamedTuple):
     pipeline_cycle: int
     overlap: bool = False   # on the I/O tiles: no sync, compute waits only for its data
     prefetch: bool = False  # overlapped: also start the next micro-batch's input copy
+    # How long each copy holds the machine's shared host side (its host link into the
+    # gateway's buffer); -1: the whole copy. The rest is this IPU's own hop.
+    h2d_link: int = -1
+    d2h_link: int = -1
 
 
 class Exchange(NamedTuple):

@@ -26,21 +26,26 @@ from ipusim.hardware import SystemSpec
 
 
 class HostLink:
-    """One host link: a FIFO server each way, reserved in arrival order."""
+    """One machine's host side: a FIFO server each way, reserved in arrival order.
+
+    A copy holds it for ``held`` ps (its bytes at the shared hop's rate), then
+    runs on to ``duration`` on the IPU's own hop between the gateway's buffer and
+    its tiles, while the next copy starts; ``held`` < 0 holds it throughout.
+    """
 
     def __init__(self) -> None:
         self.h2d_free_at = 0
         self.d2h_free_at = 0
 
-    def reserve_h2d(self, now: int, duration: int) -> tuple[int, int]:
+    def reserve_h2d(self, now: int, duration: int, held: int = -1) -> tuple[int, int]:
         start = max(now, self.h2d_free_at)
-        self.h2d_free_at = start + duration
-        return start, self.h2d_free_at
+        self.h2d_free_at = start + (duration if held < 0 else held)
+        return start, start + duration
 
-    def reserve_d2h(self, now: int, duration: int) -> tuple[int, int]:
+    def reserve_d2h(self, now: int, duration: int, held: int = -1) -> tuple[int, int]:
         start = max(now, self.d2h_free_at)
-        self.d2h_free_at = start + duration
-        return start, self.d2h_free_at
+        self.d2h_free_at = start + (duration if held < 0 else held)
+        return start, start + duration
 
 
 class _IOTiles:
@@ -209,18 +214,18 @@ class System:
         ready = now
         if ins.h2d:
             if io.input_ready is None:  # nothing fetched ahead: fetch it now
-                start, ready = link.reserve_h2d(now, ins.h2d)
+                start, ready = link.reserve_h2d(now, ins.h2d, ins.h2d_link)
                 self._record_copy(start, ready, ipu, IO_TILES_COPY, ins, ins.h2d_bytes)
             else:
                 ready, io.input_ready = max(now, io.input_ready), None
             if ready > now:
                 self._record_copy(now, ready, ipu, HOST_LINK_WAIT, ins)
             if ins.prefetch:  # the next micro-batch has the same shapes
-                start, io.input_ready = link.reserve_h2d(ready, ins.h2d)
+                start, io.input_ready = link.reserve_h2d(ready, ins.h2d, ins.h2d_link)
                 self._record_copy(start, io.input_ready, ipu, IO_TILES_COPY, ins, ins.h2d_bytes,
                                   micro_batch=ins.micro_batch + 1)
         if ins.d2h:
-            start, end = link.reserve_d2h(ready, ins.d2h)
+            start, end = link.reserve_d2h(ready, ins.d2h, ins.d2h_link)
             self._record_copy(start, end, ipu, IO_TILES_COPY, ins, ins.d2h_bytes)
             io.outputs_sent = max(io.outputs_sent, end)
         return ready
@@ -229,10 +234,10 @@ class System:
         """Reserve this IPU's stream copies on its host link at ``now``; return when they end."""
         end = first = now
         if ins.h2d:
-            first, end = link.reserve_h2d(now, ins.h2d)
+            first, end = link.reserve_h2d(now, ins.h2d, ins.h2d_link)
             self._record_copy(first, end, ipu, HOST_TO_DEVICE, ins, ins.h2d_bytes)
         if ins.d2h:
-            start, end_out = link.reserve_d2h(now, ins.d2h)
+            start, end_out = link.reserve_d2h(now, ins.d2h, ins.d2h_link)
             self._record_copy(start, end_out, ipu, DEVICE_TO_HOST, ins, ins.d2h_bytes)
             first = min(first, start) if ins.h2d else start
             end = max(end, end_out)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ipusim import Cost, Execution, RunConfig, Stage, SyncPattern, Work, simulate, system_spec
+from ipusim.cost.cost_model import DEFAULT
 from ipusim.plan.run_config import Offload
 
 PASSES = ("forward", "backward", "recompute")
@@ -85,12 +86,17 @@ def test_timelines_are_causal(scenario):
         ordered = own.sort_values(["start_ps", "end_ps"])
         assert (ordered["start_ps"].to_numpy()[1:] >= ordered["end_ps"].to_numpy()[:-1]).all(), ipu
 
-    # A host link moves one stream copy at a time each way.
+    # A machine's host link takes one stream copy at a time each way: the next starts
+    # once the last has held it for its bytes at the shared hop's rate.
     link = events["ipu"] // system.ipus_per_host_link
+    streaming = run.total_replicas * work.ipus_per_replica
     for kind in ("host_to_device", "device_to_host"):
         for _, copies in events[events["kind"] == kind].groupby(link):
             ordered = copies.sort_values("start_ps")
-            assert (ordered["start_ps"].to_numpy()[1:] >= ordered["end_ps"].to_numpy()[:-1]).all()
+            held = [DEFAULT.host_link_held_ps(b, system, streaming, kind == "host_to_device")
+                    for b in ordered["bytes"].to_numpy()[:-1]]
+            assert (ordered["start_ps"].to_numpy()[1:]
+                    >= ordered["start_ps"].to_numpy()[:-1] + held).all()
 
     done = {key: value[0] for key, value in spans(events, PASSES).items()}
     for replica in range(run.replicas):

@@ -198,3 +198,19 @@ def test_the_optimizers_scalars_and_adam_without_bias_correction():
     kernels = dict(optimizer.sgd(momentum=True).update_cost(stage).kernels)
     scalar = [(k, n) for k, n in kernels.items() if k.op == "negate learning rate"]
     assert [(k.elements, n) for k, n in scalar] == [(1, 5)]   # one element, once a tensor
+
+
+def test_a_machines_ipus_share_the_host_link_into_the_gateway_not_their_own_hops():
+    """gc-hosttraffictest: the host into the gateway's buffer at 7.06 GB/s, the buffer
+    into one IPU's tiles at 3.30; out, the tiles at 3.76 and the buffer to the host at
+    2.93. A copy holds the machine's shared hop for its bytes at the shared rate."""
+    spec, cost = system_spec("mk2", 4), DEFAULT
+    latency = cost.host_transfer_latency_ps
+    assert cost.host_link_held_ps(10**6, spec) == latency + to_ps(10**6 / 7.06e9)
+    assert cost.host_transfer_ps(10**6, spec) == latency + to_ps(10**6 / 3.30e9)
+    # out of the IPU the shared hop is the slower one: the link is held throughout
+    assert (cost.host_link_held_ps(10**6, spec, to_device=False)
+            == cost.host_transfer_ps(10**6, spec, to_device=False))
+    # a switched Pod64's links share one server's NICs: 1.56 GB/s a link, held throughout
+    pod64 = system_spec("bow", 64)
+    assert cost.host_link_held_ps(10**6, pod64, 64) == cost.host_transfer_ps(10**6, pod64, 64)

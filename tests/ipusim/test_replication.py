@@ -151,7 +151,9 @@ def test_replicas_sharing_a_host_link_queue_for_it():
     separate = simulate(work, replace(run, replicas=4), system_spec("mk2", 4, ipus_per_host_link=1),
                         quick_calls)
     assert separate.duration_ps == one.duration_ps
-    assert shared.throughput() < 1.5 * one.throughput()
+    # Four IPUs share their machine's host link into the gateway (7.06 GB/s), each then
+    # on its own hop to its tiles (3.30): together about 7.06 / 3.30 of one IPU's rate.
+    assert shared.throughput() == pytest.approx(7.06 / 3.30 * one.throughput(), rel=0.02)
     assert separate.throughput() == pytest.approx(4 * one.throughput())
 
 

@@ -196,13 +196,17 @@ class ProgramBuilder:
         streaming = self.run.total_replicas * self.ipus_per_replica  # share the host servers
         h2d = self.cost.host_transfer_ps(h2d_bytes, self.spec, streaming)
         d2h = self.cost.host_transfer_ps(d2h_bytes, self.spec, streaming, to_device=False)
+        # How long each holds the machine's shared host link (the rest is the IPU's own hop).
+        held = {"h2d_link": self.cost.host_link_held_ps(h2d_bytes, self.spec, streaming),
+                "d2h_link": self.cost.host_link_held_ps(d2h_bytes, self.spec, streaming,
+                                                        to_device=False)}
         if self.run.overlap_inputs if h2d_bytes else self.run.overlap_outputs:
             # The I/O tiles meet the host alone: no sync holds the compute tiles.
             prefetch = h2d_bytes > 0 and micro_batch < self.plan.micro_batches_per_step - 1
             for ipu in active:
                 self.programs[ipu].append(HostIO((ipu,), 0, h2d, h2d_bytes, d2h, d2h_bytes, stage,
                                                  micro_batch, self.step, pipeline_cycle, True,
-                                                 prefetch))
+                                                 prefetch, **held))
             return
         groups = {gs1_group(pattern, ipu, n) for ipu in active}
         if self.folded:
@@ -210,7 +214,7 @@ class ProgramBuilder:
         for group in sorted(groups):
             # One instruction for the IPUs that stream, one shared by those that only wait.
             moving = HostIO(group, self.cost.host_sync_ps, h2d, h2d_bytes, d2h, d2h_bytes,
-                            stage, micro_batch, self.step, pipeline_cycle)
+                            stage, micro_batch, self.step, pipeline_cycle, **held)
             waiting = moving._replace(h2d=0, h2d_bytes=0, d2h=0, d2h_bytes=0)
             for ipu in group:
                 self.programs[ipu].append(moving if ipu in active else waiting)
