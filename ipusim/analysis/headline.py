@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
-from ipusim.analysis.metrics import span_ps, step_spans, time_by_category_ps
+from ipusim.analysis.metrics import intervals_joined, span_ps, step_spans, time_by_category_ps
 from ipusim.cost import cost_model
 from ipusim.cost.cost_model import PS_PER_MS, PS_PER_US
 from ipusim.cost.work import Work
@@ -86,9 +87,13 @@ def host_link_occupancy(timeline: TimelineView) -> float:
     copies = events[events["kind"].isin(HOST_TRANSFER_KINDS)]
     if copies.empty or span == 0:
         return 0.0
-    link = timeline.system.host_link_of(copies["ipu"])
-    busy = (copies["end_ps"] - copies["start_ps"]).groupby([link, copies["kind"].astype(str)]).sum()
-    return float(busy.max() / span)
+    # One group per link and direction; a link's copies overlap where its IPUs stream
+    # at once, so its busy time is their union.
+    link = np.asarray(timeline.system.host_link_of(copies["ipu"].to_numpy()), np.int64)
+    direction = (copies["kind"].astype(str) == DEVICE_TO_HOST).to_numpy()
+    starts, ends, groups = intervals_joined(copies["start_ps"].to_numpy(),
+                                            copies["end_ps"].to_numpy(), 2 * link + direction)
+    return float(np.bincount(groups, weights=ends - starts).max() / span)
 
 
 def host_round_trip_share(timeline: TimelineView) -> float:

@@ -21,9 +21,9 @@ from ipusim.engine.event_kinds import (
 )
 
 __all__ = ["COMPUTE_KINDS", "HOST_TRANSFER_KINDS", "bubble_fraction",
-           "category_times", "host_io_share", "latency_ps", "per_ipu", "pipeline_slots",
-           "span_ps", "step_spans", "sync_wait_share", "throughput", "time_by_category_ps",
-           "utilisation"]
+           "category_times", "host_io_share", "intervals_joined", "latency_ps", "per_ipu",
+           "pipeline_slots", "span_ps", "step_spans", "sync_wait_share", "throughput",
+           "time_by_category_ps", "utilisation"]
 
 
 def span_ps(events: pd.DataFrame) -> int:
@@ -31,6 +31,35 @@ def span_ps(events: pd.DataFrame) -> int:
     if events.empty:
         return 0
     return int(events["end_ps"].max() - events["start_ps"].min())
+
+
+def intervals_joined(starts: np.ndarray, ends: np.ndarray,
+                     groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals [starts, ends) of each group joined where they overlap or touch:
+    (starts, ends, groups) of the disjoint intervals that cover the same time. A host
+    link's copies overlap (a machine's IPUs stream at once, each on its own hop from
+    the gateway), and the time the link is in use is the union of them, not the sum."""
+    starts, ends, groups = (np.asarray(a, np.int64) for a in (starts, ends, groups))
+    if len(starts) == 0:
+        return starts, ends, groups
+    order = np.lexsort((starts, groups))
+    starts, ends, groups = starts[order], ends[order], groups[order]
+    new_group = np.r_[True, groups[1:] != groups[:-1]]
+    # The latest end so far within a group: an interval opens a new run unless it
+    # starts at or before it.
+    reach = np.empty_like(ends)
+    for first, last in zip(*_runs(new_group)):
+        reach[first:last] = np.maximum.accumulate(ends[first:last])
+    opens = new_group | np.r_[True, starts[1:] > reach[:-1]]
+    index = np.flatnonzero(opens)
+    closing = np.r_[index[1:] - 1, len(starts) - 1]
+    return starts[index], reach[closing], groups[index]
+
+
+def _runs(new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The [first, last) bounds of each run of rows that ``new`` starts."""
+    first = np.flatnonzero(new)
+    return first, np.r_[first[1:], len(new)]
 
 
 def step_spans(events: pd.DataFrame) -> pd.DataFrame:

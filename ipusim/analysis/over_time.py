@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ipusim.analysis.metrics import intervals_joined
 from ipusim.engine.event_kinds import COUNTED, HOST_TRANSFER_KINDS, kinds_of
 
 
@@ -92,7 +93,11 @@ def host_link_busy_over_time(events: pd.DataFrame, link_of_ipu: np.ndarray, num_
     for direction in HOST_TRANSFER_KINDS:
         copies = events[(events["kind"] == direction).to_numpy()]
         link = link_of_ipu[copies["ipu"].to_numpy()]
-        busy = busy_per_window(copies, link, num_links, edges)
+        # A link is busy while any of its copies runs: its IPUs' copies overlap.
+        starts, ends, groups = intervals_joined(copies["start_ps"].to_numpy(),
+                                                copies["end_ps"].to_numpy(), link)
+        busy = busy_per_window(pd.DataFrame({"start_ps": starts, "end_ps": ends}), groups,
+                               num_links, edges)
         start, end = copies["start_ps"].to_numpy(), copies["end_ps"].to_numpy()
         rate = copies["bytes"].to_numpy() / np.maximum(end - start, 1)  # bytes a picosecond
         moved = busy_per_window(copies, link, num_links, edges, weights=rate)

@@ -2,10 +2,11 @@
 
 Processes are the host and each IPU; an IPU's threads are the report's lanes
 (compute, host I/O, exchange, sync); the host's threads are the calls to the
-model, the host links (one thread per link and direction) and the host's own
-work where a caller adds it (a run's ``poptorch.profiling`` tracepoints, one
-thread per channel: :class:`HostSlice`, :func:`add_host_slices`). ``M`` events
-name and order the processes and threads.
+model, the host links (a thread per IPU and direction, under its link: a
+machine's IPUs stream at once) and the host's own work where a caller adds it
+(a run's ``poptorch.profiling`` tracepoints, one thread per channel:
+:class:`HostSlice`, :func:`add_host_slices`). ``M`` events name and order the
+processes and threads.
 
 Slices (complete ``X`` events, times in µs to the ns: Perfetto rounds them to
 whole ns, so that is what nests exactly) are named for what they are, the
@@ -122,8 +123,11 @@ def ipu_pid(ipu: int) -> int:
     return ipu + 2
 
 
-def _link_tid(link: int, direction: str) -> int:
-    return 10 + 2 * link + (direction == DEVICE_TO_HOST)
+def _link_tid(ipu: int, direction: str) -> int:
+    """The host-process thread of ``ipu``'s copies in ``direction``: one per IPU, under
+    its host link, since a machine's IPUs stream at once and the copies of one link
+    overlap (slices on one thread must nest)."""
+    return 10 + 2 * ipu + (direction == DEVICE_TO_HOST)
 
 
 def chrome_trace(timeline: Timeline, detail: Detail | None = None,
@@ -231,11 +235,13 @@ def _metadata(timeline: Timeline) -> list[dict]:
            meta("process_sort_index", HOST_PID, 0, sort_index=0),
            meta("thread_name", HOST_PID, CALLS_TID, name="calls to the model (steps)"),
            meta("thread_sort_index", HOST_PID, CALLS_TID, sort_index=0)]
-    for link in range(timeline.system.num_host_links):
+    for ipu in range(timeline.num_ipus):
+        link = int(timeline.system.host_link_of(ipu))
         for direction in HOST_TRANSFER_KINDS:
             label = KIND[direction].label
-            tid = _link_tid(link, direction)
-            out += [meta("thread_name", HOST_PID, tid, name=f"host link {link}: {label}"),
+            tid = _link_tid(ipu, direction)
+            out += [meta("thread_name", HOST_PID, tid,
+                         name=f"host link {link}: {label}, IPU {ipu}"),
                     meta("thread_sort_index", HOST_PID, tid, sort_index=tid)]
     for ipu in range(timeline.num_ipus):
         pid = ipu_pid(ipu)
@@ -386,7 +392,7 @@ def _host_slices(timeline: Timeline, detailed: pd.DataFrame,
             copies["kind"].astype(str), copies["start_ps"].tolist(), copies["end_ps"].tolist(),
             copies["ipu"].tolist(), event_args(copies, stage_names)):
         out.append({"ph": "X", "name": SLICE_NAMES[kind], "cat": kind,
-                    "pid": HOST_PID, "tid": _link_tid(timeline.system.host_link_of(ipu), kind),
+                    "pid": HOST_PID, "tid": _link_tid(ipu, kind),
                     **_span(start, end),
                     "args": {"ipu": ipu, **args}})
     return out

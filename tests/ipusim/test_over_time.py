@@ -6,6 +6,7 @@ import pytest
 
 from ipusim import Cost, Execution, RunConfig, Stage, Work, simulate, system_spec
 from ipusim.analysis import over_time
+from ipusim.analysis.metrics import intervals_joined
 
 
 def events(rows):
@@ -40,6 +41,23 @@ def test_a_host_link_moves_each_copy_s_bytes_evenly_over_its_time():
     assert busy.loc[(0, "host_to_device"), "bytes"].tolist() == pytest.approx([450, 50])
     assert busy.loc[(1, "device_to_host"), "busy_share"].tolist() == [0.0, 0.8]
     assert busy.loc[(1, "host_to_device"), "bytes"].tolist() == [0.0, 0.0]
+
+
+def test_a_link_whose_ipus_stream_at_once_is_busy_for_the_union_of_their_copies():
+    # Two IPUs of a machine stream at once, each on its own hop from the gateway: the
+    # link is busy while either copy runs, never more than the whole window; the bytes
+    # they move add up.
+    table = events([("host_to_device", 0, 0, 40, 400), ("host_to_device", 1, 20, 60, 400),
+                    ("host_to_device", 0, 80, 90, 100)])
+    busy = over_time.host_link_busy_over_time(table, np.array([0, 0]), 1, 2).set_index(
+        ["direction", "start_ps"]).sort_index()
+    # windows [0, 45) and [45, 90]: the union [0, 60) and [80, 90)
+    assert busy.loc["host_to_device", "busy_share"].tolist() == [1.0, pytest.approx(25 / 45)]
+    assert busy.loc["host_to_device", "bytes"].tolist() == pytest.approx([400 + 250, 150 + 100])
+    starts, ends, groups = intervals_joined([0, 20, 80, 5, 7], [40, 60, 90, 6, 9],
+                                            [0, 0, 0, 1, 1])
+    assert list(zip(starts, ends, groups)) == [(0, 60, 0), (80, 90, 0), (5, 6, 1), (7, 9, 1)]
+    assert [len(a) for a in intervals_joined([], [], [])] == [0, 0, 0]
 
 
 def test_the_windows_add_up_to_the_whole_run_s_shares():
