@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 
 from support.browser import dump_dom, needs_chromium, screenshot
 
-from ipusim.report import write_autoreport
+from ipusim.report import bottleneck, write_autoreport
 from ipusim.report.index_page import write_index
 
 pytestmark = needs_chromium
@@ -33,7 +33,8 @@ def test_the_index_page_lists_both_reports_and_links_to_them(
     text = re.sub(r"<[^>]+>", " ", dom)
     for timeline in (pipeline_timeline, replicated_timeline):
         assert f"{timeline.throughput():,.0f}" in text
-        assert timeline.bottleneck().kind in text
+        # the verdict each report gives (the diagnosis: the change that gains most)
+        assert bottleneck(timeline).kind in text
     assert "pipelined_network/" in text and "replication/" in text
 
     screenshot(tmp_path, page, "index_page.png", size="1400,700")
