@@ -27,6 +27,11 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     :data:`~ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`, whole events.
 ``events``
     ``{"listed", "total"}``: of that step's events, how many the steps list.
+``executed``
+    whether the model ran: false in the profile a model writes when it compiles
+    (Poplar writes the graph profile then), whose ``steps`` are those of its
+    compiled step, simulated once for its program and liveness but not run (a reader
+    lists no execution for it). Absent in files written before it: true.
 ``variables``
     ``{"id", "name", "ipu", "bytes", "width", "layout", "column", "category",
     "alwaysLive", "module", "first", "last"}``: each variable as
@@ -103,8 +108,10 @@ def _operations(steps: StepTable) -> list[dict]:
     return list(operations.values())
 
 
-def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
-    """The ``profile.pop`` object of ``timeline`` (see the module's docstring)."""
+def pop_document(timeline: Timeline, profile: GraphProfile, executed: bool = True) -> dict:
+    """The ``profile.pop`` object of ``timeline`` (see the module's docstring); ``executed``:
+    whether the model ran, or ``timeline`` is its compiled step simulated for the graph
+    profile alone."""
     plan, ipu = timeline.plan, timeline.run.compute_ipu(timeline.system.ipu)
     steps = profile.steps
     programs = _programs(steps)
@@ -127,6 +134,7 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
         "steps": {"program": steps.program.tolist(), "ipu": steps.ipu.tolist(),
                   "cycles": steps.cycles.tolist()},
         "events": {"listed": steps.events_listed, "total": steps.events_total},
+        "executed": executed,
         "computeSets": programs["type"].count(ON_TILE_EXECUTE),
         "variables": variables,
         "notAlwaysLive": profile.liveness["bytes"].astype(int).tolist(),
@@ -136,13 +144,13 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
 
 
 def write_pop(directory: str | Path, timeline: Timeline,
-              graph: GraphProfile | None = None) -> Path:
+              graph: GraphProfile | None = None, executed: bool = True) -> Path:
     """Write ``profile.pop`` of ``timeline`` into ``directory``; returns its path. ``graph``:
     its graph profile when already worked out (with the model's named parameters), else
-    worked out here without them."""
+    worked out here without them; ``executed``: see :func:`pop_document`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    document = pop_document(timeline, graph or timeline.graph_profile())
+    document = pop_document(timeline, graph or timeline.graph_profile(), executed)
     path = directory / POP
     write_atomically(path, gzip.compress(json.dumps(document, separators=(",", ":")).encode(),
                                          compresslevel=5))

@@ -262,6 +262,8 @@ class Execution:
         self.eventsTotal = report._document["events"]["total"]
         ipus = report._document["target"]["numIPUs"]
         steps = report._document["steps"]
+        if not report._document.get("executed", True):  # written when it compiled: no run
+            steps = {"program": [], "ipu": [], "cycles": []}
         self.steps = [ExecutionStep(report._programs[program], ipu, cycles, ipus)
                       for program, ipu, cycles in zip(steps["program"], steps["ipu"],
                                                       steps["cycles"])]
