@@ -92,15 +92,50 @@ def operator_runs(timeline: TimelineView) -> list[tuple[int, str, str, dict]]:
     operator breakdown (:meth:`~ipusim.analysis.timeline.Timeline.operator_breakdown`):
     (stage index, pass, the run's name, its breakdown row). A run's name is its debug
     path, ``stage/pass/op/n``: the ``n``-th run of that operator in that pass."""
+    return [(stage, phase, name, row) for _, stage, phase, name, row in _runs(timeline)]
+
+
+def _runs(timeline: TimelineView) -> list[tuple[object, int, str, str, dict]]:
+    """:func:`operator_runs`, each with its breakdown row's index first."""
     runs, seen = [], {}
-    for row in timeline.operator_breakdown().to_dict("records"):
+    breakdown = timeline.operator_breakdown()
+    for index, row in zip(breakdown.index, breakdown.to_dict("records")):
         op = row["op"] or row["kind"]
         for _ in range(int(row["count"])):
             key = (row["stage_index"], row["pass"], op)
             seen[key] = seen.get(key, -1) + 1
-            runs.append((int(row["stage_index"]), row["pass"],
+            runs.append((index, int(row["stage_index"]), row["pass"],
                          f"{row['stage']}/{row['pass']}/{op}/{seen[key]}", row))
     return runs
+
+
+class Source(NamedTuple):
+    """Where the model made an operator: its module path (``encoder.layer.3.attention``;
+    empty for the model's own code) and the file and line of the user's code."""
+
+    module: str
+    file: str
+    line: int
+
+
+def operator_sources(timeline: TimelineView,
+                     contexts: dict[str, list[dict]]) -> dict[object, list[Source]]:
+    """For each row of the operator breakdown (by its index, which the operator shares
+    keep), the distinct sources of its runs in the order they run, from the debug
+    contexts a front end recorded for each run by its name (:func:`operator_runs`;
+    a context ``{"module", "fileName", "lineNumber", ...}``, PopTorch's ``poptorch``
+    layer). A row none of whose runs has a context is left out."""
+    out: dict[object, list[Source]] = {}
+    if not contexts:
+        return out
+    for index, _, _, name, _ in _runs(timeline):
+        for context in contexts.get(name, ())[:1]:
+            source = Source(context.get("module", ""), context.get("fileName", ""),
+                            int(context.get("lineNumber", 0)))
+            found = out.setdefault(index, [])
+            if source not in found:
+                found.append(source)
+    return out
 
 
 def _operators(timeline: TimelineView) -> dict[tuple[int, str], list[tuple[str, dict, tuple]]]:

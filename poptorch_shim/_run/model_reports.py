@@ -302,14 +302,15 @@ def write_report(executor) -> Path | None:
     # The graph profile, for profile.pop and the report's tile and liveness views.
     graph = (executor.timeline.graph_profile(device.named)
              if outputs is None or PROFILE in outputs else None)
+    contexts = device.debug_contexts(executor.timeline)  # each operator's module and line
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=device.names,
                                 verdict=model_verdict(device, executor.given_options),
                                 loader_spread=spread, graph=graph,
-                                timing_only=executor.timing_only)
+                                timing_only=executor.timing_only, contexts=contexts)
         if graph is not None:
-            _write_pva_files(executor, done, graph)
+            _write_pva_files(executor, done, graph, contexts=contexts)
     finally:
         _release(directory)
     reports_written.append(done)
@@ -350,13 +351,14 @@ def write_compiled_profile(executor) -> Path | None:
 
 
 def _write_pva_files(executor, directory: Path, graph, timeline=None,
-                     executed: bool = True) -> None:
+                     executed: bool = True, contexts: dict | None = None) -> None:
     """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` of its
     graph profile, the host side's ``host.pvti``, and with ``autoReport.outputDebugInfo``
     the operations' debug contexts in ``debug.cbor`` of the autoReport directory (one a
     process, as PopTorch writes it, each model adding its operations). ``timeline``: the
     step they describe (default: the model's own calls); ``executed``: whether it ran
-    (see :func:`ipusim.report.pop_profile.pop_document`)."""
+    (see :func:`ipusim.report.pop_profile.pop_document`); ``contexts``: its operators'
+    debug contexts when already worked out."""
     from ipusim.report.pop_profile import DEBUG, write_debug, write_pop
     from poptorch_shim.profiling import PVTI_FILE, write_pvti
     device = executor.device
@@ -367,7 +369,7 @@ def _write_pva_files(executor, directory: Path, graph, timeline=None,
     if str(engine.get("autoReport.outputDebugInfo", "false")).lower() == "true":
         path = directory.parent / DEBUG
         known = _debug_written.setdefault(path, {})
-        known.update(device.debug_contexts(timeline))
+        known.update(device.debug_contexts(timeline) if contexts is None else contexts)
         write_debug(path, known)
 
 

@@ -220,6 +220,17 @@ def test_operations_name_their_module_and_the_users_line(report):
             if op.type == "aten::mm"} == {"fc1", "fc2"}
 
 
+def test_the_report_and_trace_name_each_operator_by_its_module_and_line(profiled):
+    root, _ = profiled
+    where = f"{__file__}:{FORWARD_LINE}"
+    trace = json.loads((root / "training" / "trace.json").read_text(encoding="utf-8"))
+    slices = {e["name"]: e["args"] for e in trace["traceEvents"] if e.get("cat") == "operator"}
+    assert slices["fc1/aten::addmm"]["sources"] == [f"fc1 {where}"]
+    assert slices["relu/aten::threshold_backward"]["sources"] == [f"relu {where}"]
+    page = (root / "training" / "report.html").read_text(encoding="utf-8")
+    assert f'title="{where}">fc1 · test_pva.py:{FORWARD_LINE}</span>' in page
+
+
 def test_what_a_simulation_does_not_give_raises_and_says_why(report):
     graph = report.compilation.graph
     assert not hasattr(graph, "numVertices")
