@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 # Program kinds, by libpva's names for them.
 ON_TILE_EXECUTE, DO_EXCHANGE, SYNC = "OnTileExecute", "DoExchange", "Sync"
+SEQUENCE, REPEAT, CALL = "Sequence", "Repeat", "Call"
 STREAM_COPY_BEGIN, STREAM_COPY_MID, STREAM_COPY_END = (
     "StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
 STREAM_COPY_KINDS = {HOST_TO_DEVICE, DEVICE_TO_HOST, STREAM_IN, STREAM_OUT}
@@ -282,3 +283,107 @@ def program_steps(timeline: TimelineView, step: int | None = None,
     return StepTable(programs, phases, joined[0], np.repeat(ipus, lengths), joined[1],
                      np.repeat(stage_of, lengths), np.repeat(phase_of, lengths),
                      np.repeat(batches, lengths), len(scalars), len(events))
+
+
+class ControlProgram(NamedTuple):
+    """A program that runs others: a ``Sequence`` of its ``children`` in order, a ``Repeat``
+    of its one child ``count`` times, or a ``Call`` of its one child (a pass's body). Its
+    children are program ids: the step table's programs first, then the control programs
+    in the order :func:`program_tree` lists them."""
+
+    kind: str
+    name: str
+    children: tuple[int, ...]
+    count: int = 1
+
+
+#: The longest run of programs :func:`program_tree` looks for repeats of, and the most
+#: program runs it looks through (a longer step is listed as one sequence of them).
+MAX_REPEAT_BODY, MAX_TREE_UNITS = 64, 20_000
+
+
+def _repeats(units: list) -> list:
+    """``units`` with each run of a sequence repeated back to back as one
+    ``("repeat", count, body)``, the run covering most units first, from the start on."""
+    out, i, n = [], 0, len(units)
+    while i < n:
+        best = (1, 1, 1)  # (units covered, period, count)
+        for period in range(1, min(MAX_REPEAT_BODY, (n - i) // 2) + 1):
+            body, count = units[i:i + period], 1
+            while units[i + count * period:i + (count + 1) * period] == body:
+                count += 1
+            if count > 1 and count * period > best[0]:
+                best = (count * period, period, count)
+        covered, period, count = best
+        if covered > 1:
+            out.append(("repeat", count, tuple(_repeats(units[i:i + period]))))
+            i += covered
+        else:
+            out.append(units[i])
+            i += 1
+    return out
+
+
+def program_tree(steps: StepTable) -> list[ControlProgram]:
+    """The control programs over ``steps``' programs, as the step ran them: each model
+    stage's pass (and each transfer kind of a stage) a ``Sequence`` of its programs in
+    the order they first run (``stage{i}/{pass}``); each run of a compute pass a ``Call``
+    of that body, the same body for every micro-batch, as Poplar calls a function;
+    every run of programs repeated back to back in the step (a micro-batch's passes under
+    gradient accumulation or device iterations, then the accumulation's weight update
+    under device iterations) a ``Repeat`` of a ``Sequence`` of it; and last the step
+    itself, the ``Sequence`` ``step`` of all of these, the root. Read off the order the
+    simulated step ran its program steps, so a pipeline's interleaved micro-batches
+    repeat only where their steps do."""
+    base = len(steps.programs)
+    tree: list[ControlProgram] = []
+
+    def add(program: ControlProgram) -> int:
+        tree.append(program)
+        return base + len(tree) - 1
+
+    bodies: dict[tuple[int, str], list[int]] = {}
+    for index, p in enumerate(steps.programs):
+        bodies.setdefault((p.stage, p.phase), []).append(index)
+    body_ids = {key: add(ControlProgram(SEQUENCE, f"stage{key[0]}/{key[1]}" if key[0] >= 0
+                                        else key[1], tuple(members)))
+                for key, members in bodies.items()}
+    calls: dict[tuple[int, str], int] = {}
+    units: list[int] = []
+    previous = None
+    for index in range(len(steps)):
+        program = int(steps.program[index])
+        p = steps.programs[program]
+        if p.operation or p.kind == ON_TILE_EXECUTE and p.stage >= 0:  # a compute pass's step
+            run = (int(steps.stage[index]), int(steps.phase[index]),
+                   int(steps.micro_batch[index]), int(steps.ipu[index]))
+            if run != previous:
+                key = (p.stage, p.phase)
+                if key not in calls:
+                    calls[key] = add(ControlProgram(CALL, f"call {tree[body_ids[key] - base].name}",
+                                                    (body_ids[key],)))
+                units.append(calls[key])
+            previous = run
+        else:
+            units.append(program)
+            previous = None
+    items: list = units
+    if len(units) <= MAX_TREE_UNITS:
+        while True:  # repeats of repeats: device iterations of accumulated micro-batches
+            again = _repeats(items)
+            if again == items:
+                break
+            items = again
+
+    def materialise(item) -> int:
+        if not isinstance(item, tuple):
+            return item
+        _, count, body = item
+        children = tuple(materialise(child) for child in body)
+        inner = children[0] if len(children) == 1 else add(
+            ControlProgram(SEQUENCE, f"repeat body ({len(children)} programs)", children))
+        return add(ControlProgram(REPEAT, f"repeat {count}", (inner,), count))
+
+    top = tuple(materialise(item) for item in items)
+    add(ControlProgram(SEQUENCE, "step", top))
+    return tree

@@ -15,10 +15,14 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     ``bytesPerTile``, ``bytesPerIPU``.
 ``programs``
     every program as columns, ``{"type", "name", "vertex", "operation",
-    "children"}``, its id its position: the program steps' leaves
+    "children", "count"}``, its id its position: the program steps' leaves
     (``OnTileExecute``, ``DoExchange``, ``Sync``, ``StreamCopyBegin`` / ``Mid`` /
-    ``End``), one per distinct name, then a ``Sequence`` per model stage and pass
-    whose ``children`` are their ids.
+    ``End``), one per distinct name, then the control programs over them
+    (:func:`~ipusim.analysis.program_steps.program_tree`): a ``Sequence`` per model
+    stage and pass whose ``children`` are their ids, a ``Call`` of it for each pass
+    run, a ``Repeat`` (``count`` times its one child) for each run repeated back to
+    back, and last the root, the ``Sequence`` ``step``. ``count`` is 1 but for a
+    ``Repeat`` (absent in files written before it).
 ``steps``
     the last simulated step of replica 0 in order, as three lists of one entry a
     step, ``program`` (its id), ``ipu`` (each step runs on one IPU of the replica)
@@ -61,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ipusim.analysis.graph_profile import GraphProfile
-from ipusim.analysis.program_steps import ON_TILE_EXECUTE, StepTable
+from ipusim.analysis.program_steps import ON_TILE_EXECUTE, StepTable, program_tree
 from ipusim.analysis.timeline import Timeline
 from ipusim.report.files import write_atomically
 
@@ -73,23 +77,22 @@ POPLAR_SDK = "3.3.0"
 
 
 def _programs(steps: StepTable) -> dict[str, list]:
-    """The programs of ``steps`` as columns: each distinct one, then a ``Sequence`` per stage
-    and pass of its programs in the order they first run."""
-    sequences: dict[tuple[int, str], list[int]] = {}
-    for index, p in enumerate(steps.programs):
-        sequences.setdefault((p.stage, p.phase), []).append(index)
+    """The programs of ``steps`` as columns: each distinct one, then the control programs
+    over them (:func:`~ipusim.analysis.program_steps.program_tree`), the root last."""
     kinds, names, vertices, operations = (list(column) for column in zip(*(
         (p.kind, p.name, p.vertex, p.operation) for p in steps.programs))) if steps.programs \
         else ([], [], [], [])
     children: list[list[int]] = [[] for _ in steps.programs]
-    for (stage, phase), members in sequences.items():
-        kinds.append("Sequence")
-        names.append(f"stage{stage}/{phase}" if stage >= 0 else phase)
+    counts = [1] * len(steps.programs)
+    for program in program_tree(steps):
+        kinds.append(program.kind)
+        names.append(program.name)
         vertices.append("")
         operations.append("")
-        children.append(members)
+        children.append(list(program.children))
+        counts.append(program.count)
     return {"type": kinds, "name": names, "vertex": vertices, "operation": operations,
-            "children": children}
+            "children": children, "count": counts}
 
 
 def _operations(steps: StepTable) -> list[dict]:

@@ -347,3 +347,45 @@ def test_a_model_run_and_left_alive_has_its_profile_written(tmp_path, monkeypatc
     model = poptorch.inferenceModel(torch.nn.Linear(8, 8), opts)
     model(torch.randn(4, 8))
     assert (tmp_path / "tommyflowers" / "profile.pop").is_file()
+
+
+def _expanded(program) -> list:
+    """The program steps a program runs, in order: a Sequence's children, a Repeat's body
+    ``count`` times, a Call's function."""
+    kind = program.type
+    if kind is pva.Program.Type.Sequence:
+        return [step for child in program.children for step in _expanded(child)]
+    if kind is pva.Program.Type.Repeat:
+        return _expanded(program.children[0]) * program.count
+    if kind is pva.Program.Type.Call:
+        return _expanded(program.children[0])
+    return [program]
+
+
+def test_the_program_tree_repeats_the_micro_batches_and_calls_each_pass(tmp_path, monkeypatch):
+    fresh_report_registry(monkeypatch)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(3)
+    opts.deviceIterations(2)
+    opts._Popart.set("engineOptions", {"autoReport.all": "true",
+                                       "autoReport.directory": str(tmp_path)})
+    net = Net()
+    model = poptorch.trainingModel(net, opts, optimizer=poptorch.optim.SGD(net.parameters(),
+                                                                           lr=0.1))
+    model(torch.randn(24, 32), torch.randint(0, 10, (24,)))
+    model.destroy()
+    report = pva.openReport(str(tmp_path / "training" / "profile.pop"))
+    root, = report.compilation.controlPrograms
+    # The tree runs exactly the execution's program steps, in their order.
+    assert [p.name for p in _expanded(root)] == [s.program.name for s in report.execution.steps]
+    kinds = pva.Program.Type
+    top = root.children
+    repeats = [p for p in top if p.type is kinds.Repeat]
+    # The first device iteration's 3 micro-batches are one body repeated (the last one's
+    # outputs go back to the host, so the second iteration's last differs).
+    assert repeats[0].count == 3
+    body = [c.name for c in repeats[0].children[0].children if c.type is kinds.Call]
+    assert body == ["call stage0/forward", "call stage0/backward"]
+    updates = [p for p in top if p.type is kinds.Call and p.name.endswith("weight_update")]
+    assert len(updates) == 2  # one weight update a device iteration
+    assert len({id(p.children[0]) for p in updates}) == 1  # the same function called twice
