@@ -387,3 +387,46 @@ def program_tree(steps: StepTable) -> list[ControlProgram]:
     top = tuple(materialise(item) for item in items)
     add(ControlProgram(SEQUENCE, "step", top))
     return tree
+
+
+#: The most boxes :func:`execution_trace` gives: a longer step's runs are cut there.
+MAX_TRACE_BOXES = 4_000
+
+
+def execution_trace(steps: StepTable, limit: int = MAX_TRACE_BOXES) -> pd.DataFrame:
+    """The program steps laid out on each IPU, as PopVision's execution trace draws them:
+    each IPU's steps end to end in their order, from cycle 0 (a step runs on one IPU; the
+    IPUs' clocks are not lined up across their syncs). One row a box, ``ipu``, ``start``
+    and ``cycles`` (clock cycles), ``kind`` (the program kind that takes most of the box's
+    cycles), ``name`` (the operator run, or the program) and ``steps`` (how many it
+    holds): a box is one program step, or, where the step has more than ``limit`` of
+    them, each IPU's run of consecutive steps of one operator run or program. At most
+    ``limit`` boxes, the first ones."""
+    columns = ["ipu", "start", "cycles", "kind", "name", "steps"]
+    if not len(steps):
+        return pd.DataFrame(columns=columns)
+    ipu = steps.ipu
+    cycles = steps.cycles.astype(np.int64)
+    start = np.zeros(len(steps), dtype=np.int64)
+    for one in np.unique(ipu):
+        on = ipu == one
+        start[on] = np.cumsum(cycles[on]) - cycles[on]
+    programs = steps.programs
+    kinds = np.array([p.kind for p in programs], dtype=object)[steps.program]
+    names = np.array([p.operation or p.name for p in programs], dtype=object)[steps.program]
+    frame = pd.DataFrame({"ipu": ipu, "start": start, "cycles": cycles, "kind": kinds,
+                          "name": names, "steps": 1})
+    if len(frame) <= limit:
+        return frame[columns].reset_index(drop=True)
+    # A run: consecutive steps of one IPU with one name (an operator run's steps share it).
+    frame = frame.sort_values(["ipu", "start"], kind="stable")
+    new = (frame["ipu"].ne(frame["ipu"].shift()) | frame["name"].ne(frame["name"].shift()))
+    frame["run"] = new.cumsum()
+    by_kind = frame.groupby(["run", "kind"], sort=False)["cycles"].sum().reset_index()
+    main = by_kind.sort_values("cycles", ascending=False, kind="stable").drop_duplicates("run")
+    runs = frame.groupby("run", sort=True).agg(ipu=("ipu", "first"), start=("start", "first"),
+                                               cycles=("cycles", "sum"), name=("name", "first"),
+                                               steps=("steps", "sum"))
+    runs["kind"] = main.set_index("run")["kind"].reindex(runs.index)
+    runs = runs.sort_values(["start", "ipu"], kind="stable").head(limit)
+    return runs[columns].reset_index(drop=True)
