@@ -304,16 +304,25 @@ MAX_REPEAT_BODY, MAX_TREE_UNITS = 64, 20_000
 
 def _repeats(units: list) -> list:
     """``units`` with each run of a sequence repeated back to back as one
-    ``("repeat", count, body)``, the run covering most units first, from the start on."""
+    ``("repeat", count, body)``, the run covering most units first, from the start on.
+    A body starts again where its first unit does, so only those periods are tried."""
     out, i, n = [], 0, len(units)
+    seen: dict = {}
+    following = [0] * n  # the next position of the same unit (n: none)
+    for position in range(n - 1, -1, -1):
+        following[position] = seen.get(units[position], n)
+        seen[units[position]] = position
     while i < n:
         best = (1, 1, 1)  # (units covered, period, count)
-        for period in range(1, min(MAX_REPEAT_BODY, (n - i) // 2) + 1):
-            body, count = units[i:i + period], 1
+        j = following[i]
+        while j < n and j - i <= MAX_REPEAT_BODY and 2 * (j - i) <= n - i:
+            period = j - i
+            body, count = units[i:j], 1
             while units[i + count * period:i + (count + 1) * period] == body:
                 count += 1
             if count > 1 and count * period > best[0]:
                 best = (count * period, period, count)
+            j = following[j]
         covered, period, count = best
         if covered > 1:
             out.append(("repeat", count, tuple(_repeats(units[i:i + period]))))
@@ -349,24 +358,28 @@ def program_tree(steps: StepTable) -> list[ControlProgram]:
                                         else key[1], tuple(members)))
                 for key, members in bodies.items()}
     calls: dict[tuple[int, str], int] = {}
+    in_pass = np.array([bool(p.operation) or (p.kind == ON_TILE_EXECUTE and p.stage >= 0)
+                        for p in steps.programs], dtype=bool)
     units: list[int] = []
-    previous = None
-    for index in range(len(steps)):
-        program = int(steps.program[index])
-        p = steps.programs[program]
-        if p.operation or p.kind == ON_TILE_EXECUTE and p.stage >= 0:  # a compute pass's step
-            run = (int(steps.stage[index]), int(steps.phase[index]),
-                   int(steps.micro_batch[index]), int(steps.ipu[index]))
-            if run != previous:
-                key = (p.stage, p.phase)
-                if key not in calls:
-                    calls[key] = add(ControlProgram(CALL, f"call {tree[body_ids[key] - base].name}",
-                                                    (body_ids[key],)))
-                units.append(calls[key])
-            previous = run
-        else:
-            units.append(program)
-            previous = None
+    if len(steps):
+        program = steps.program
+        passing = in_pass[program]
+        changed = np.ones(len(steps), dtype=bool)  # a new run of a pass starts here
+        same = np.ones(len(steps) - 1, dtype=bool)
+        for column in (steps.stage, steps.phase, steps.micro_batch, steps.ipu):
+            same &= column[1:] == column[:-1]
+        changed[1:] = ~(same & passing[:-1])
+        keep = ~passing | changed
+        for index in np.flatnonzero(keep).tolist():
+            p = steps.programs[int(program[index])]
+            if not passing[index]:
+                units.append(int(program[index]))
+                continue
+            key = (p.stage, p.phase)
+            if key not in calls:
+                calls[key] = add(ControlProgram(CALL, f"call {tree[body_ids[key] - base].name}",
+                                                (body_ids[key],)))
+            units.append(calls[key])
     items: list = units
     if len(units) <= MAX_TREE_UNITS:
         while True:  # repeats of repeats: device iterations of accumulated micro-batches

@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ipusim.analysis.graph_profile import GraphProfile
-from ipusim.analysis.program_steps import ON_TILE_EXECUTE, StepTable, program_tree
+from ipusim.analysis.program_steps import ON_TILE_EXECUTE, ControlProgram, StepTable
 from ipusim.analysis.timeline import Timeline
 from ipusim.report.files import write_atomically
 
@@ -76,15 +76,16 @@ POP, DEBUG = "profile.pop", "debug.cbor"
 POPLAR_SDK = "3.3.0"
 
 
-def _programs(steps: StepTable) -> dict[str, list]:
+def _programs(steps: StepTable, tree: list[ControlProgram]) -> dict[str, list]:
     """The programs of ``steps`` as columns: each distinct one, then the control programs
-    over them (:func:`~ipusim.analysis.program_steps.program_tree`), the root last."""
+    over them (``tree``, :func:`~ipusim.analysis.program_steps.program_tree`), the root
+    last."""
     kinds, names, vertices, operations = (list(column) for column in zip(*(
         (p.kind, p.name, p.vertex, p.operation) for p in steps.programs))) if steps.programs \
         else ([], [], [], [])
     children: list[list[int]] = [[] for _ in steps.programs]
     counts = [1] * len(steps.programs)
-    for program in program_tree(steps):
+    for program in tree:
         kinds.append(program.kind)
         names.append(program.name)
         vertices.append("")
@@ -117,7 +118,7 @@ def pop_document(timeline: Timeline, profile: GraphProfile, executed: bool = Tru
     profile alone."""
     plan, ipu = timeline.plan, timeline.run.compute_ipu(timeline.system.ipu)
     steps = profile.steps
-    programs = _programs(steps)
+    programs = _programs(steps, profile.tree)
     ipus = plan.ipus_per_replica
     spans = [(v, None, None) for v in profile.always_live] + \
         [(r.variable, r.first, r.last) for r in profile.ranges]

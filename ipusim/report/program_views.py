@@ -3,7 +3,8 @@ program tree (the step's ``Sequence``, its ``Repeat``s, the ``Call`` of each pas
 each pass's programs) and its execution trace, each IPU's program steps end to end,
 coloured by their kind.
 
-Drawing only: the tree is :func:`~ipusim.analysis.program_steps.program_tree` and the
+Drawing only: the tree is the graph profile's
+(:func:`~ipusim.analysis.program_steps.program_tree`) and the
 trace's boxes :func:`~ipusim.analysis.program_steps.execution_trace`, both of the graph
 profile's program steps. The page stays light on a large step: a pass's body is listed
 at its first call only, with its first :data:`BODY_SHOWN` programs, and the root's
@@ -29,7 +30,6 @@ from ipusim.analysis.program_steps import (
     SYNC,
     ControlProgram,
     execution_trace,
-    program_tree,
 )
 
 #: Each program kind's colour in the trace (PopVision's: compute, exchange, sync, copies).
@@ -45,7 +45,7 @@ def program_tree_html(profile: GraphProfile) -> str:
     ``Repeat`` with its count, each ``Call`` with the body it calls (listed at its first
     call), each program step with its kind and name."""
     steps = profile.steps
-    tree = program_tree(steps)
+    tree = profile.tree
     base = len(steps.programs)
     listed: set[int] = set()
 
