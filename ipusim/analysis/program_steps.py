@@ -425,21 +425,29 @@ def execution_trace(steps: StepTable, limit: int = MAX_TRACE_BOXES) -> pd.DataFr
         on = ipu == one
         start[on] = np.cumsum(cycles[on]) - cycles[on]
     programs = steps.programs
-    kinds = np.array([p.kind for p in programs], dtype=object)[steps.program]
-    names = np.array([p.operation or p.name for p in programs], dtype=object)[steps.program]
-    frame = pd.DataFrame({"ipu": ipu, "start": start, "cycles": cycles, "kind": kinds,
-                          "name": names, "steps": 1})
-    if len(frame) <= limit:
-        return frame[columns].reset_index(drop=True)
+    kind_codes, kind_names = pd.factorize(pd.Series([p.kind for p in programs], dtype=object))
+    name_codes, name_names = pd.factorize(pd.Series([p.operation or p.name for p in programs],
+                                                    dtype=object))
+    kind, name = kind_codes[steps.program], name_codes[steps.program]
+    if len(steps) <= limit:
+        return pd.DataFrame({"ipu": ipu, "start": start, "cycles": cycles,
+                             "kind": np.asarray(kind_names, dtype=object)[kind],
+                             "name": np.asarray(name_names, dtype=object)[name],
+                             "steps": 1})[columns]
     # A run: consecutive steps of one IPU with one name (an operator run's steps share it).
-    frame = frame.sort_values(["ipu", "start"], kind="stable")
-    new = (frame["ipu"].ne(frame["ipu"].shift()) | frame["name"].ne(frame["name"].shift()))
-    frame["run"] = new.cumsum()
-    by_kind = frame.groupby(["run", "kind"], sort=False)["cycles"].sum().reset_index()
-    main = by_kind.sort_values("cycles", ascending=False, kind="stable").drop_duplicates("run")
-    runs = frame.groupby("run", sort=True).agg(ipu=("ipu", "first"), start=("start", "first"),
-                                               cycles=("cycles", "sum"), name=("name", "first"),
-                                               steps=("steps", "sum"))
-    runs["kind"] = main.set_index("run")["kind"].reindex(runs.index)
+    order = np.lexsort((start, ipu))
+    ipu, start, cycles, kind, name = (a[order] for a in (ipu, start, cycles, kind, name))
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (ipu[1:] != ipu[:-1]) | (name[1:] != name[:-1])
+    first = np.flatnonzero(new)
+    run = np.cumsum(new) - 1
+    kinds = len(kind_names)
+    by_kind = np.bincount(run * kinds + kind, weights=cycles,
+                          minlength=len(first) * kinds).reshape(len(first), kinds)
+    runs = pd.DataFrame({"ipu": ipu[first], "start": start[first],
+                         "cycles": np.add.reduceat(cycles, first),
+                         "kind": np.asarray(kind_names, dtype=object)[by_kind.argmax(axis=1)],
+                         "name": np.asarray(name_names, dtype=object)[name[first]],
+                         "steps": np.diff(np.append(first, len(order)))})
     runs = runs.sort_values(["start", "ipu"], kind="stable").head(limit)
     return runs[columns].reset_index(drop=True)
