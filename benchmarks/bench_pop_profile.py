@@ -5,7 +5,8 @@ pipeline, 4 replicas, gradient accumulation 2,048) is compiled on fake tensors a
 run for one step, timing-only, outside the timing. The benchmark then writes its
 autoReport directory (profile.json, events, trace, HTML, summary) as a run without
 ``profile.pop`` does, and as a run with it does (the graph profile worked out, the
-HTML's tile and liveness views, ``profile.pop``), and those additions alone,
+HTML's tile and liveness views and its program tree and execution trace,
+``profile.pop`` with its program tree), and those additions alone,
 interleaved, and prints each one's wall seconds, median (min-max) over the
 repeats, and what the additions add.
 
@@ -32,6 +33,7 @@ import poptorch  # noqa: E402
 from ipusim.report import write_autoreport  # noqa: E402
 from ipusim.report.page import PLOT_CONFIG  # noqa: E402
 from ipusim.report.pop_profile import write_pop  # noqa: E402
+from ipusim.report.program_views import program_views_section  # noqa: E402
 from ipusim.report.tile_views import tile_views_section  # noqa: E402
 from scenarios import bert_large  # noqa: E402
 from scenarios.models import synthetic_bert_batch  # noqa: E402
@@ -74,6 +76,7 @@ def main() -> None:
     def additions(directory: Path) -> None:
         graph = timeline.graph_profile(named)
         tile_views_section(graph, PLOT_CONFIG)
+        program_views_section(graph, PLOT_CONFIG)
         write_pop(directory, timeline, graph)
 
     plain, both, added = [], [], []
@@ -82,7 +85,7 @@ def main() -> None:
         both.append(timed(with_pop))
         added.append(timed(additions))
     print(f"  autoReport directory                          {spread(plain)}")
-    print(f"  with profile.pop and the tile/liveness views  {spread(both)} "
+    print(f"  with profile.pop and the graph profile views  {spread(both)} "
           f"(+{statistics.median(both) / statistics.median(plain) - 1:.0%})")
     print(f"  those additions alone                         {spread(added)} "
           f"({statistics.median(added) / statistics.median(plain):.0%} of the report)")

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from poptorch_shim._core.poptorch_ops import IDENTITY_LOSS, poptorch_op
+
 
 class _IdentityLoss(torch.autograd.Function):
     """Marks a tensor as the model's loss; values and gradients pass unchanged."""
@@ -38,7 +40,8 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
         # Traced to split the model at its Blocks: one operation of the graph, so
         # that the stage computing it marks its output as the loss when it runs.
         return x.tracer.create_proxy("call_function", identity_loss, (x, reduction), {})
-    return _IdentityLoss.apply(reducers[reduction](x))
+    with poptorch_op(IDENTITY_LOSS):  # one PopTorch operation, whatever torch runs for it
+        return _IdentityLoss.apply(reducers[reduction](x))
 
 
 def _is_marked(tensor: torch.Tensor) -> bool:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ipusim.analysis.graph_variables import LiveRange, always_live_variables, live_ranges
 from ipusim.analysis.liveness import Peak, not_always_live_bytes, peak, peak_per_tile
-from ipusim.analysis.program_steps import StepTable, program_steps
+from ipusim.analysis.program_steps import ControlProgram, StepTable, program_steps, program_tree
 from ipusim.analysis.tile_memory import Variable, check_tiles, tile_memory
 from ipusim.plan.memory import MemoryModel
 
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GraphProfile:
-    """One replica's program steps in a step, its variables and where they live."""
+    """One replica's program steps in a step, its variables and where they live, and the
+    control programs over the steps (:func:`~ipusim.analysis.program_steps.program_tree`,
+    worked out once for ``profile.pop`` and the report's program tree)."""
 
     steps: StepTable
     always_live: list[Variable]
@@ -37,6 +39,7 @@ class GraphProfile:
     tiles: pd.DataFrame       # of :func:`~ipusim.analysis.tile_memory.tile_memory`
     liveness: pd.DataFrame    # of :func:`~ipusim.analysis.liveness.not_always_live_bytes`
     peak: Peak | None
+    tree: list[ControlProgram]
 
 
 def vertex_code_bytes(memory: pd.DataFrame, tiles: int,
@@ -61,7 +64,8 @@ def graph_profile(timeline: TimelineView, named: tuple[Variable, ...] = ()) -> G
     code = vertex_code_bytes(timeline.memory_per_ipu(), ipu.tiles)
     table = tile_memory(always, tiles, ipus, code, peak_per_tile(ranges, tiles.tiles, ipus))
     return GraphProfile(steps, always, ranges, table,
-                        not_always_live_bytes(steps, ranges, ipus), peak(steps, ranges, ipus))
+                        not_always_live_bytes(steps, ranges, ipus), peak(steps, ranges, ipus),
+                        program_tree(steps))
 
 
 def check_tiles_fit(plan: EnginePlan, system: SystemSpec, memory: pd.DataFrame,

@@ -81,6 +81,12 @@ class SettingNames:
             raise ValueError(f"Unknown setting(s) {unknown} in SettingNames; the settings a "
                              f"report names are {sorted(SETTING_WORDS)}")
 
+    def __reduce__(self):
+        """Pickled as plain dicts (a read-only mapping, ``MappingProxyType``, does not
+        pickle), so a model holding its names pickles (``torch.save`` of a PopTorch
+        model), read-only again once unpickled."""
+        return _read_only_names, (dict(self.words), dict(self.columns))
+
     def word(self, setting: str, value: object = None) -> str:
         """How advice names ``setting`` (suggesting ``value``, where given)."""
         return self.words.get(setting, SETTING_WORDS[setting]).format(value=value)
@@ -106,3 +112,8 @@ class SettingNames:
         """The inverse of :meth:`to_dict` (None: ipusim's own names)."""
         data = data or {}
         return cls(dict(data.get("words", {})), dict(data.get("columns", {})))
+
+
+def _read_only_names(words: dict[str, str], columns: dict[str, str]) -> SettingNames:
+    """:class:`SettingNames` of ``words`` and ``columns``, each read-only (unpickling)."""
+    return SettingNames(MappingProxyType(words), MappingProxyType(columns))

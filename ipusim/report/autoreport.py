@@ -102,7 +102,8 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
                      verdict: Verdict | None = None,
                      loader_spread: tuple[float, float] | None = None,
                      graph: GraphProfile | None = None,
-                     timing_only: bool = False) -> Path:
+                     timing_only: bool = False,
+                     contexts: dict[str, list[dict]] | None = None) -> Path:
     """Write the profile of ``timeline`` into ``directory`` (created); returns the directory.
 
     ``outputs`` names the files to write (default: all of :data:`OUTPUT_FILES`);
@@ -112,7 +113,10 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
     ``loader_spread`` the lowest and highest rate of a measured loader's windows of steps;
     ``graph`` the run's graph profile, when worked out, for the report's tile and
     liveness views.
-    ``timing_only`` that the run computed no tensors, which every output's header says.
+    ``timing_only`` that the run computed no tensors, which every output's header says;
+    ``contexts`` the debug contexts of the operator runs by name (a front end's record of
+    each operator's module and source line), which the operators' table and the trace's
+    operator slices name them by.
     """
     names = names or SettingNames()
     outputs = set(OUTPUT_FILES if outputs is None else outputs)
@@ -134,11 +138,11 @@ def write_autoreport(directory: str | Path, timeline: Timeline, *, options: dict
         write_atomically(directory / EVENTS, lambda path: timeline.events.to_csv(
             path, index=False, compression="gzip"))
     if TRACE in outputs:
-        write_chrome_trace(timeline, directory / TRACE)
+        write_chrome_trace(timeline, directory / TRACE, contexts=contexts)
     if HTML in outputs:
         write_html(timeline, directory / HTML, loader_items_per_s=loader_items_per_s,
                    title=directory.name, verdict=verdict, loader_spread=loader_spread,
-                   graph=graph, timing_only=timing_only)
+                   graph=graph, timing_only=timing_only, contexts=contexts)
     if SUMMARY in outputs:
         text = text_summary(timeline, loader_items_per_s, options, verdict,
                             loader_spread=loader_spread, timing_only=timing_only)

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from ipusim.analysis.metrics import step_spans
+from ipusim.analysis.program_steps import operator_sources
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
 from ipusim.engine.event_kinds import (
@@ -131,19 +132,21 @@ def _link_tid(ipu: int, direction: str) -> int:
 
 
 def chrome_trace(timeline: Timeline, detail: Detail | None = None,
-                 host_slices: Iterable[HostSlice] = ()) -> dict:
+                 host_slices: Iterable[HostSlice] = (),
+                 contexts: dict[str, list[dict]] | None = None) -> dict:
     """The timeline as a Chrome trace: ``{"traceEvents": [...], "displayTimeUnit": "ns",
     "otherData": {...}}``, with ``host_slices`` on the host process.
 
     ``detail`` defaults to :meth:`Detail.from_environment` (``IPUSIM_TRACE_DETAIL=full``
-    for every event).
+    for every event); ``contexts``, the operator runs' debug contexts by name, name each
+    operator slice by its module and give its sources.
     """
     detail = Detail.from_environment() if detail is None else detail
     events = timeline.events
     keep = shown(events, detail)
     detailed = events if keep.all() else events[keep]
     stage_names = [stage.name for stage in timeline.plan.stages]
-    operators, expanded = _operator_slices(detailed, operator_layout(timeline),
+    operators, expanded = _operator_slices(detailed, operator_layout(timeline, contexts),
                                            detail.operators_up_to)
     host_slices = list(host_slices)
     trace = _metadata(timeline)
@@ -166,10 +169,12 @@ def chrome_trace(timeline: Timeline, detail: Detail | None = None,
 
 
 def write_chrome_trace(timeline: Timeline, path: str | Path, detail: Detail | None = None,
-                       host_slices: Iterable[HostSlice] = ()) -> Path:
+                       host_slices: Iterable[HostSlice] = (),
+                       contexts: dict[str, list[dict]] | None = None) -> Path:
     """Write :func:`chrome_trace` as JSON to ``path`` (parents created, atomically)."""
     # json.dumps, not json.dump: only the one-shot encoder runs in C.
-    text = json.dumps(chrome_trace(timeline, detail, host_slices), separators=(",", ":"))
+    text = json.dumps(chrome_trace(timeline, detail, host_slices, contexts),
+                      separators=(",", ":"))
     return write_atomically(path, text)
 
 
@@ -297,12 +302,17 @@ def _slices(events: pd.DataFrame, stage_names: list[str], with_instance: bool) -
     return out
 
 
-def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str, float, dict]]]:
+def operator_layout(timeline: Timeline, contexts: dict[str, list[dict]] | None = None
+                    ) -> dict[tuple[int, str], list[tuple[str, float, dict]]]:
     """For each (stage index, pass) whose pass lists its operators: each operator's name
-    (its aten operator, else its kernel kind), where it ends as a fraction of the pass
-    (end to end, in proportion to its clock cycles; the last ends at 1) and its args.
-    Only the passes the timeline runs (:meth:`ipusim.Timeline.operator_shares`)."""
+    (its aten operator, else its kernel kind; with ``contexts``, the debug contexts of the
+    runs by name, after the module that made it: ``fc1/aten::addmm``), where it ends as a
+    fraction of the pass (end to end, in proportion to its clock cycles; the last ends
+    at 1) and its args (with its ``sources``: each module and the file and line of the
+    model's code). Only the passes the timeline runs
+    (:meth:`ipusim.Timeline.operator_shares`)."""
     table = timeline.operator_shares()
+    sources = operator_sources(timeline, contexts or {})
     out = {}
     for (index, kind), rows in table.groupby(["stage_index", "pass"], sort=False):
         cycles = rows["total_cycles"].to_numpy(float)
@@ -311,14 +321,21 @@ def operator_layout(timeline: Timeline) -> dict[tuple[int, str], list[tuple[str,
         ends = np.cumsum(cycles) / cycles.sum()
         ends[-1] = 1.0
         operators = []
-        for row, end in zip(rows.itertuples(index=False), ends.tolist()):
+        for position, row, end in zip(rows.index, rows.itertuples(index=False), ends.tolist()):
             args = {"kernel": row.kind, "count": int(row.count),
                     "cycles": int(row.total_cycles), "width": int(row.width)}
+            found = sources.get(position, [])
+            if found:
+                args["sources"] = [f"{s.module or '(model)'} {s.file}:{s.line}" for s in found]
             args.update({dim: int(getattr(row, dim)) for dim in ("m", "k", "n", "elements")
                          if getattr(row, dim)})
             if row.groups > 1:
                 args["groups"] = int(row.groups)
-            operators.append((row.op or row.kind, end, args))
+            name = row.op or row.kind
+            modules = {s.module for s in found}
+            if len(modules) == 1 and next(iter(modules)):
+                name = f"{next(iter(modules))}/{name}"
+            operators.append((name, end, args))
         out[(int(index), kind)] = operators
     return out
 

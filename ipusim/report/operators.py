@@ -5,7 +5,9 @@ breakdown (:meth:`Timeline.operator_shares`): a table of every operator of every
 stage's passes (sortable in the page by a heading's button,
 :mod:`ipusim.report.sortable_table`), a treemap IPU → stage → operator sized by the
 time it takes in a step with its cycles split into AMP, exchange, sync and vector
-work, and the operators that take most of the step called out. A click on a compute
+work, and the operators that take most of the step called out; each operator with
+the modules and lines of the model's code that made it, where the front end recorded
+them (PopTorch's debug contexts). A click on a compute
 box of the timeline shows that stage's operators (:data:`OPERATORS_SCRIPT`). A pass
 priced by the roofline lists no operators; the section says which.
 """
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from ipusim.analysis.operator_breakdown import precision
+from ipusim.analysis.program_steps import Source, operator_sources
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.work import KernelKind
 from ipusim.engine.event_kinds import COMPUTE_KINDS
@@ -39,6 +43,9 @@ COLUMNS = (
     ("operator", "its kind (how the IPU runs it: matmul on the AMP, the others on the vector "
                  "unit and the exchange) and shape (a matmul's (m×k)·(k×n), groups first; "
                  "elements otherwise)", False),
+    ("source", "the module that made it and the line of the model's code that called it "
+               "(PopTorch's debug context; a gradient, its forward operator's; the optimizer's "
+               "operators, their weight's module); one per source, where it has several", False),
     ("count", "times the operator runs in one pass", True),
     ("AMP", "cycles of the AMP's passes (all runs in one pass)", True),
     ("exchange", "cycles receiving operands and partial sums", True),
@@ -88,18 +95,41 @@ def steps_html(steps) -> str:
     return f"<details><summary>{len(steps)} steps</summary><ol>{items}</ol></details>"
 
 
-def operator_table_html(shares: pd.DataFrame) -> str:
+def source_text(source: Source) -> str:
+    """One source in words: its module and the file name and line (``fc1 · model.py:31``)."""
+    where = f"{Path(source.file).name}:{source.line}" if source.file else ""
+    return " · ".join(part for part in (source.module or "(model)", where) if part)
+
+
+def sources_html(sources: list[Source], shown: int = 3) -> str:
+    """An operator's sources, the first ``shown`` of them, each with its whole path on
+    hover, and how many more; a dash for none."""
+    if not sources:
+        return "—"
+    items = [f'<span class="source" title="{html.escape(f"{s.file}:{s.line}")}">'
+             f"{html.escape(source_text(s))}</span>" for s in sources[:shown]]
+    more = f" +{len(sources) - shown} more" if len(sources) > shown else ""
+    return "<br>".join(items) + more
+
+
+def operator_table_html(shares: pd.DataFrame,
+                        sources: dict[object, list[Source]] | None = None) -> str:
     """The sortable table: one row per operator, most of the step first; each cell keeps
-    its raw value in ``data-sort`` for the page's sorting."""
+    its raw value in ``data-sort`` for the page's sorting. ``sources``: each row's (by the
+    shares' index), :func:`ipusim.analysis.program_steps.operator_sources`."""
+    sources = sources or {}
     head = "".join(f'<th data-type="{"number" if numeric else "text"}" '
                    f'title="{html.escape(tip)}"{SORTED if name == "% of step" else ""}>'
                    f'<button type="button">{html.escape(name)}</button></th>'
                    for name, tip, numeric in COLUMNS)
     body = []
-    for row in _rows(shares.sort_values("step_share", ascending=False, kind="stable")):
+    ordered = shares.sort_values("step_share", ascending=False, kind="stable")
+    for index, row in zip(ordered.index, _rows(ordered)):
+        found = sources.get(index, [])
         cells = [(row.ipu, f"{row.ipu}"), (row.stage, html.escape(row.stage)),
                  (row.pass_, row.pass_.replace("_", " ")),
                  (f"{row.kind} {shape_text(row)}", f"{row.kind} {html.escape(shape_text(row))}"),
+                 ("; ".join(source_text(s) for s in found), sources_html(found)),
                  (row.count, f"{row.count:,}")]
         cells += [(getattr(row, column), f"{getattr(row, column):,.0f}") for column, *_ in TERMS]
         cells += [(row.glue_cycles, f"{row.glue_cycles:,.0f}"),
@@ -185,9 +215,11 @@ def _split_hover(title: str, operators: pd.DataFrame, share: bool = True) -> str
             f"per step{of_step}<br>{float(total):,.0f} cycles per step: {split}")
 
 
-def operators_section(timeline: Timeline, plot_config: dict) -> str:
+def operators_section(timeline: Timeline, plot_config: dict,
+                      contexts: dict[str, list[dict]] | None = None) -> str:
     """The report's operators section: the top operators, the treemap, the table, and the
-    passes priced by the roofline, or why there is nothing to show."""
+    passes priced by the roofline, or why there is nothing to show. ``contexts``: the
+    debug contexts of the operator runs, by name, that name each operator's source."""
     passes = timeline.pass_shares()
     shares = timeline.operator_shares()
     roofline = roofline_passes(passes)
@@ -232,7 +264,7 @@ Click a compute box of the timeline to see its stage's operators; click a header
 <div class="figure">{treemap}</div>
 <div id="operator-filter" class="operator-filter" hidden><span></span>
 <button type="button" id="operator-filter-clear">Show every stage</button></div>
-{operator_table_html(shares)}{note}
+{operator_table_html(shares, operator_sources(timeline, contexts or {}))}{note}
 <script type="application/json" id="operator-data">{_json_in_html(data)}</script>
 </section>"""
 

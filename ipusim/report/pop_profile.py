@@ -15,10 +15,14 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     ``bytesPerTile``, ``bytesPerIPU``.
 ``programs``
     every program as columns, ``{"type", "name", "vertex", "operation",
-    "children"}``, its id its position: the program steps' leaves
+    "children", "count"}``, its id its position: the program steps' leaves
     (``OnTileExecute``, ``DoExchange``, ``Sync``, ``StreamCopyBegin`` / ``Mid`` /
-    ``End``), one per distinct name, then a ``Sequence`` per model stage and pass
-    whose ``children`` are their ids.
+    ``End``), one per distinct name, then the control programs over them
+    (:func:`~ipusim.analysis.program_steps.program_tree`): a ``Sequence`` per model
+    stage and pass whose ``children`` are their ids, a ``Call`` of it for each pass
+    run, a ``Repeat`` (``count`` times its one child) for each run repeated back to
+    back, and last the root, the ``Sequence`` ``step``. ``count`` is 1 but for a
+    ``Repeat`` (absent in files written before it).
 ``steps``
     the last simulated step of replica 0 in order, as three lists of one entry a
     step, ``program`` (its id), ``ipu`` (each step runs on one IPU of the replica)
@@ -27,6 +31,11 @@ it; ``import pva`` under the shim does). It is gzip-compressed JSON, one object:
     :data:`~ipusim.analysis.program_steps.MAX_PROGRAM_STEPS`, whole events.
 ``events``
     ``{"listed", "total"}``: of that step's events, how many the steps list.
+``executed``
+    whether the model ran: false in the profile a model writes when it compiles
+    (Poplar writes the graph profile then), whose ``steps`` are those of its
+    compiled step, simulated once for its program and liveness but not run (a reader
+    lists no execution for it). Absent in files written before it: true.
 ``variables``
     ``{"id", "name", "ipu", "bytes", "width", "layout", "column", "category",
     "alwaysLive", "module", "first", "last"}``: each variable as
@@ -56,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ipusim.analysis.graph_profile import GraphProfile
-from ipusim.analysis.program_steps import ON_TILE_EXECUTE, StepTable
+from ipusim.analysis.program_steps import ON_TILE_EXECUTE, ControlProgram, StepTable
 from ipusim.analysis.timeline import Timeline
 from ipusim.report.files import write_atomically
 
@@ -67,24 +76,24 @@ POP, DEBUG = "profile.pop", "debug.cbor"
 POPLAR_SDK = "3.3.0"
 
 
-def _programs(steps: StepTable) -> dict[str, list]:
-    """The programs of ``steps`` as columns: each distinct one, then a ``Sequence`` per stage
-    and pass of its programs in the order they first run."""
-    sequences: dict[tuple[int, str], list[int]] = {}
-    for index, p in enumerate(steps.programs):
-        sequences.setdefault((p.stage, p.phase), []).append(index)
+def _programs(steps: StepTable, tree: list[ControlProgram]) -> dict[str, list]:
+    """The programs of ``steps`` as columns: each distinct one, then the control programs
+    over them (``tree``, :func:`~ipusim.analysis.program_steps.program_tree`), the root
+    last."""
     kinds, names, vertices, operations = (list(column) for column in zip(*(
         (p.kind, p.name, p.vertex, p.operation) for p in steps.programs))) if steps.programs \
         else ([], [], [], [])
     children: list[list[int]] = [[] for _ in steps.programs]
-    for (stage, phase), members in sequences.items():
-        kinds.append("Sequence")
-        names.append(f"stage{stage}/{phase}" if stage >= 0 else phase)
+    counts = [1] * len(steps.programs)
+    for program in tree:
+        kinds.append(program.kind)
+        names.append(program.name)
         vertices.append("")
         operations.append("")
-        children.append(members)
+        children.append(list(program.children))
+        counts.append(program.count)
     return {"type": kinds, "name": names, "vertex": vertices, "operation": operations,
-            "children": children}
+            "children": children, "count": counts}
 
 
 def _operations(steps: StepTable) -> list[dict]:
@@ -103,11 +112,13 @@ def _operations(steps: StepTable) -> list[dict]:
     return list(operations.values())
 
 
-def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
-    """The ``profile.pop`` object of ``timeline`` (see the module's docstring)."""
+def pop_document(timeline: Timeline, profile: GraphProfile, executed: bool = True) -> dict:
+    """The ``profile.pop`` object of ``timeline`` (see the module's docstring); ``executed``:
+    whether the model ran, or ``timeline`` is its compiled step simulated for the graph
+    profile alone."""
     plan, ipu = timeline.plan, timeline.run.compute_ipu(timeline.system.ipu)
     steps = profile.steps
-    programs = _programs(steps)
+    programs = _programs(steps, profile.tree)
     ipus = plan.ipus_per_replica
     spans = [(v, None, None) for v in profile.always_live] + \
         [(r.variable, r.first, r.last) for r in profile.ranges]
@@ -127,6 +138,7 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
         "steps": {"program": steps.program.tolist(), "ipu": steps.ipu.tolist(),
                   "cycles": steps.cycles.tolist()},
         "events": {"listed": steps.events_listed, "total": steps.events_total},
+        "executed": executed,
         "computeSets": programs["type"].count(ON_TILE_EXECUTE),
         "variables": variables,
         "notAlwaysLive": profile.liveness["bytes"].astype(int).tolist(),
@@ -136,13 +148,13 @@ def pop_document(timeline: Timeline, profile: GraphProfile) -> dict:
 
 
 def write_pop(directory: str | Path, timeline: Timeline,
-              graph: GraphProfile | None = None) -> Path:
+              graph: GraphProfile | None = None, executed: bool = True) -> Path:
     """Write ``profile.pop`` of ``timeline`` into ``directory``; returns its path. ``graph``:
     its graph profile when already worked out (with the model's named parameters), else
-    worked out here without them."""
+    worked out here without them; ``executed``: see :func:`pop_document`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    document = pop_document(timeline, graph or timeline.graph_profile())
+    document = pop_document(timeline, graph or timeline.graph_profile(), executed)
     path = directory / POP
     write_atomically(path, gzip.compress(json.dumps(document, separators=(",", ":")).encode(),
                                          compresslevel=5))

@@ -19,14 +19,13 @@ from ipusim.analysis.graph_profile import check_tiles_fit
 from ipusim.analysis.program_steps import operator_runs
 from ipusim.analysis.tile_memory import Variable
 from ipusim.cost.cost_model import PS_PER_S, to_cycles
-from ipusim.engine.event_kinds import FORWARD
 from ipusim.plan.memory import OutOfMemoryError, check_fits, memory_per_ipu
 from ipusim.plan.setting_names import SettingNames
 from ipusim.report.verdict import Verdict, bottleneck
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.option_names import REPORT_NAMES
 from poptorch_shim._data.loader_rate import LoaderRate
-from poptorch_shim._execution.debug_context import kernel_key
+from poptorch_shim._execution.debug_context import DebugRecorder, kernel_key, update_context
 from poptorch_shim._execution.engine_config import cost_model, instance_system
 
 
@@ -52,14 +51,14 @@ class SimulatedDevice:
     def __init__(self, options, run: RunConfig, stages: list[Stage], micro_batch_size: int,
                  input_bytes: int, output_bytes: int, optimizer_state_ratio: float,
                  parameters: tuple[Variable, ...] = (),
-                 debug: dict[tuple, list[dict]] | None = None,
+                 debug: DebugRecorder | None = None,
                  names: SettingNames = REPORT_NAMES):
         """``run``: the run configuration :func:`.engine_config.check_layout` built and checked
         before the stages were measured; ``stages``: the measured stages, whose
         optimizer state is ``optimizer_state_ratio`` times their weights in training;
         ``parameters``: the model's parameter tensors (:mod:`.tensor_layout`), which stand
         for the weights on the tiles when the model runs as one stage; ``debug``: the
-        debug contexts of its forward's operators, by kernel (:mod:`.debug_context`);
+        debug contexts its operators were recorded with (:mod:`.debug_context`);
         ``names``: how its verdict and reports word the settings (PopTorch's calls, or
         the library's that wraps the model)."""
         self.names = names
@@ -71,14 +70,15 @@ class SimulatedDevice:
             output_bytes_per_sample=output_bytes // micro_batch_size)
         self.run = run
         self.spec = instance_system(options, run, self.work)
+        self._instance = options.Distributed.process_id
         self.simulation = Simulation(self.work, self.run, self.spec, cost_model(options),
-                                     instance=options.Distributed.process_id)
+                                     instance=self._instance)
         self.memory = memory_per_ipu(self.work, self.run, self.spec, plan=self.simulation.plan)
         only = self.simulation.plan.stages
         #: The parameter tensors on the tiles: the model's own when it runs as one stage.
         self.named = (tuple(replace(p, ipu=only[0].ipu) for p in parameters)
                       if len(only) == 1 else ())
-        self._debug = (debug or {}) if len(only) == 1 else {}
+        self._debug = debug if len(only) == 1 else None
         if options.engine_options.get("debug.allowOutOfMemory") == "true":
             # Poplar compiles a model that does not fit so its profile shows where the
             # memory goes; here the simulation runs and the report shows the excess.
@@ -95,18 +95,46 @@ class SimulatedDevice:
         self.fed_loader_rate: LoaderRate | None = None
 
     def debug_contexts(self, timeline) -> dict[str, list[dict]]:
-        """The debug contexts of the forward's operator runs, by their name in the profile
-        (:func:`ipusim.analysis.program_steps.operator_runs`): each run of a kernel takes
-        the contexts recorded for it in the order they ran. Only a model that runs as one
-        stage has them: the kernels of merged stages are no longer told apart."""
-        queues = {key: list(contexts) for key, contexts in self._debug.items()}
+        """The debug contexts of the operator runs, by their name in the profile
+        (:func:`ipusim.analysis.program_steps.operator_runs`): each run of a kernel in the
+        forward and the backward takes the contexts recorded for it in the order they ran;
+        an operator of the optimizer's, run once over each parameter tensor in turn (a
+        multiple of their count), the context of the module that owns the tensor. Only a
+        model that runs as one stage has them: the kernels of merged stages are no longer
+        told apart."""
+        if self._debug is None:
+            return {}
+        runs = operator_runs(timeline)
+        queues = {key: list(contexts) for key, contexts in self._debug.contexts.items()}
+        counts: dict[tuple[str, str], int] = {}
+        for _, phase, name, _ in runs:
+            op = name.rsplit("/", 2)[1]
+            counts[phase, op] = counts.get((phase, op), 0) + 1
         out = {}
-        for _, phase, name, row in operator_runs(timeline):
+        tensors = len(self.named)
+        for _, phase, name, row in runs:
+            op = row["op"] or row["kind"]
+            if not op.startswith("aten::"):  # the optimizer's, over each parameter tensor
+                if tensors and counts[phase, op] % tensors == 0:
+                    tensor = int(name.rsplit("/", 1)[1]) % tensors
+                    context = update_context(self._debug, self.named[tensor].module, op)
+                    if context is not None:
+                        out[name] = [context]
+                continue
             key = kernel_key(row["op"], row["kind"], row["width"], row["m"], row["k"], row["n"],
                              row["groups"], row["elements"])
-            if phase == FORWARD and queues.get(key):
+            if queues.get(key):
                 out[name] = [queues[key].pop(0)]
         return out
+
+    def compiled_timeline(self) -> ipusim.Timeline:
+        """One step of the compiled program, simulated apart from the model's own calls
+        (which it leaves as they are): what the graph profile a model writes when it
+        compiles reads its program steps and liveness from, before any call runs."""
+        simulation = Simulation(self.work, self.run, self.spec, self.simulation.cost_model,
+                                instance=self._instance)
+        simulation.step()
+        return simulation.timeline
 
     def fed_by(self, rate: LoaderRate | None) -> None:
         """A call received a DataLoader's step; ``rate``: its rate as last measured,

@@ -291,6 +291,7 @@ class PoplarExecutor:
             model_reports.write_out_of_memory_report(self, error)  # where the memory goes
             raise
         model_reports.register(self)
+        model_reports.write_compiled_profile(self)  # Poplar's graph profile, when compiled
         # OnDemand attaches when first run; Never stays offline.
         self._attached = self._options.connection_type is enums.ConnectionType.Always
 
@@ -318,7 +319,7 @@ class PoplarExecutor:
                                    update_program(self._optimizer))
                 with self._progress.measuring(), recording_contexts(probe.model) as debug:
                     stages, output = probe.profile(args, kwargs, self._training)
-                self._debug_contexts = debug.contexts
+                self._debug_contexts = debug
         finally:
             for hook in hooks:
                 hook.remove()

@@ -302,14 +302,15 @@ def write_report(executor) -> Path | None:
     # The graph profile, for profile.pop and the report's tile and liveness views.
     graph = (executor.timeline.graph_profile(device.named)
              if outputs is None or PROFILE in outputs else None)
+    contexts = device.debug_contexts(executor.timeline)  # each operator's module and line
     try:
         done = write_autoreport(directory, executor.timeline, options=plain, outputs=outputs,
                                 loader_items_per_s=_items_per_s(rate), names=device.names,
                                 verdict=model_verdict(device, executor.given_options),
                                 loader_spread=spread, graph=graph,
-                                timing_only=executor.timing_only)
+                                timing_only=executor.timing_only, contexts=contexts)
         if graph is not None:
-            _write_pva_files(executor, done, graph)
+            _write_pva_files(executor, done, graph, contexts=contexts)
     finally:
         _release(directory)
     reports_written.append(done)
@@ -324,21 +325,54 @@ def write_report(executor) -> Path | None:
     return done
 
 
-def _write_pva_files(executor, directory: Path, graph) -> None:
+def write_compiled_profile(executor) -> Path | None:
+    """The graph profile of a model just compiled, if its autoReport asks for one:
+    ``profile.pop`` (its compiled step simulated apart, not run) and, with
+    ``autoReport.outputDebugInfo``, ``debug.cbor``. Poplar writes the graph profile
+    when the engine compiles, so a script that only compiles (``compile()``, an offline
+    target) or reads the folder before the model is destroyed finds it, as PopTorch's
+    own tests do; the model's report, written later, replaces it with the run's.
+    Under the runner every report is written when the script ends, and this one is not
+    (the script's end comes before anything could read it)."""
+    if collecting:
+        return None
+    directory = report_directory(executor)
+    if directory is None:
+        return None
+    from ipusim.report.autoreport import PROFILE, outputs_from_engine_options
+    outputs = outputs_from_engine_options(executor.options.engine_options) or None
+    if outputs is not None and PROFILE not in outputs:
+        return None
+    device = executor.device
+    timeline = device.compiled_timeline()
+    graph = timeline.graph_profile(device.named)
+    try:
+        _write_pva_files(executor, directory, graph, timeline, executed=False)
+    except OSError:  # a file where the folder goes: the model's report says so when written
+        return None
+    return directory
+
+
+def _write_pva_files(executor, directory: Path, graph, timeline=None,
+                     executed: bool = True, contexts: dict | None = None) -> None:
     """Beside a model's report, what libpva reads (``import pva``): ``profile.pop`` of its
     graph profile, the host side's ``host.pvti``, and with ``autoReport.outputDebugInfo``
     the operations' debug contexts in ``debug.cbor`` of the autoReport directory (one a
-    process, as PopTorch writes it, each model adding its operations)."""
+    process, as PopTorch writes it, each model adding its operations). ``timeline``: the
+    step they describe (default: the model's own calls); ``executed``: whether it ran
+    (see :func:`ipusim.report.pop_profile.pop_document`); ``contexts``: its operators'
+    debug contexts when already worked out."""
     from ipusim.report.pop_profile import DEBUG, write_debug, write_pop
     from poptorch_shim.profiling import PVTI_FILE, write_pvti
     device = executor.device
-    write_pop(directory, executor.timeline, graph)
+    timeline = timeline or executor.timeline
+    write_pop(directory, timeline, graph, executed)
     write_pvti(directory / PVTI_FILE, directory.name, list(device.host_calls))
     engine = executor.options.engine_options
     if str(engine.get("autoReport.outputDebugInfo", "false")).lower() == "true":
         path = directory.parent / DEBUG
         known = _debug_written.setdefault(path, {})
-        known.update(device.debug_contexts(executor.timeline))
+        known.update(device.debug_contexts(timeline) if contexts is None else contexts)
         write_debug(path, known)
 
 

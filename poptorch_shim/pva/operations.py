@@ -1,13 +1,17 @@
 """libpva's operation analysis: ``pva.OperationAnalysis(report).operations``.
 
 An operation is one operator of the model as the profile's program steps run it:
-its ``name`` (``stage/pass/op``), ``type`` (the framework operator,
+its ``name``, ``type`` (the framework operator,
 ``aten::addmm``), its ``cycles`` in the profiled step (all its runs), its
 ``programs``, and its ``debugContext``. With the ``debug.cbor`` of the run given to
 ``openReport``, the debug context is the chain PopTorch records: the operation's
 own context, whose parent is the ``poptorch`` layer's, naming the module path and
 the file, line and function of the user's code that called it
-(``json.loads(context.json)`` gives ``op_name``, ``op_type`` and ``layer``).
+(``json.loads(context.json)`` gives ``op_name``, ``op_type``, ``layer`` and ``module``).
+An operation with such a context is named as PopTorch names it, by its ``op_name``
+(``block0/lstm/LSTM``: the module path and the operation's PopTorch type; a gradient
+operator, its forward operator's); one without is named by its place in the profile,
+``stage/pass/op/n``, which its own context's ``name`` always is.
 """
 from __future__ import annotations
 
@@ -43,18 +47,18 @@ class Operation:
     ``debugContext``; ``replacedDebugContext`` is empty (no operation replaces another)."""
 
     def __init__(self, record: dict, programs: list, contexts: list[dict]):
-        self.name = record["name"]
+        self.name = contexts[0]["name"] if contexts else record["name"]
         self.type = record["type"]
         self.cycles = record["cycles"]
         self.programs = [programs[index] for index in record["programs"]]
         self.replacedDebugContext: list[DebugContext] = []
-        own = {"op_name": self.name, "op_type": self.type, "layer": "ipusim",
+        own = {"op_name": record["name"], "op_type": self.type, "layer": "ipusim",
                "stage": record["stage"], "pass": record["pass"]}
         parents = [DebugContext(c["name"], c["layer"],
                                 {"op_name": c["name"], "op_type": c["op_type"],
                                  "layer": c["layer"], "module": c["module"]}, c, [])
                    for c in contexts]
-        self.debugContext = DebugContext(self.name, "ipusim", own,
+        self.debugContext = DebugContext(record["name"], "ipusim", own,
                                          contexts[0] if contexts else {}, parents)
 
     @property

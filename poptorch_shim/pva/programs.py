@@ -63,7 +63,9 @@ class ComputeSet:
 
 class Program:
     """One program of the profile: ``name``, ``type`` (:class:`ProgramType`), its
-    ``children`` (a ``Sequence``'s), and for an ``OnTileExecute`` its ``computeset``."""
+    ``children`` (a ``Sequence``'s in order; a ``Repeat``'s or a ``Call``'s one: the
+    body it repeats ``count`` times, or the function it calls), and for an
+    ``OnTileExecute`` its ``computeset``."""
 
     Type = ProgramType
 
@@ -72,6 +74,7 @@ class Program:
         self.name = columns["name"][index]
         self.type = ProgramType(columns["type"][index])
         self._children = columns["children"][index]
+        self.count = columns["count"][index] if "count" in columns else 1
         self._programs = programs
         self.computeset = (ComputeSet(self.name, columns["vertex"][index])
                            if self.type is ProgramType.OnTileExecute else None)

@@ -200,7 +200,9 @@ class LivenessStep:
 
 class Compilation:
     """What compiling gave: ``target``, ``graph``, ``tiles`` (all IPUs'), ``ipus``,
-    ``alwaysLiveVariables``, ``livenessProgramSteps`` and ``programs``."""
+    ``alwaysLiveVariables``, ``livenessProgramSteps``, ``programs`` (every program) and
+    ``controlPrograms`` (the root of the program tree: the step's ``Sequence``, whose
+    ``Repeat``, ``Call`` and ``Sequence`` children lead to the program steps)."""
 
     def __init__(self, report: Report):
         self._report = report
@@ -208,6 +210,8 @@ class Compilation:
         self.target = Target(document["target"])
         self.graph = Graph(document["computeSets"], len(document["variables"]))
         self.programs = report._programs
+        roots = [p for p in self.programs if p.type is Program.Type.Sequence and p.name == "step"]
+        self.controlPrograms = roots[-1:]
 
     @cached_property
     def tiles(self) -> list[Tile]:
@@ -262,6 +266,8 @@ class Execution:
         self.eventsTotal = report._document["events"]["total"]
         ipus = report._document["target"]["numIPUs"]
         steps = report._document["steps"]
+        if not report._document.get("executed", True):  # written when it compiled: no run
+            steps = {"program": [], "ipu": [], "cycles": []}
         self.steps = [ExecutionStep(report._programs[program], ipu, cycles, ipus)
                       for program, ipu, cycles in zip(steps["program"], steps["ipu"],
                                                       steps["cycles"])]

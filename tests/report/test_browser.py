@@ -31,3 +31,19 @@ def test_report_renders_every_box_without_script_errors(tmp_path, pipeline_timel
     assert check["figures"]["memory"]["bars"]["weights"] == 4
 
     screenshot(tmp_path, page, "browser_test.png")
+
+
+def test_the_program_views_draw_every_program_step_of_the_step(tmp_path, pipeline_timeline):
+    from ipusim.analysis.program_steps import execution_trace
+
+    graph = pipeline_timeline.graph_profile()
+    page = write_html(pipeline_timeline, tmp_path / "report.html", title="programs",
+                      graph=graph)
+    dom = dump_dom(tmp_path, page)
+    check = render_check_json(dom)
+    assert check["errors"] == []
+    boxes = execution_trace(graph.steps)
+    drawn = check["figures"]["execution-trace"]["bars"]
+    assert drawn == {kind: int(count) for kind, count in boxes["kind"].value_counts().items()}
+    assert 'id="program-tree"' in dom and "Sequence step" in dom
+    screenshot(tmp_path, page, "browser_programs.png", size="1400,3600")

@@ -145,3 +145,18 @@ def test_the_sweep_page_finds_the_gradient_accumulation_by_the_names_given():
     page = render_sweep_html(poptorch_table, names=REPORT_NAMES)
     assert 'id="bubble_vs_ga"' in page
     assert ">Training.<wbr>gradient<wbr>Accumulation</button></th>" in page
+
+
+def test_names_pickle_and_stay_read_only():
+    # A PopTorch model holds its names, and torch.save pickles the model.
+    import pickle
+    from types import MappingProxyType
+
+    from ipusim.plan.setting_names import SETTING_WORDS, SettingNames
+
+    setting = sorted(SETTING_WORDS)[0]
+    names = SettingNames(MappingProxyType({setting: "opts.thing({value})"}),
+                         MappingProxyType({setting: "thing"}))
+    again = pickle.loads(pickle.dumps(names))
+    assert again == names and again.word(setting, 3) == "opts.thing(3)"
+    assert isinstance(again.words, MappingProxyType)

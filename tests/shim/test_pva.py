@@ -198,20 +198,37 @@ def test_the_html_report_shows_memory_by_tile_and_liveness(profiled, report):
 
 
 def test_operations_name_their_module_and_the_users_line(report):
-    operations = {op.name: op for op in pva.OperationAnalysis(report).operations}
+    # Each operation's own context is named by its place in the profile; the poptorch
+    # layer above it by the module path and the operation's PopTorch type.
+    operations = {op.debugContext.name: op for op in pva.OperationAnalysis(report).operations}
     first = operations["model/forward/aten::addmm/0"]
     context = first.debugContext
     poptorch_layer = context.parents[0]
     assert json.loads(poptorch_layer.layer)["layer"] == "poptorch"
     assert json.loads(poptorch_layer.json)["module"] == "fc1"
+    assert first.name == json.loads(poptorch_layer.json)["op_name"] == "fc1/MatMul"
     assert poptorch_layer.location.fileName == __file__
     assert poptorch_layer.location.lineNumber == FORWARD_LINE
     assert json.loads(operations["model/forward/aten::addmm/1"].debugContext.parents[0]
                       .json)["module"] == "fc2"
     assert first.type == "aten::addmm" and first.cycles > 0
     assert sum(op.cycles for op in operations.values()) <= report.execution.totalCycles
-    backward = [op for op in operations.values() if "/backward/" in op.name]
-    assert backward and not any(op.debugContext.parents for op in backward)
+    # A gradient operator carries the context of the forward operator it differentiates.
+    backward = [op for name, op in operations.items() if "/backward/" in name]
+    assert backward and all(op.debugContext.parents for op in backward)
+    assert {json.loads(op.debugContext.parents[0].json)["module"] for op in backward
+            if op.type == "aten::mm"} == {"fc1", "fc2"}
+
+
+def test_the_report_and_trace_name_each_operator_by_its_module_and_line(profiled):
+    root, _ = profiled
+    where = f"{__file__}:{FORWARD_LINE}"
+    trace = json.loads((root / "training" / "trace.json").read_text(encoding="utf-8"))
+    slices = {e["name"]: e["args"] for e in trace["traceEvents"] if e.get("cat") == "operator"}
+    assert slices["fc1/aten::addmm"]["sources"] == [f"fc1 {where}"]
+    assert slices["relu/aten::threshold_backward"]["sources"] == [f"relu {where}"]
+    page = (root / "training" / "report.html").read_text(encoding="utf-8")
+    assert f'title="{where}">fc1 · test_pva.py:{FORWARD_LINE}</span>' in page
 
 
 def test_what_a_simulation_does_not_give_raises_and_says_why(report):
@@ -262,3 +279,113 @@ def test_a_model_whose_fullest_tile_does_not_fit_is_refused_though_its_total_fit
         assert poptorch.inferenceModel(Lookup(), opts)(torch.randint(0, 100, (4,))).shape == ()
     wide = torch.nn.Embedding(30_000, 64)  # the same rows' columns spread over the tiles
     assert np.isfinite(poptorch.inferenceModel(wide)(torch.randint(0, 100, (4,))).numpy()).all()
+
+
+class LstmModel(torch.nn.Module):
+    """PopTorch's own profiling model (precompilation_test.py's): an LSTM and a softmax in
+    a block, a ReLU, and the loss made by identity_loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu = torch.nn.ReLU()
+        self.lstm = torch.nn.LSTM(3, 3)
+        self.softmax = torch.nn.LogSoftmax(1)
+
+    def forward(self, x):
+        x, _ = self.lstm(x)
+        x = self.softmax(x)
+        x = self.relu(x)
+        loss = poptorch.identity_loss(x**2, reduction="sum")
+        return x, loss
+
+
+def test_a_model_only_compiled_leaves_its_graph_profile_with_each_operations_source(
+        tmp_path, monkeypatch):
+    # What PopTorch's test_pva_annotations checks: a training model compiled for an offline
+    # target with autoReport options leaves training/profile.pop and debug.cbor, and every
+    # operation (forward, gradient, weight update) names its PopTorch operation and the line
+    # of the model that made it.
+    fresh_report_registry(monkeypatch)
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", json.dumps({
+        "autoReport.directory": str(tmp_path), "autoReport.all": "true",
+        "autoReport.outputDebugInfo": "true", "autoReport.outputExecutionProfile": "false"}))
+    model = LstmModel()
+    opts = poptorch.Options()
+    opts.useOfflineIpuTarget()
+    training = poptorch.trainingModel(model, opts,
+                                      optimizer=poptorch.optim.SGD(model.parameters(), lr=0.0))
+    training.compile(torch.randn(1, 1, 3))
+    report = pva.openReport(str(tmp_path / "training" / "profile.pop"),
+                            str(tmp_path / "debug.cbor"))
+    assert report.execution.steps == [] and report.compilation.livenessProgramSteps
+    source, first = inspect.getsourcelines(LstmModel.forward)
+    lines = {call: first + next(i for i, text in enumerate(source) if call in text)
+             for call in ("self.lstm(", "self.softmax(", "self.relu(", "identity_loss(")}
+    passes = set()
+    for op in pva.OperationAnalysis(report).operations:
+        passes.add(op.debugContext.name.split("/")[1])
+        layer = op.debugContext.parents[0]
+        data = json.loads(layer.json)
+        assert json.loads(layer.layer)["layer"] == data["layer"] == "poptorch"
+        assert layer.location.fileName == __file__ and op.name == data["op_name"]
+        if data["op_type"] in ("Pow", "Identityloss"):
+            assert data["op_name"] == data["op_type"]
+            assert layer.location.lineNumber == lines["identity_loss("]
+        else:
+            module = data["op_name"].removesuffix("/" + data["op_type"])
+            assert module in ("lstm", "softmax", "relu")
+            assert layer.location.lineNumber == lines[f"self.{module}("]
+    assert passes == {"forward", "backward", "weight_update"}
+
+
+def test_a_model_run_and_left_alive_has_its_profile_written(tmp_path, monkeypatch):
+    # PopTorch's options_test: profile.pop exists once the model has run, destroyed or not.
+    fresh_report_registry(monkeypatch)
+    opts = poptorch.Options()
+    opts.modelName("tommyflowers")
+    opts.enableProfiling(str(tmp_path))
+    model = poptorch.inferenceModel(torch.nn.Linear(8, 8), opts)
+    model(torch.randn(4, 8))
+    assert (tmp_path / "tommyflowers" / "profile.pop").is_file()
+
+
+def _expanded(program) -> list:
+    """The program steps a program runs, in order: a Sequence's children, a Repeat's body
+    ``count`` times, a Call's function."""
+    kind = program.type
+    if kind is pva.Program.Type.Sequence:
+        return [step for child in program.children for step in _expanded(child)]
+    if kind is pva.Program.Type.Repeat:
+        return _expanded(program.children[0]) * program.count
+    if kind is pva.Program.Type.Call:
+        return _expanded(program.children[0])
+    return [program]
+
+
+def test_the_program_tree_repeats_the_micro_batches_and_calls_each_pass(tmp_path, monkeypatch):
+    fresh_report_registry(monkeypatch)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(3)
+    opts.deviceIterations(2)
+    opts._Popart.set("engineOptions", {"autoReport.all": "true",
+                                       "autoReport.directory": str(tmp_path)})
+    net = Net()
+    model = poptorch.trainingModel(net, opts, optimizer=poptorch.optim.SGD(net.parameters(),
+                                                                           lr=0.1))
+    model(torch.randn(24, 32), torch.randint(0, 10, (24,)))
+    model.destroy()
+    report = pva.openReport(str(tmp_path / "training" / "profile.pop"))
+    root, = report.compilation.controlPrograms
+    # The tree runs exactly the execution's program steps, in their order.
+    assert [p.name for p in _expanded(root)] == [s.program.name for s in report.execution.steps]
+    kinds = pva.Program.Type
+    top = root.children
+    repeats = [p for p in top if p.type is kinds.Repeat]
+    # The first device iteration's 3 micro-batches are one body repeated (the last one's
+    # outputs go back to the host, so the second iteration's last differs).
+    assert repeats[0].count == 3
+    body = [c.name for c in repeats[0].children[0].children if c.type is kinds.Call]
+    assert body == ["call stage0/forward", "call stage0/backward"]
+    updates = [p for p in top if p.type is kinds.Call and p.name.endswith("weight_update")]
+    assert len(updates) == 2  # one weight update a device iteration
+    assert len({id(p.children[0]) for p in updates}) == 1  # the same function called twice
