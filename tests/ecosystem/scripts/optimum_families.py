@@ -154,7 +154,7 @@ def families():
                                  decoder_ffn_dim=32, max_position_embeddings=32,
                                  dropout=0.0, attention_dropout=0.0,
                                  activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
-                                 eos_token_id=2, decoder_start_token_id=2,
+                                 eos_token_id=2, decoder_start_token_id=0,
                                  forced_eos_token_id=None, forced_bos_token_id=None),
             seq2seq, ("train", "evaluate", "generate", "kv_cache"), accumulation=6,
             kv={"use_encoder_output_buffer": True}),
@@ -287,8 +287,14 @@ def train_and_evaluate(spec, result_train, result_eval, out, mark):
                                 learning_rate=lr, adam_beta1=beta1, adam_beta2=beta2,
                                 adam_epsilon=eps, dataloader_drop_last=True, fp32=True,
                                 report_to=[], save_strategy="no", logging_steps=1)
-    trainer = IPUTrainer(model=model, ipu_config=ipu_config(spec), args=args,
+    config_of_run = ipu_config(spec)
+    trainer = IPUTrainer(model=model, ipu_config=config_of_run, args=args,
                          train_dataset=train, eval_dataset=evaluation)
+    ipus = spec["ipu"]["ipus_per_replica"]
+    result_train["settings"] = {"gradient_accumulation": spec["accumulation"], "ipus": ipus}
+    per_call = spec["micro_batch"] * config_of_run.inference_device_iterations
+    result_eval["settings"] = {"device_iterations": config_of_run.inference_device_iterations,
+                               "ipus": ipus, "calls": len(evaluation) // per_call}
     # Each weight as the pipelined model trains it (parallelize may rescale one in place,
     # as optimum's T5 does its feed-forward output for fp16), by the parameter's identity.
     # (The parameter itself is kept: an identity is not reused while it is held.)
@@ -360,7 +366,7 @@ def generate(spec, result, kv_cache):
     batch = next(iter(inputs.values())).shape[0]
     encoder_decoder = config.is_encoder_decoder
     length = 1 + NEW_TOKENS if encoder_decoder else SEQ + NEW_TOKENS
-    extra = {}
+    extra, steps = {}, 1
     if kv_cache:
         steps = 2
         extra = {"use_cache": True, "batch_size": batch, "max_length": length,
@@ -376,6 +382,9 @@ def generate(spec, result, kv_cache):
     result["ran"] = True
     expected = plain.generate(**inputs, **kwargs)
     result["tokens"] = list(got.shape)
+    made = got.shape[1] - (1 if encoder_decoder else SEQ)  # the decoder's start, the prompt
+    result["settings"] = {"calls": made // steps if kv_cache else made,
+                          "on_device_generation_steps": steps if kv_cache else 0}
     # On-device generation makes its steps' tokens a call at a time and stops a call
     # short of max_length (optimum lowers the stopping length by the steps of a call):
     # its tokens are the first of transformers'. Every other path makes them all.
