@@ -50,12 +50,12 @@ def test_a_lightning_module_fits_validates_tests_and_predicts(ipusim, tmp_path, 
             assert profile["verdict"]["kind"] != "ipu_links", name
 
 
-def test_a_loader_lightning_leaves_unconverted_is_told_where_its_batch_went(ipusim, tmp_path):
+def test_a_loader_lightning_leaves_unconverted_is_told_where_its_batch_went(guide):
     # Lightning 2.0 hands lightning-graphcore's strategy the DataLoader as it is to fit,
     # validate and test: each batch of 16 is a whole call's, 8 device iterations x 2
     # replicas of one sample. Only predicting (to track the indices) rebuilds it, as a
     # poptorch.DataLoader whose batch is the micro-batch.
-    run = Run(ipusim, tmp_path, "lightning_fit.py", "device-iterations")
+    run = guide["lightning"]  # the guide's command: lightning_fit.py device-iterations
     assert "predicted 512 rows" in run.out
     sizes = {name: int(re.search(r"micro-batch size (\d+), device iterations 8, replicas 2",
                                  line).group(1)) for name, line in run.exit_lines.items()}
@@ -81,9 +81,8 @@ def test_a_pipelined_bert_pretrains_through_the_ipu_trainer(ipusim, tmp_path):
     assert balanced["speedup"] > 1.05  # IPU 0 computes about twice what IPU 1 does
 
 
-def test_bert_large_pretrains_through_the_ipu_trainer_timing_only(ipusim, tmp_path):
-    run = Run(ipusim, tmp_path, "bert_pretraining.py", str(tmp_path / "out"), "large",
-              timing_only=True)
+def test_bert_large_pretrains_through_the_ipu_trainer_timing_only(guide):
+    run = guide["bert-large"]  # the guide's command: --timing-only
     assert "trained 2 steps" in run.out
     (profile,) = run.profiles.values()
     assert profile["figures"]["ipus"] == 4 and profile["run"]["execution"] == "pipelined"
@@ -92,8 +91,8 @@ def test_bert_large_pretrains_through_the_ipu_trainer_timing_only(ipusim, tmp_pa
     assert "timing-only (no tensors computed" in line
 
 
-def test_gpt2_generates_the_tokens_of_transformers_greedy_search(ipusim, tmp_path):
-    run = Run(ipusim, tmp_path, "gpt2_generate.py")
+def test_gpt2_generates_the_tokens_of_transformers_greedy_search(guide):
+    run = guide["gpt2"]  # the guide's command
     assert "generated (2, 12) tokens" in run.out
     (profile,) = run.profiles.values()
     assert micro_batch(profile) == 2  # the batch, not the step counter
@@ -105,25 +104,33 @@ def test_gpt2_generates_the_tokens_of_transformers_greedy_search(ipusim, tmp_pat
     assert "device_iterations" not in said and "on_device_generation_steps=" in said
 
 
-def test_the_guides_commands_run_as_written_and_write_their_reports(ipusim, tmp_path):
-    guide = (ROOT / "docs" / "user-guide.md").read_text()
-    section = guide.split("## Hugging Face and Lightning on ipusim")[1].split("\n## ")[0]
+@pytest.fixture(scope="module")
+def guide(ipusim, tmp_path_factory) -> dict[str, Run | str]:
+    """The user guide's commands run as written, in a reader's checkout (the lane's
+    environment and the scripts they name): each run by its report folder's name, and
+    the index page of their reports (the last command's) as "index"."""
+    text = (ROOT / "docs" / "user-guide.md").read_text()
+    section = text.split("## Hugging Face and Lightning on ipusim")[1].split("\n## ")[0]
     commands = [line for block in re.findall(r"^```bash\n(.*?)^```", section, re.M | re.S)
                 for line in block.splitlines() if line.startswith(".venv-ecosystem/bin/ipusim")]
     assert len(commands) == 4, commands
-    # A reader's checkout: the lane's environment and the scripts the commands name.
-    (tmp_path / ".venv-ecosystem").symlink_to(VENV)
-    (tmp_path / "tests").symlink_to(ROOT / "tests")
-    env = lane_environment()
-    for command in commands:
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, (command, done.stderr[-4000:])
-        folder = tmp_path / command.split("--report ")[1].split()[0] if "--report" in \
-            command else tmp_path / command.split()[-1]
-        if " run " in command:
-            assert "; report " in done.stderr and any(folder.rglob("profile.json")), command
-        else:
-            assert (folder / "index.html").is_file()
-    index = (tmp_path / "reports" / "ecosystem" / "index.html").read_text()
-    assert index.count("<tr><td><a href=") >= 7  # generation, Lightning's five, BERT-Large
+    where = tmp_path_factory.mktemp("reader")
+    (where / ".venv-ecosystem").symlink_to(VENV)
+    (where / "tests").symlink_to(ROOT / "tests")
+    runs = {}
+    for command in commands[:-1]:
+        assert " run " in command and "--report reports/ecosystem/" in command, command
+        run = Run.of_command(ipusim, where, command)
+        runs[run.reports.name] = run
+    index = subprocess.run(["bash", "-c", commands[-1]], cwd=where, env=lane_environment(),
+                           capture_output=True, text=True, timeout=300)
+    assert commands[-1].endswith(" report --index reports/ecosystem"), commands[-1]
+    assert index.returncode == 0, index.stderr[-4000:]
+    runs["index"] = (where / "reports" / "ecosystem" / "index.html").read_text()
+    return runs
+
+
+def test_the_guides_commands_run_as_written_and_write_their_reports(guide):
+    assert sorted(guide) == ["bert-large", "gpt2", "index", "lightning"]
+    # generation, Lightning's five, BERT-Large: each run's reports in the index
+    assert guide["index"].count("<tr><td><a href=") == 7

@@ -27,21 +27,36 @@ class Run:
 
     def __init__(self, ipusim: Path, tmp_path: Path, script: str, *args: str,
                  timing_only: bool = False):
-        self.reports = tmp_path / "reports"
+        reports = tmp_path / "reports"
         flags = ["--timing-only"] if timing_only else []
-        result = subprocess.run(
-            [str(ipusim), "run", "--no-progress", *flags, "--report", str(self.reports),
+        self._take(ipusim, reports, subprocess.run(
+            [str(ipusim), "run", "--no-progress", *flags, "--report", str(reports),
              str(SCRIPTS / script), *args],
             cwd=tmp_path, env=lane_environment(PYTHONWARNINGS="ignore"), capture_output=True,
-            text=True, timeout=900)
+            text=True, timeout=900))
+
+    @classmethod
+    def of_command(cls, ipusim: Path, where: Path, command: str) -> "Run":
+        """``command``, an ``ipusim run --report DIR`` line as a reader types it in
+        ``where``."""
+        run = cls.__new__(cls)
+        reports = where / command.split("--report ")[1].split()[0]
+        run._take(ipusim, reports, subprocess.run(
+            ["bash", "-c", command], cwd=where, env=lane_environment(), capture_output=True,
+            text=True, timeout=900))
+        return run
+
+    def _take(self, ipusim: Path, reports: Path, result: subprocess.CompletedProcess) -> None:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+        self.reports = reports
         self.out, self.err = result.stdout, result.stderr
         self.exit_lines = {Path(line.rsplit("; report ", 1)[1]).name: line
                            for line in self.err.splitlines()
                            if line.startswith("  ") and "; report " in line}
         self.profiles = {path.parent.name: json.loads(path.read_text())
                          for path in sorted(self.reports.rglob("profile.json"))}
-        assert set(self.exit_lines) == set(self.profiles), (self.exit_lines, self.profiles)
+        assert self.profiles and set(self.exit_lines) == set(self.profiles), \
+            (self.exit_lines, self.profiles)
         self._one_throughput(ipusim)
 
     def _one_throughput(self, ipusim: Path) -> None:
