@@ -22,7 +22,9 @@ pytestmark = pytest.mark.ecosystem
 # Each family and the paths its examples run: IPUTrainer's train and evaluate,
 # generate() (the decoder a step of a loop on the host) and the notebooks' KV-cache
 # generation (on-device steps, the encoder's output in updatable named buffers)
-# where optimum-graphcore has it (BART, T5, Whisper: its @supports_kv_cache models).
+# where optimum-graphcore has it (BART, T5, Whisper: its @supports_kv_cache models),
+# for Whisper also with its encoder under poptorch.cond on the decoder's IPU
+# (use_cond_encoder, its quantized notebook's layout).
 PATHS = {
     "BART": ("train", "evaluate", "generate", "kv_cache"),
     "BERT": ("train", "evaluate"),
@@ -39,7 +41,7 @@ PATHS = {
     "T5": ("train", "evaluate", "generate", "kv_cache"),
     "ViT": ("train", "evaluate"),
     "Wav2Vec2": ("train", "evaluate"),
-    "Whisper": ("train", "evaluate", "generate", "kv_cache"),
+    "Whisper": ("train", "evaluate", "generate", "kv_cache", "kv_cache_cond"),
 }
 ENCODER_DECODER = {"BART", "MT5", "T5", "Whisper"}
 CASES = [(family, path) for family, paths in PATHS.items() for path in paths]
@@ -64,7 +66,7 @@ def families(ipusim, tmp_path_factory) -> Families:
 
 
 def test_the_run_covers_every_family_optimum_graphcore_pipelines(families):
-    assert len(PATHS) == 16 and len(CASES) == 40
+    assert len(PATHS) == 16 and len(CASES) == 41
     assert {f: tuple(paths) for f, paths in families.results.items()} == PATHS
     # Each model the paths compiled wrote its report, and each report is one path's.
     named = [name for paths in families.results.values() for result in paths.values()
@@ -103,9 +105,9 @@ def test_each_family_runs_its_path_as_plain_transformers_does(families, family, 
         assert run["device_iterations"] == settings["device_iterations"]
         assert profile["figures"]["ipus"] == settings["ipus"]
         assert profile["steps"] == settings["calls"]
-    else:  # generation: the encoder once, then the decoder's calls
+    else:  # generation: the encoder once (unless under the decoder's cond), the decoder
         *encoder, decoder = profiles
-        assert len(encoder) == (family in ENCODER_DECODER)
+        assert len(encoder) == (family in ENCODER_DECODER and path != "kv_cache_cond")
         for profile in encoder:
             assert profile["run"]["autoregressive"] is False and profile["steps"] == 1
         run, said = decoder["run"], advice_of(decoder["verdict"])
@@ -120,10 +122,11 @@ def test_each_family_runs_its_path_as_plain_transformers_does(families, family, 
             assert ("needs the KV cache" in said) is ("kv_cache" not in PATHS[family])
         else:
             # The loop on the device: its device iterations are the generation steps,
-            # and the encoder's output is a buffer the host updates.
+            # and the encoder's output is a buffer the host updates (or, under cond,
+            # the model's own).
             assert run["autoregressive"] is False
             assert run["device_iterations"] == settings["on_device_generation_steps"]
-            buffers = decoder["options"]["_Popart.updatableNamedBuffers"]
-            assert "encoder_last_hidden_state" in buffers, buffers
+            buffers = decoder["options"].get("_Popart.updatableNamedBuffers", [])
+            assert ("encoder_last_hidden_state" in buffers) is (path == "kv_cache"), buffers
             assert "on_device_generation_steps" in \
                 decoder["setting_names"]["words"]["device_iterations"]

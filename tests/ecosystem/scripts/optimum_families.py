@@ -14,6 +14,9 @@ no hub access.
 - ``kv_cache``: ``parallelize(for_generation=True, use_cache=True, ...)`` with
   on-device generation steps and, for encoder-decoder models, the encoder's output
   in updatable named buffers: the notebooks' fast path; the same tokens.
+- ``kv_cache_cond``: the same with ``use_cond_encoder=True`` (Whisper's quantized
+  notebook): encoder and decoder on one IPU, one model, the encoder run under
+  ``poptorch.cond`` at the first step only.
 
 Usage: ``ipusim run --report REPORTS optimum_families.py REPORTS RESULTS.json
 [FAMILY ...]``. Each path is run even if an earlier one failed; RESULTS.json
@@ -135,6 +138,9 @@ T5_LIKE = {"vocab_size": VOCAB, "d_model": 16, "d_kv": 8, "d_ff": 32, "num_layer
            "num_decoder_layers": 1, "num_heads": 2, "dropout_rate": 0.0,
            "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}
 TWO_IPUS = {"layers_per_ipu": [1, 1], "ipus_per_replica": 2}
+# The generating families' weights are drawn wider than their configs' defaults
+# (init_std 0.3): with the defaults a tiny random model makes the same tokens
+# whatever its input, which would check little.
 
 
 def family(model_cls, config, data, paths=("train", "evaluate"), ipu=TWO_IPUS,
@@ -155,7 +161,8 @@ def families():
                                  dropout=0.0, attention_dropout=0.0,
                                  activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
                                  eos_token_id=2, decoder_start_token_id=0,
-                                 forced_eos_token_id=None, forced_bos_token_id=None),
+                                 forced_eos_token_id=None, forced_bos_token_id=None,
+                                 init_std=0.3),
             seq2seq, ("train", "evaluate", "generate", "kv_cache"), accumulation=6,
             kv={"use_encoder_output_buffer": True}),
         "BERT": family(t.BertForSequenceClassification,
@@ -213,7 +220,9 @@ def families():
         "RoBERTa": family(t.RobertaForSequenceClassification,
                           lambda: t.RobertaConfig(**BERT_LIKE, num_labels=2, pad_token_id=1),
                           text_classification),
-        "T5": family(t.T5ForConditionalGeneration, lambda: t.T5Config(**T5_LIKE), seq2seq,
+        # Untied, as flan-t5 (its notebooks' T5) is: a tiny tied T5 repeats one token.
+        "T5": family(t.T5ForConditionalGeneration,
+                     lambda: t.T5Config(**T5_LIKE, tie_word_embeddings=False), seq2seq,
                      ("train", "evaluate", "generate", "kv_cache"), accumulation=6,
                      kv={"use_encoder_output_buffer": True}),
         "ViT": family(t.ViTForImageClassification,
@@ -236,8 +245,9 @@ def families():
                                     dropout=0.0, attention_dropout=0.0,
                                     activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
                                     eos_token_id=2, decoder_start_token_id=3,
-                                    begin_suppress_tokens=None, suppress_tokens=None),
-            whisper, ("train", "evaluate", "generate", "kv_cache"),
+                                    begin_suppress_tokens=None, suppress_tokens=None,
+                                    init_std=0.3),
+            whisper, ("train", "evaluate", "generate", "kv_cache", "kv_cache_cond"),
             kv={"use_encoder_output_buffer": True}),
     }
 
@@ -280,7 +290,10 @@ def train_and_evaluate(spec, result_train, result_eval, out, mark):
     train = Samples(spec["data"], steps, seed=1)
     evaluation = Samples(spec["data"], spec["micro_batch"] * spec["ipu"]["ipus_per_replica"] * 2,
                          seed=2)
-    lr, beta1, beta2, eps = 1e-3, 0.9, 0.999, 1e-8
+    # An epsilon of 1 makes AdamW's first step (no bias correction) nearly linear in the
+    # gradient, 0.1 g / (0.03 |g| + 1): the step checks each gradient's value, not only
+    # its sign, as the default 1e-8 would.
+    lr, beta1, beta2, eps = 0.1, 0.9, 0.999, 1.0
     args = IPUTrainingArguments(output_dir=out, max_steps=1,
                                 per_device_train_batch_size=spec["micro_batch"],
                                 per_device_eval_batch_size=spec["micro_batch"],
@@ -315,7 +328,7 @@ def train_and_evaluate(spec, result_train, result_eval, out, mark):
     got = dict(trained.named_parameters())
     missing = sorted(set(n for n, _ in plain.named_parameters()) - set(got))
     assert not missing, f"trained model lacks plain transformers' parameters {missing[:5]}"
-    differences, rescaled = {}, []
+    differences, rescaled, largest = {}, [], 0.0
     with torch.no_grad():
         for name, p in plain.named_parameters():
             scale, (same, held) = 1.0, parallel.get(id(got[name]), (None, None))
@@ -331,13 +344,16 @@ def train_and_evaluate(spec, result_train, result_eval, out, mark):
                 m, v = (1 - beta1) * g, (1 - beta2) * g ** 2
                 expected = (scale * p - lr * m / (v.sqrt() + eps)) / scale
             differences[name] = max_difference(got[name].detach(), expected)
+            largest = max(largest, max_difference(expected, p))
     moved = sum(not torch.equal(got[n].detach(), p) for n, p in plain.named_parameters())
     assert moved > 0, "no weight changed in training"
     result_train["weights_updated"] = moved
     result_train["weights_rescaled"] = rescaled
     worst = max(differences, key=differences.get)
     result_train["worst_weight"] = worst
-    check(result_train, "weights after one step", differences[worst], 2e-5)
+    result_train["largest_update"] = largest
+    # fp32: the micro-batches' gradients summed in another order than one batch's.
+    check(result_train, "weights after one step", differences[worst], 1e-4 * largest + 1e-7)
     with torch.no_grad():
         for name, p in plain.named_parameters():
             p.copy_(got[name].detach())
@@ -359,8 +375,9 @@ def prompt_of(spec, count=2):
     return {k: v for k, v in items.items() if k in (key, "attention_mask")}
 
 
-def generate(spec, result, kv_cache):
+def generate(spec, result, path):
     """The pipelined model generates greedily, as transformers does on the CPU."""
+    kv_cache = path.startswith("kv_cache")
     config, plain, model = twin(spec)
     inputs = prompt_of(spec)
     batch = next(iter(inputs.values())).shape[0]
@@ -372,6 +389,10 @@ def generate(spec, result, kv_cache):
         extra = {"use_cache": True, "batch_size": batch, "max_length": length,
                  "num_beams": 1, "on_device_generation_steps": steps, **spec["kv"]}
         ipu = IPUConfig(**spec["ipu"], inference_device_iterations=steps)
+        if path == "kv_cache_cond":  # every layer on the one IPU
+            extra = {**extra, "use_encoder_output_buffer": False, "use_cond_encoder": True}
+            ipu = IPUConfig(layers_per_ipu=[-1], ipus_per_replica=1,
+                            inference_device_iterations=steps)
     else:
         ipu = IPUConfig(**spec["ipu"], inference_device_iterations=1)
     pipelined = to_pipelined(model, ipu.eval()).parallelize(for_generation=True, **extra).eval()
@@ -416,10 +437,10 @@ def main(reports: str, results_file: str, *only: str):
         if "train" in spec["paths"]:
             steps.append((("train", "evaluate"), lambda out, mark, s=spec, r=results[name]:
                           train_and_evaluate(s, r["train"], r["evaluate"], out, mark)))
-        for path in ("generate", "kv_cache"):
+        for path in ("generate", "kv_cache", "kv_cache_cond"):
             if path in spec["paths"]:
                 steps.append(((path,), lambda out, mark, s=spec, r=results[name], p=path:
-                              generate(s, r[p], p == "kv_cache")))
+                              generate(s, r[p], p)))
         for paths, step in steps:
             seen = set(_folders(reports_dir))
 
