@@ -128,15 +128,17 @@ DEVICE_LOOP_ITERATIONS = ("the generation steps on the device, "
                           "parallelize(for_generation=True, on_device_generation_steps=...)")
 
 
-def report_names(library: str | None, training: bool,
-                 device_loop: bool = False) -> SettingNames:
+def report_names(library: str | None, training: bool, device_loop: bool = False,
+                 no_device_loop: tuple[str, tuple[str, ...]] | None = None) -> SettingNames:
     """How the reports of a model word its settings: PopTorch's calls
     (:data:`REPORT_NAMES`), or for a model optimum-graphcore wraps (``library``:
     ``"optimum"``, or ``"trainer"`` for its IPUTrainer, which also builds the
     DataLoader) the IPUConfig and IPUTrainingArguments fields its users set; for its
     generation loop on the device (``device_loop``) the device iterations are the
-    loop's steps, which optimum sets from ``on_device_generation_steps``."""
-    if library is None and not device_loop:
+    loop's steps, which optimum sets from ``on_device_generation_steps``. A loop on
+    the host that optimum cannot move to the device (``no_device_loop``: the pipelined
+    model's class, and those optimum keeps a KV cache for) is told what that needs."""
+    if library is None and not device_loop and no_device_loop is None:
         return REPORT_NAMES
     words = dict(REPORT_NAMES.words)
     if library is not None:
@@ -145,7 +147,18 @@ def report_names(library: str | None, training: bool,
         words.update(TRAINER_LOADER_WORDS)
     if device_loop:
         words["device_iterations"] = DEVICE_LOOP_ITERATIONS
+    if no_device_loop is not None:
+        words["on_device_loop"] = device_loop_needs_kv_cache(*no_device_loop)
     return SettingNames(MappingProxyType(words), REPORT_NAMES.columns)
+
+
+def device_loop_needs_kv_cache(model: str, supported: tuple[str, ...]) -> str:
+    """The words of optimum-graphcore's on-device generation for a model it keeps no KV
+    cache for: the change needs one of the models it does."""
+    among = ", ".join(supported) or "none of its models"
+    return (f"optimum-graphcore's on-device generation, which needs the KV cache it keeps "
+            f"only for {among} ({model} has none): one of those, parallelize("
+            "for_generation=True, use_cache=True, on_device_generation_steps={value})")
 
 
 #: How ipusim's run-configuration errors (``RunConfig.validate``) name the settings.

@@ -43,6 +43,7 @@ from poptorch_shim._execution.optimum_graphcore import (
     device_generation_loop,
     host_generation_loop,
     library_of,
+    without_device_loop,
 )
 from poptorch_shim._execution.poptorch_errors import SIMULATOR_ERRORS, poptorch_error
 from poptorch_shim._execution.progress import ModelProgress
@@ -132,7 +133,8 @@ class PoplarExecutor:
         self._timing_only = options.Simulation.runs_timing_only
         # The words of the settings in its reports: PopTorch's, or a library's that wraps it.
         self._names = report_names(library_of(), training,
-                                   device_loop=device_generation_loop(model))
+                                   device_loop=device_generation_loop(model),
+                                   no_device_loop=None if training else without_device_loop(model))
         self._placeholder: Any = None  # a timing-only model's flattened output per micro-batch
         self._signature: tuple = ()    # the input shapes and dtypes it was compiled for
         self._device: SimulatedDevice | None = None

@@ -1,6 +1,8 @@
 """What the shim knows of optimum-graphcore: its generation loop's decoder step, on the
 host or on the device, found by the class optimum defines; and the words its users
 set a model's settings by."""
+import sys
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from poptorch_shim._execution.optimum_graphcore import (
     device_generation_loop,
     host_generation_loop,
     library_of,
+    without_device_loop,
 )
 
 
@@ -84,3 +87,25 @@ def test_the_device_iterations_of_a_loop_on_the_device_are_its_steps():
     names = report_names("optimum", False, device_loop=True)
     assert names.word("device_iterations") == DEVICE_LOOP_ITERATIONS
     assert names.phrase("device_iterations", 16).endswith("on_device_generation_steps=...) = 16")
+
+
+def test_a_host_loop_optimum_keeps_no_kv_cache_for_is_told_what_the_device_loop_needs(
+        monkeypatch):
+    # optimum-graphcore's registry of the pipelined models it keeps a KV cache for
+    # (its @supports_kv_cache): only those can generate on the device.
+    cached = module_class("optimum.graphcore.models.t5", "PipelinedT5ForConditionalGeneration")
+    uncached = module_class("optimum.graphcore.models.gpt2", "PipelinedGPT2LMHeadModel")
+    registry = type(torch)("optimum.graphcore.generation.utils")
+    registry.MODELS_SUPPORTING_KV_CACHE = {cached}
+    monkeypatch.setitem(sys.modules, registry.__name__, registry)
+    assert without_device_loop(OPTIMUM_WRAPPER(cached())) is None
+    assert without_device_loop(OPTIMUM_WRAPPER(ON_DEVICE())) is None  # already on the device
+    found = without_device_loop(OPTIMUM_WRAPPER(uncached()))
+    assert found == ("PipelinedGPT2LMHeadModel", ("PipelinedT5ForConditionalGeneration",))
+    said = report_names("optimum", False, no_device_loop=found).word("on_device_loop", 4)
+    assert said == ("optimum-graphcore's on-device generation, which needs the KV cache it "
+                    "keeps only for PipelinedT5ForConditionalGeneration "
+                    "(PipelinedGPT2LMHeadModel has none): one of those, parallelize("
+                    "for_generation=True, use_cache=True, on_device_generation_steps=4)")
+    monkeypatch.delitem(sys.modules, registry.__name__)
+    assert without_device_loop(OPTIMUM_WRAPPER(uncached())) is None  # optimum not imported
