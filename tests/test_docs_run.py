@@ -124,9 +124,9 @@ def prepare(command: str, where: Path, request: pytest.FixtureRequest) -> None:
             assert run(".venv/bin/ipusim run --report old/ train.py", where).returncode == 0
     tutorial = where / "reports" / "tutorial_data_loading"
     if "reports/tutorial_data_loading/" in command and not tutorial.exists():
-        # The main job's tutorial, smaller: the run the comparison tests read too
-        # (`ipusim run --timing-only --report DIR scenarios/tutorial_data_loading.py ...`).
-        shutil.copytree(request.getfixturevalue("tutorial_reports"), tutorial)
+        # The main job's tutorial, smaller: the run the scenario and comparison tests
+        # read too (`python -m poptorch_shim scenarios/tutorial_data_loading.py ...`).
+        shutil.copytree(request.getfixturevalue("tutorial_run").reports, tutorial)
     if command.startswith(".venv/bin/python -m pytest -p poptorch_shim.testing tests/"):
         test = next(text for _, lang, text in snippets(PAGES[1])
                     if lang == "python" and "from mydata import Squares" in text)

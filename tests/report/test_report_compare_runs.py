@@ -115,8 +115,8 @@ def test_compare_with_needs_a_report_and_an_earlier_one(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the tutorial itself: its four cases, each a model of its own
-def test_ipusim_compare_on_the_tutorials_replication_cases(tmp_path, tutorial_reports, capsys):
-    reports = Path(shutil.copytree(tutorial_reports, tmp_path / "reports"))  # compare writes there
+def test_ipusim_compare_on_the_tutorials_replication_cases(tmp_path, tutorial_run, capsys):
+    reports = Path(shutil.copytree(tutorial_run.reports, tmp_path / "reports"))  # compare writes
     one, four = reports / "tutorial_r1_real", reports / "tutorial_r4_real"
     assert ipusim(["compare", str(one), str(four)]) == 0
     printed = capsys.readouterr().out
