@@ -245,9 +245,9 @@ def _detail(args: argparse.Namespace):
 
 
 def _load(directory: str):
-    from ipusim.report import load_autoreport, load_profile
+    from ipusim.report.autoreport import load_report
 
-    return load_autoreport(directory), load_profile(directory)
+    return load_report(directory)
 
 
 def _report(args: argparse.Namespace) -> int:

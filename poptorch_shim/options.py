@@ -536,13 +536,12 @@ class Options(OptionsGroup):
         del out["execution_strategy"]
         out["anchored_tensors"] = {short_name: spec.toDict() for short_name, spec
                                    in out["anchored_tensors"].items()}
-        out.update(self._training._store.values())
-        out.update(self._distributed._store.values())
-        for key, value in self._tensor_locations._store.values().items():
+        out.update(self._training._values())
+        out.update(self._distributed._values())
+        for key, value in self._tensor_locations._values().items():
             out[key] = value.toDict() if isinstance(value, TensorLocationSettings) else value
         out.update(self._popart.options)
-        out.update({f"sim_{key}": value
-                    for key, value in self._simulation._store.values().items()})
+        out.update({f"sim_{key}": value for key, value in self._simulation._values().items()})
         return out
 
     def clone(self) -> "Options":

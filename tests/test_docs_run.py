@@ -114,14 +114,19 @@ def run(command: str, where: Path, timeout: int = LIMIT) -> subprocess.Completed
                           timeout=timeout)
 
 
-def prepare(command: str, where: Path) -> None:
+def prepare(command: str, where: Path, request: pytest.FixtureRequest) -> None:
     """Make what ``command`` reads from an earlier run, the way the docs say."""
     if "--compare-with old/" in command and not (where / "old").exists():
-        assert run(".venv/bin/ipusim run --report old/ train.py", where).returncode == 0
-    if "reports/tutorial_data_loading/" in command:  # the main job's tutorial, smaller
-        run(".venv/bin/ipusim run --no-progress --timing-only --report "
-            "reports/tutorial_data_loading scenarios/tutorial_data_loading.py --samples 640 "
-            "--max-steps 1 --workers 1 --device-iterations 5", where, timeout=5 * MINUTE)
+        earlier = where / "reports" / "mine"  # `ipusim run --report reports/mine my_script.py`
+        if (earlier / "training" / "profile.json").is_file():  # of the same script as train.py
+            shutil.copytree(earlier, where / "old")
+        else:
+            assert run(".venv/bin/ipusim run --report old/ train.py", where).returncode == 0
+    tutorial = where / "reports" / "tutorial_data_loading"
+    if "reports/tutorial_data_loading/" in command and not tutorial.exists():
+        # The main job's tutorial, smaller: the run the scenario and comparison tests
+        # read too (`python -m poptorch_shim scenarios/tutorial_data_loading.py ...`).
+        shutil.copytree(request.getfixturevalue("tutorial_run").reports, tutorial)
     if command.startswith(".venv/bin/python -m pytest -p poptorch_shim.testing tests/"):
         test = next(text for _, lang, text in snippets(PAGES[1])
                     if lang == "python" and "from mydata import Squares" in text)
@@ -158,7 +163,7 @@ def python_command(snippet: str) -> str | None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
-def test_every_command_and_snippet_runs_as_written(page, workspace):
+def test_every_command_and_snippet_runs_as_written(page, workspace, request):
     failures, ran = [], 0
     for line, lang, text in snippets(page):
         if lang == "bash":
@@ -172,7 +177,7 @@ def test_every_command_and_snippet_runs_as_written(page, workspace):
         for number, command in commands:
             if not_run(command):
                 continue
-            prepare(command, workspace)
+            prepare(command, workspace, request)
             try:
                 done = run(command, workspace)
             except subprocess.TimeoutExpired:

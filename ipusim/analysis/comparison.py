@@ -6,8 +6,8 @@ step time with their ratios (B vs A), the step-time difference split into the
 parts of :mod:`ipusim.analysis.step_time` (which add up to it exactly: the
 waterfall), the same per IPU, the settings that differ (by PopTorch's words
 where the profile records them) and the operators whose cycles differ.
-:mod:`ipusim.report.compare` reads the runs' reports and draws that one object
-as text and as a page.
+Figures only: :mod:`ipusim.report.compare` reads the runs' reports and puts that
+one object into words, as text and as a page.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 
 from ipusim.analysis.codec import encode
-from ipusim.analysis.operator_breakdown import precision
 from ipusim.analysis.step_time import STEP_PARTS
 from ipusim.analysis.timeline import Timeline
 from ipusim.cost.cost_model import PS_PER_US
@@ -54,11 +53,6 @@ class RunFigures:
     ipus_per_replica: int
     ipu: str
 
-    @property
-    def ipus_text(self) -> str:
-        return (f"{_count(self.num_ipus, 'IPU')} ({_count(self.replicas, 'replica')} × "
-                f"{self.ipus_per_replica}, {self.ipu})")
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -67,18 +61,23 @@ class Comparison:
     ``parts``: per part of the step time (index: its name; columns short, label, colour,
     a_us, b_us, delta_us), the mean over each run's IPUs of its time per step: each
     column adds up to the step time, so ``delta_us`` adds up to the step-time
-    difference. ``per_ipu``: the same per IPU (columns ipu, part, label, a_us, b_us,
-    delta_us), matched as ``per_ipu_basis`` says. ``options``: the settings that
-    differ (columns setting, a, b). ``operators``: the operators of either run
-    (columns stage, pass, kind, shape, a_count, b_count, a_us, b_us, delta_us,
-    status; per micro-batch), None when neither records operators.
+    difference. ``per_ipu``: the same per IPU (columns ipu, part, a_us, b_us,
+    delta_us), matched as ``per_ipu_match`` says: ``"ipu"``, IPU by IPU, where the
+    runs have as many IPUs, as many per replica (``ipu``: the IPU); ``"place"``, by an
+    IPU's place in its replica, each the mean over its run's replicas, where only
+    their replicas span as many IPUs (``ipu``: the place); ``"mean"``, the mean IPU of
+    each run, where the IPUs do not correspond (``ipu``: 0). ``options``: the
+    settings that differ (columns setting, a, b). ``operators``: the operators of
+    either run (columns stage, pass, kind, and their size: width, m, k, n, groups,
+    elements; then a_count, b_count, a_us, b_us, delta_us, status; per micro-batch),
+    None when neither records operators.
     """
 
     a: RunFigures
     b: RunFigures
     parts: pd.DataFrame
     per_ipu: pd.DataFrame
-    per_ipu_basis: str
+    per_ipu_match: str
     options: pd.DataFrame
     operators: pd.DataFrame | None
 
@@ -109,10 +108,6 @@ class Comparison:
         return self.parts.loc[changed.sort_values(ascending=False).index[:count]]
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
 def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else math.inf
 
@@ -141,8 +136,8 @@ def compare(a: ComparedRun, b: ComparedRun) -> Comparison:
         "b_us": [means_b[part.name] / PS_PER_US for part in shown],
     }, index=pd.Index([part.name for part in shown], name="part"))
     parts["delta_us"] = parts["b_us"] - parts["a_us"]
-    per_ipu, basis = _per_ipu(a.timeline, b.timeline, parts, (table_a, table_b))
-    return Comparison(figures_a, figures_b, parts, per_ipu, basis, _options(a, b),
+    per_ipu, match = _per_ipu(a.timeline, b.timeline, parts, (table_a, table_b))
+    return Comparison(figures_a, figures_b, parts, per_ipu, match, _options(a, b),
                       _operators(a.timeline, b.timeline))
 
 
@@ -163,23 +158,15 @@ def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame,
              tables: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[pd.DataFrame, str]:
     """Each IPU's parts per step in both runs, matched IPU by IPU where the runs have as
     many, placed alike, else by an IPU's place in its replica where their replicas span
-    as many IPUs, else as the mean IPU; and how. ``tables``: each run's
-    :meth:`~ipusim.Timeline.step_time_by_ipu`."""
-    ipus_a, ipus_b = a.num_ipus, b.num_ipus
+    as many IPUs, else as the mean IPU; and which of the three (``"ipu"``, ``"place"``,
+    ``"mean"``). ``tables``: each run's :meth:`~ipusim.Timeline.step_time_by_ipu`."""
     per_a, per_b = a.plan.ipus_per_replica, b.plan.ipus_per_replica
-    if ipus_a == ipus_b and per_a == per_b:
-        matched, label = "ipu", "IPU {}".format
-        basis = f"IPU by IPU ({ipus_a} each)"
+    if a.num_ipus == b.num_ipus and per_a == per_b:
+        matched = "ipu"
     elif per_a == per_b:
         matched = "place"
-        label = "IPU {} of each replica".format if per_a > 1 else "each IPU".format
-        basis = (f"A has {_count(ipus_a, 'IPU')} ({_count(a.run.replicas, 'replica')}), B has "
-                 f"{_count(ipus_b, 'IPU')} ({_count(b.run.replicas, 'replica')}): IPUs compared "
-                 "by their place in a replica, each the mean over its run's replicas")
     else:
-        matched, label = "mean", "mean IPU".format
-        basis = (f"A has {_count(per_a, 'IPU')} per replica, B has {per_b}: the IPUs do not "
-                 "correspond, so the mean IPU of each run is compared")
+        matched = "mean"
 
     def table(timeline: Timeline, by_ipu: pd.DataFrame, per: int) -> pd.DataFrame:
         times = by_ipu[list(parts.index)] / (max(timeline.steps, 1) * PS_PER_US)
@@ -193,10 +180,8 @@ def _per_ipu(a: Timeline, b: Timeline, parts: pd.DataFrame,
         for part in parts.index:
             value_a = side_a.at[index, part] if index in side_a.index else math.nan
             value_b = side_b.at[index, part] if index in side_b.index else math.nan
-            rows.append((label(index), part, parts.at[part, "label"], value_a, value_b,
-                         value_b - value_a))
-    return pd.DataFrame(rows, columns=["ipu", "part", "label", "a_us", "b_us",
-                                       "delta_us"]), basis
+            rows.append((int(index), part, value_a, value_b, value_b - value_a))
+    return pd.DataFrame(rows, columns=["ipu", "part", "a_us", "b_us", "delta_us"]), matched
 
 
 def _flat(prefix: str, value: object) -> dict[str, object]:
@@ -270,15 +255,4 @@ def _operators(a: Timeline, b: Timeline) -> pd.DataFrame | None:
     merged.loc[merged["delta_us"].abs() > 1e-9, "status"] = "changed"
     merged.loc[merged["a_us"].isna(), "status"] = "only in B"
     merged.loc[merged["b_us"].isna(), "status"] = "only in A"
-    merged["shape"] = [_shape(row) for row in merged.itertuples(index=False)]
-    return merged[["stage", "pass", "kind", "shape", "a_count", "b_count", "a_us", "b_us",
-                   "delta_us", "status"]]
-
-
-def _shape(row) -> str:
-    """An operator's size in words: a matmul's m × k × n, another's elements."""
-    width = precision(row.width)
-    if row.m or row.k or row.n:
-        groups = f", {int(row.groups)} groups" if row.groups > 1 else ""
-        return f"{int(row.m):,} × {int(row.k):,} × {int(row.n):,}{groups} {width}"
-    return f"{int(row.elements):,} elements {width}"
+    return merged[[*_OPERATOR_KEY, "a_count", "b_count", "a_us", "b_us", "delta_us", "status"]]

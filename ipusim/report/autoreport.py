@@ -212,11 +212,53 @@ def saved_loader_spread(profile: dict) -> tuple[float, float] | None:
     return spread[0], spread[1]
 
 
+def report_folder(path: str | Path) -> Path:
+    """The autoReport folder ``path`` names: the folder itself, or the folder of its
+    ``profile.json``. Raises FileNotFoundError or ValueError naming the path when it
+    does not exist, is another file, or is a folder without a profile (one that holds
+    the reports of several models says so and names one)."""
+    given = Path(path)
+    if not given.exists():
+        raise FileNotFoundError(f"{given} does not exist: give an autoReport folder (it holds "
+                                f"{PROFILE} and {EVENTS}) or its {PROFILE}")
+    if given.is_file():
+        if given.name != PROFILE:
+            raise ValueError(f"{given} is not an autoReport folder nor its {PROFILE}")
+        given = given.parent
+    if not (given / PROFILE).is_file():
+        inside = sorted(p.parent.name for p in given.glob(f"*/{PROFILE}"))
+        if inside:
+            raise FileNotFoundError(
+                f"No {PROFILE} in {given}: it holds the reports of {len(inside)} model(s) "
+                f"({', '.join(inside[:6])}{', ...' if len(inside) > 6 else ''}); name one of "
+                f"them, e.g. {given / inside[0]}")
+    return given
+
+
+def load_report(directory: str | Path) -> tuple[Timeline, dict]:
+    """The :class:`Timeline` of an autoReport directory and its profile, the profile read
+    once. Raises FileNotFoundError for a missing file, ValueError naming the file (or
+    the folder) and the cause for a damaged one, or anything else that cannot be
+    read back."""
+    profile = load_profile(directory)
+    try:
+        return _timeline(directory, profile), profile
+    except (OSError, ValueError):
+        raise
+    except Exception as error:  # noqa: BLE001 - a damaged profile: one line naming it
+        raise ValueError(f"{directory} cannot be read back: {type(error).__name__}: "
+                         f"{error}") from None
+
+
 def load_autoreport(directory: str | Path) -> Timeline:
     """Rebuild the :class:`Timeline` of an autoReport directory, without simulating.
     Raises FileNotFoundError for a missing file, ValueError naming the file and
     the cause for a damaged one."""
-    profile = load_profile(directory)
+    return _timeline(directory, load_profile(directory))
+
+
+def _timeline(directory: str | Path, profile: dict) -> Timeline:
+    """The timeline of the autoReport directory whose profile is ``profile``."""
     if "out_of_memory" in profile:
         cause = (str(profile["out_of_memory"]).splitlines() or [""])[0]
         raise ValueError(f"{directory} is the report of a model that did not fit in memory "

@@ -1,9 +1,12 @@
 """Two runs side by side, in words and on a page (``ipusim compare A B``).
 
-:func:`load_run` reads a run from its report; :func:`ipusim.analysis.comparison.compare`
-works out the :class:`~ipusim.analysis.comparison.Comparison` of two, and the
-text summary (:func:`comparison_text`) and the page (:func:`render_comparison_html`,
-the report's scaffold and style) both draw that one object.
+:func:`load_run` reads a run from its report (as :mod:`ipusim.report.autoreport`
+reads one); :func:`ipusim.analysis.comparison.compare` works out the
+:class:`~ipusim.analysis.comparison.Comparison` of two, in figures, and this module
+puts it into words: the text summary (:func:`comparison_text`) and the page
+(:func:`render_comparison_html`, the report's scaffold and style) both draw that
+one object, naming its IPUs and its operators' shapes the same way
+(:func:`per_ipu_table`, :func:`operator_table`).
 """
 from __future__ import annotations
 
@@ -17,15 +20,10 @@ import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ipusim.analysis.comparison import ComparedRun, Comparison
+from ipusim.analysis.comparison import ComparedRun, Comparison, RunFigures
+from ipusim.analysis.operator_breakdown import precision
 from ipusim.cost.cost_model import PS_PER_US
-from ipusim.report.autoreport import (
-    EVENTS,
-    PROFILE,
-    load_autoreport,
-    load_profile,
-    profile_names,
-)
+from ipusim.report.autoreport import PROFILE, load_report, profile_names, report_folder
 from ipusim.report.files import write_atomically
 from ipusim.report.page import PLOT_CONFIG, page
 
@@ -51,47 +49,87 @@ def load_run(path: str | Path) -> ComparedRun:
     """The run of an autoReport directory, or of its ``profile.json``.
 
     Raises FileNotFoundError or ValueError naming the path for anything that is not a
-    whole profile with its events (a folder without profile.json, unreadable JSON,
-    a model that did not fit in memory, damaged events).
+    whole profile with its events (:func:`~ipusim.report.autoreport.report_folder` and
+    :func:`~ipusim.report.autoreport.load_report` say which), or whose options or
+    setting names are damaged.
     """
-    given = Path(path)
-    if not given.exists():
-        raise FileNotFoundError(f"{given} does not exist: give an autoReport folder (it holds "
-                                f"{PROFILE} and {EVENTS}) or its {PROFILE}")
-    if given.is_file():
-        if given.name != PROFILE:
-            raise ValueError(f"{given} is not an autoReport folder nor its {PROFILE}")
-        given = given.parent
-    if not (given / PROFILE).is_file():
-        inside = sorted(p.parent.name for p in given.glob(f"*/{PROFILE}"))
-        if inside:
-            raise FileNotFoundError(
-                f"No {PROFILE} in {given}: it holds the reports of {len(inside)} model(s) "
-                f"({', '.join(inside[:6])}{', ...' if len(inside) > 6 else ''}); name one of "
-                f"them, e.g. {given / inside[0]}")
-    profile = load_profile(given)
-    if "out_of_memory" in profile:
-        raise ValueError(f"{given} is the report of a model that did not fit in memory "
-                         f"({profile['out_of_memory']}): nothing was simulated to compare")
+    folder = report_folder(path)
+    timeline, profile = load_report(folder)
     options = profile.get("options") or {}
     if not isinstance(options, dict):
-        raise ValueError(f"{given / PROFILE} is damaged: its options are "
+        raise ValueError(f"{folder / PROFILE} is damaged: its options are "
                          f"{type(options).__name__}, not an object")
     try:
         names = profile_names(profile)
     except ValueError as error:
-        raise ValueError(f"{given}: {error}") from None
-    try:
-        timeline = load_autoreport(given)
-    except (OSError, ValueError):
-        raise
-    except Exception as error:  # noqa: BLE001 - a damaged profile: one line naming it
-        raise ValueError(f"{given} cannot be read back: {type(error).__name__}: "
-                         f"{error}") from None
-    return ComparedRun(given.resolve().name, timeline, options, names, given)
+        raise ValueError(f"{folder}: {error}") from None
+    return ComparedRun(folder.resolve().name, timeline, options, names, folder)
 
 
 # -- the text summary --------------------------------------------------------------------------
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def ipus_text(figures: RunFigures) -> str:
+    """A run's IPUs in words: "8 IPUs (2 replicas × 4, Mk2 GC200)"."""
+    return (f"{_count(figures.num_ipus, 'IPU')} ({_count(figures.replicas, 'replica')} × "
+            f"{figures.ipus_per_replica}, {figures.ipu})")
+
+
+def per_ipu_basis(comparison: Comparison) -> str:
+    """How the IPUs of the two runs are matched, in a sentence."""
+    a, b = comparison.a, comparison.b
+    if comparison.per_ipu_match == "ipu":
+        return f"IPU by IPU ({a.num_ipus} each)"
+    if comparison.per_ipu_match == "place":
+        return (f"A has {_count(a.num_ipus, 'IPU')} ({_count(a.replicas, 'replica')}), B has "
+                f"{_count(b.num_ipus, 'IPU')} ({_count(b.replicas, 'replica')}): IPUs compared "
+                "by their place in a replica, each the mean over its run's replicas")
+    return (f"A has {_count(a.ipus_per_replica, 'IPU')} per replica, B has "
+            f"{b.ipus_per_replica}: the IPUs do not correspond, so the mean IPU of each run "
+            "is compared")
+
+
+def per_ipu_table(comparison: Comparison) -> pd.DataFrame:
+    """:attr:`Comparison.per_ipu` with each IPU named ("IPU 3", "IPU 1 of each replica",
+    "each IPU", "mean IPU") and each part by its label, as the text and the page show it."""
+    match = comparison.per_ipu_match
+    if match == "ipu":
+        name = "IPU {}".format
+    elif match == "place":
+        name = "IPU {} of each replica".format if comparison.a.ipus_per_replica > 1 else \
+            "each IPU".format
+    else:
+        name = "mean IPU".format
+    table = comparison.per_ipu.copy()
+    table["ipu"] = [name(ipu) for ipu in table["ipu"]]
+    table.insert(2, "label", table["part"].map(comparison.parts["label"]))
+    return table
+
+
+def operator_table(comparison: Comparison) -> pd.DataFrame | None:
+    """:attr:`Comparison.operators` with each operator's size in words (``shape``: a
+    matmul's m × k × n, another's elements, and the precision), as the text and the
+    page list them; None when neither run records operators."""
+    operators = comparison.operators
+    if operators is None:
+        return None
+    table = operators[["stage", "pass", "kind"]].copy()
+    table["shape"] = [_shape(row) for row in operators.itertuples(index=False)]
+    return pd.concat([table, operators[["a_count", "b_count", "a_us", "b_us", "delta_us",
+                                        "status"]]], axis=1)
+
+
+def _shape(row) -> str:
+    """An operator's size in words: a matmul's m × k × n, another's elements."""
+    width = precision(row.width)
+    if row.m or row.k or row.n:
+        groups = f", {int(row.groups)} groups" if row.groups > 1 else ""
+        return f"{int(row.m):,} × {int(row.k):,} × {int(row.n):,}{groups} {width}"
+    return f"{int(row.elements):,} elements {width}"
+
 
 def _time(us: float) -> str:
     """A time in the unit a person reads it in: µs below a millisecond, else ms."""
@@ -155,7 +193,7 @@ def comparison_text(comparison: Comparison) -> str:
             else (name, va, vb, r) for name, va, vb, r in _figure_rows(comparison)[:4]]
     sections = [
         "ipusim comparison (simulated timings, not measured on hardware)\n"
-        f"  A: {a.name}, {a.ipus_text}\n  B: {b.name}, {b.ipus_text}",
+        f"  A: {a.name}, {ipus_text(a)}\n  B: {b.name}, {ipus_text(b)}",
         f"  {'':<16}{'A':>18}{'B':>18}{'B vs A':>10}\n"
         + "\n".join(f"  {name:<16}{va:>18}{vb:>18}{r:>10}" for name, va, vb, r in rows),
         _wrap(headline(comparison)),
@@ -184,13 +222,14 @@ def _parts_text(comparison: Comparison) -> str:
 
 
 def _per_ipu_text(comparison: Comparison) -> str:
-    table = comparison.per_ipu.pivot(index="ipu", columns="part", values="delta_us")
-    table = table.reindex(index=list(dict.fromkeys(comparison.per_ipu["ipu"])),
+    per_ipu = per_ipu_table(comparison)
+    table = per_ipu.pivot(index="ipu", columns="part", values="delta_us")
+    table = table.reindex(index=list(dict.fromkeys(per_ipu["ipu"])),
                           columns=list(comparison.parts.index))
     short = {"pipeline_bubble": "bubble", "host_round_trip": "round trip",
              "host_io": "host I/O", "sync_wait": "sync wait"}
     header = "".join(f"{short.get(part, part):>12}" for part in table.columns)
-    lines = [textwrap.fill(f"Per IPU, B − A per step ({comparison.per_ipu_basis})", width=96,
+    lines = [textwrap.fill(f"Per IPU, B − A per step ({per_ipu_basis(comparison)})", width=96,
                            subsequent_indent="  "),
              f"  {'':<22}{header}"]
     for ipu, row in table.iterrows():
@@ -218,7 +257,7 @@ def _value(value: object) -> str:
 
 
 def _operators_text(comparison: Comparison) -> str:
-    operators = comparison.operators
+    operators = operator_table(comparison)
     if operators is None:
         return "Operators: neither run records its operators (stages priced as a whole)"
     changed = _changed_operators(operators)
@@ -285,7 +324,7 @@ def waterfall_figure(comparison: Comparison) -> go.Figure:
 
 def per_ipu_figure(comparison: Comparison) -> go.Figure:
     """Each IPU's step time in both runs, stacked by part: A and B side by side."""
-    table = comparison.per_ipu
+    table = per_ipu_table(comparison)
     ipus = list(dict.fromkeys(table["ipu"]))
     x = [[ipu for ipu in ipus for _ in "AB"], ["A", "B"] * len(ipus)]
     figure = go.Figure()
@@ -326,7 +365,7 @@ def render_comparison_html(comparison: Comparison) -> str:
 <div class="figure">{plots["waterfall"]}</div>
 {_parts_html(comparison)}
 <h2>Per IPU</h2>
-<p class="sub">{html.escape(comparison.per_ipu_basis)}</p>
+<p class="sub">{html.escape(per_ipu_basis(comparison))}</p>
 <div class="figure">{plots["per-ipu"]}</div>
 <h2>Operators</h2>
 {_operators_html(comparison)}
@@ -336,7 +375,7 @@ the time an IPU spends in it per step, so the parts add up to the step time (spa
 </footer>
 """
     return page(f"{a.name} → {b.name}",
-                 f"A: {a.name}, {a.ipus_text} · B: {b.name}, {b.ipus_text} · simulated timings, "
+                 f"A: {a.name}, {ipus_text(a)} · B: {b.name}, {ipus_text(b)} · simulated timings, "
                  "not hardware measurements", body)
 
 
@@ -386,7 +425,7 @@ def _options_html(comparison: Comparison) -> str:
 
 
 def _operators_html(comparison: Comparison) -> str:
-    operators = comparison.operators
+    operators = operator_table(comparison)
     if operators is None:
         return ('<p class="sub">Neither run records its operators: their stages are priced as '
                 "a whole.</p>")
@@ -444,5 +483,6 @@ def holds_reports(directory: Path) -> bool:
 
 
 __all__ = ["COMPARE_HTML", "baseline_pairs", "comparison_text", "headline", "holds_reports",
-           "load_run", "per_ipu_figure", "render_comparison_html", "speed", "waterfall_figure",
+           "ipus_text", "load_run", "operator_table", "per_ipu_basis", "per_ipu_figure",
+           "per_ipu_table", "render_comparison_html", "speed", "waterfall_figure",
            "write_comparison_html"]

@@ -76,8 +76,8 @@ def stand_in(alias: str, module: ModuleType) -> None:
 
 
 def in_use() -> bool:
-    """Whether ``poptorch``, ``popdist`` or ``popart`` means the shim in this process
-    (the alias folder on ``sys.path``, or a ``sys.modules`` entry made by hand)."""
+    """Whether ``poptorch``, ``popdist``, ``popart`` or ``pva`` means the shim in this
+    process (the alias folder on ``sys.path``, or a ``sys.modules`` entry made by hand)."""
     if str(ALIASES) in sys.path:
         return True
     return any(sys.modules.get(target) is not None

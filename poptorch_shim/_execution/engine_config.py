@@ -181,7 +181,7 @@ def log_compilation(options, run: RunConfig, work: Work, strategy=None) -> None:
     execution phases, tensor locations): what PopTorch logs when it compiles."""
     if not poptorch_log.isEnabledFor(logging.INFO):
         return
-    if options._store.given("use_model"):
+    if options._given("use_model"):
         # PopTorch's choice of an IPU Model or hardware, where the script made it.
         poptorch_log.info("From the user configuration: Ipu model: %s",
                           "Enabled" if options.use_model else "Disabled")

@@ -293,8 +293,23 @@ class OptionsGroup:
         return self._store.changed()
 
     def _values(self) -> dict:
-        """Every setting, for printing."""
+        """Every setting (a copy), for printing and ``Options.toDict``."""
         return self._store.values()
+
+    def _given(self, key: str) -> bool:
+        """Whether the script set ``key`` (by a setter, a file or the environment), even
+        to its default."""
+        return self._store.given(key)
+
+    def _calls(self) -> dict[str, list]:
+        """The setters whose settings differ from their defaults, each with its call's
+        arguments: a setter of several settings those of its settings (the defaults at
+        the end left out), a setter of one setting its value."""
+        calls = {}
+        for key, value in self._store.changed().items():
+            setter = self._store.spec(key).setter
+            calls[setter] = self._store.arguments_of(setter) or [value]
+        return calls
 
     def _repr_parts(self) -> list:
         return [f"{key}={_show(value)}" for key, value in self._values().items()]

@@ -457,12 +457,9 @@ def user_options(options) -> dict:
     out = {}
     groups = [("", options)] + [(f"{name}.", group) for name, group in options._groups().items()]
     for prefix, group in groups:
-        store = group._store
-        for key, value in store.changed().items():
-            setter = store.spec(key).setter
-            # A setter of several settings is listed as its call's arguments; one of
-            # them alone as its value, as a setter of one setting is.
-            arguments = store.arguments_of(setter) or [value]
+        # A setter of several settings is listed as its call's arguments; one of
+        # them alone as its value, as a setter of one setting is.
+        for setter, arguments in group._calls().items():
             out[prefix + setter] = ([_plain(a) for a in arguments] if len(arguments) > 1
                                     else _plain(arguments[0]))
     defaults = Options()._popart.options

@@ -24,6 +24,9 @@ from ipusim.report.compare import (
     baseline_pairs,
     comparison_text,
     load_run,
+    operator_table,
+    per_ipu_basis,
+    per_ipu_table,
     render_comparison_html,
     waterfall_figure,
 )
@@ -91,8 +94,9 @@ def test_every_pair_of_runs_closes(pipeline_timeline, replicated_timeline):
 
 
 def test_per_ipu_ipu_by_ipu_when_the_runs_have_as_many(accumulation, pipeline_timeline):
-    table = accumulation.per_ipu
-    assert accumulation.per_ipu_basis == "IPU by IPU (4 each)"
+    table = per_ipu_table(accumulation)
+    assert accumulation.per_ipu_match == "ipu"
+    assert per_ipu_basis(accumulation) == "IPU by IPU (4 each)"
     assert list(dict.fromkeys(table["ipu"])) == ["IPU 0", "IPU 1", "IPU 2", "IPU 3"]
     ipu3 = table[table["ipu"] == "IPU 3"].set_index("part")["a_us"]
     expected = pipeline_timeline.step_time_by_ipu().loc[3] / PS_PER_US
@@ -104,12 +108,13 @@ def test_per_ipu_ipu_by_ipu_when_the_runs_have_as_many(accumulation, pipeline_ti
 def test_per_ipu_by_place_in_the_replica_when_the_replicas_differ(pipeline_timeline):
     two = pipeline_run(replicas=2)
     comparison = compare(run("one", pipeline_timeline), run("two", two))
-    assert "A has 4 IPUs (1 replica), B has 8 IPUs (2 replicas)" in comparison.per_ipu_basis
-    assert list(dict.fromkeys(comparison.per_ipu["ipu"])) == [
-        f"IPU {k} of each replica" for k in range(4)]
+    assert comparison.per_ipu_match == "place"
+    assert "A has 4 IPUs (1 replica), B has 8 IPUs (2 replicas)" in per_ipu_basis(comparison)
+    table = per_ipu_table(comparison)
+    assert list(dict.fromkeys(table["ipu"])) == [f"IPU {k} of each replica" for k in range(4)]
     # Each place is the mean of that IPU over B's two replicas.
     times = two.step_time_by_ipu()
-    first = comparison.per_ipu[comparison.per_ipu["ipu"] == "IPU 0 of each replica"]
+    first = table[table["ipu"] == "IPU 0 of each replica"]
     compute = first.set_index("part").at["compute", "b_us"]
     assert compute == pytest.approx((times.at[0, "compute"] + times.at[4, "compute"]) / 2
                                     / PS_PER_US)
@@ -118,8 +123,9 @@ def test_per_ipu_by_place_in_the_replica_when_the_replicas_differ(pipeline_timel
 def test_per_ipu_as_the_mean_ipu_when_the_replicas_do_not_correspond(
         pipeline_timeline, replicated_timeline):
     comparison = compare(run("pipeline", pipeline_timeline), run("replicas", replicated_timeline))
-    assert "the IPUs do not correspond" in comparison.per_ipu_basis
-    mean = comparison.per_ipu.groupby("ipu")[["a_us", "b_us"]].sum()
+    assert comparison.per_ipu_match == "mean"
+    assert "the IPUs do not correspond" in per_ipu_basis(comparison)
+    mean = per_ipu_table(comparison).groupby("ipu")[["a_us", "b_us"]].sum()
     assert list(mean.index) == ["mean IPU"]
     assert mean.at["mean IPU", "b_us"] == pytest.approx(comparison.b.step_time_ps / PS_PER_US)
 
@@ -158,7 +164,7 @@ def test_operators_match_by_stage_pass_kind_and_shape():
     assert "system: ipu.clock_hz: 1,330,000,000 → 1,850,000,000" in text
     assert "Operators that differ, per micro-batch" in comparison_text(comparison)
     resized = compare(run("m64", operator_run(64)), run("m128", operator_run(128)))
-    status = resized.operators.set_index(["pass", "shape"])["status"]
+    status = operator_table(resized).set_index(["pass", "shape"])["status"]
     assert status[("forward", "64 × 256 × 256 fp16")] == "only in A"
     assert status[("forward", "128 × 256 × 256 fp16")] == "only in B"
     assert status[("forward", "4,096 elements fp16")] == "same"

@@ -1,8 +1,7 @@
 """``ipusim compare`` on real shim runs: the data-loading tutorial's model on one replica
 and on four, compared by hand and with ``ipusim run --compare-with``."""
 import json
-import subprocess
-import sys
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from support.reports import fresh_report_registry
 
 from ipusim.analysis.comparison import compare
 from ipusim.cli import main as ipusim
-from ipusim.report.compare import load_run
+from ipusim.report.compare import load_run, per_ipu_basis
 from poptorch_shim.commands import main as ipusim_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +88,7 @@ def test_one_replica_against_four_after_a_run(tmp_path, capsys, monkeypatch):
     assert parts.at["host_io", "delta_us"] > 0
     assert comparison.b.items_per_step == 4 * comparison.a.items_per_step
     assert list(comparison.options["setting"]) == ["replicationFactor"]
-    assert "IPUs compared by their place in a replica" in comparison.per_ipu_basis
+    assert "IPUs compared by their place in a replica" in per_ipu_basis(comparison)
     assert comparison.operators is not None
     assert set(comparison.operators["status"]) == {"same"}
 
@@ -116,24 +115,18 @@ def test_compare_with_needs_a_report_and_an_earlier_one(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the tutorial itself: its four cases, each a model of its own
-def test_ipusim_compare_on_the_tutorials_replication_cases(tmp_path):
-    reports = tmp_path / "reports"
-    subprocess.run([sys.executable, "-m", "poptorch_shim.commands", "run", "--no-progress",
-                    "--timing-only", "--report", str(reports), "scenarios/tutorial_data_loading.py",
-                    "--samples", "640", "--max-steps", "1", "--workers", "1",
-                    "--device-iterations", "5"], cwd=ROOT, check=True, capture_output=True,
-                   timeout=300)
+def test_ipusim_compare_on_the_tutorials_replication_cases(tmp_path, tutorial_run, capsys):
+    reports = Path(shutil.copytree(tutorial_run.reports, tmp_path / "reports"))  # compare writes
     one, four = reports / "tutorial_r1_real", reports / "tutorial_r4_real"
-    result = subprocess.run([sys.executable, "-m", "ipusim", "compare", str(one), str(four)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert ipusim(["compare", str(one), str(four)]) == 0
+    printed = capsys.readouterr().out
     ratio = figures(four)["throughput(items/s)"] / figures(one)["throughput(items/s)"]
-    assert f"{ratio:.2f}×" in result.stdout
-    assert "replicationFactor: (default) → 4" in result.stdout
+    assert f"{ratio:.2f}×" in printed
+    assert "replicationFactor: (default) → 4" in printed
     assert (four / "compare.html").is_file()
     # Bad input from the command line: exit status 2, one line naming the path.
-    result = subprocess.run([sys.executable, "-m", "ipusim", "compare", str(reports),
-                             str(four)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"A: No profile.json in {reports}" in result.stderr
-    assert "tutorial_r1_real" in result.stderr  # the folders it holds, to name one
+    assert ipusim(["compare", str(reports), str(four)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"A: No profile.json in {reports}" in err
+    assert "tutorial_r1_real" in err  # the folders it holds, to name one

@@ -1,17 +1,16 @@
 """The text summary: how the engine runs, its program steps grouped, the options
 as the script set them."""
 import json
-import os
-import subprocess
-import sys
 
 import pandas as pd
+from support.reports import fresh_report_registry
 
 from ipusim import RunConfig, Work, simulate, system_spec
 from ipusim.analysis.headline import grouped_steps, step_cycles
 from ipusim.report import text_summary
 from ipusim.report.figures import timeline_figure
 from ipusim.report.summary import execution_text
+from poptorch_shim import commands
 
 from report_timelines import pipeline_run, stages
 
@@ -47,7 +46,8 @@ def test_the_summary_groups_identical_steps():
     assert len(rows) == len(grouped_steps(step_cycles(timeline))) < 5
 
 
-def test_a_report_lists_the_options_as_the_script_set_them(tmp_path):
+def test_a_report_lists_the_options_as_the_script_set_them(tmp_path, monkeypatch):
+    fresh_report_registry(monkeypatch)
     script = tmp_path / "script.py"
     script.write_text(
         "import torch, poptorch\n"
@@ -65,9 +65,7 @@ def test_a_report_lists_the_options_as_the_script_set_them(tmp_path):
         "model = poptorch.trainingModel(Net(), opts,\n"
         "                               torch.optim.SGD(Net().parameters(), lr=0.1))\n"
         "model(torch.ones(12, 4), torch.zeros(12, 2))\n")
-    result = subprocess.run([sys.executable, "-m", "poptorch_shim", str(script)],
-                            capture_output=True, text=True, timeout=120, env=dict(os.environ))
-    assert result.returncode == 0, result.stderr
+    assert commands.main(["run", "--no-progress", str(script)]) == 0  # as `ipusim run` does
     profile = json.loads((tmp_path / "reports" / "named" / "profile.json").read_text())
     options = profile["options"]
     assert {key: options[key] for key in ("deviceIterations", "replicationFactor", "outputMode",

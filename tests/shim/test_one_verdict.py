@@ -9,6 +9,7 @@ import sys
 import pytest
 from support.reports import fresh_report_registry
 
+from ipusim.cli import main as ipusim_command
 from poptorch_shim._core import simulated_clock
 from poptorch_shim._core.run_settings import RunSettings
 from poptorch_shim._run import model_reports
@@ -65,7 +66,7 @@ def _run_with_reports(tmp_path, source):
     return exit_lines, reports
 
 
-def _check_every_output(line, directory):
+def _check_every_output(line, directory, capsys):
     """The exit line, summary.txt, profile.json, the HTML report and ``ipusim summary``
     give ``directory``'s verdict with the same figures; its profile."""
     profile = json.loads((directory / "profile.json").read_text())
@@ -76,10 +77,9 @@ def _check_every_output(line, directory):
     assert f"Bottleneck: {kind}\n" in summary_txt
     html = (directory / "report.html").read_text()
     assert f'class="verdict {kind}"' in html or f"verdict {kind}" in html
-    summary = subprocess.run([sys.executable, "-m", "ipusim", "summary", str(directory)],
-                             capture_output=True, text=True, timeout=120)
-    assert summary.returncode == 0, summary.stderr
-    assert summary.stdout == summary_txt
+    capsys.readouterr()
+    assert ipusim_command(["summary", str(directory)]) == 0
+    assert capsys.readouterr().out == summary_txt
     # The what-ifs are in the profile, fastest first, and the headline quotes the proof.
     speedups = [w["speedup"] for w in verdict["what_if"]]
     assert speedups == sorted(speedups, reverse=True) and speedups
@@ -91,11 +91,11 @@ def _check_every_output(line, directory):
 
 
 @pytest.mark.slow  # runs a script in a fresh interpreter, then the summary command
-def test_the_exit_line_and_every_report_give_one_verdict(tmp_path):
+def test_the_exit_line_and_every_report_give_one_verdict(tmp_path, capsys):
     exit_lines, reports = _run_with_reports(tmp_path, SCRIPT)
     assert set(exit_lines) == {"training", "inference"}
     for name, line in exit_lines.items():
-        profile = _check_every_output(line, reports / name)
+        profile = _check_every_output(line, reports / name, capsys)
         kind = profile["verdict"]["kind"]
         if name == "training":  # its loader's rate is its own, and the IPUs wait for it
             assert 0 < profile["loader_items_per_s"] < profile["verdict"]["device_items_per_s"]
@@ -139,9 +139,10 @@ main()
 
 
 @pytest.mark.slow  # runs a script in a fresh interpreter, then the summary command
-def test_a_pipeline_fed_by_a_slow_loader_has_one_verdict_after_its_model_is_gone(tmp_path):
+def test_a_pipeline_fed_by_a_slow_loader_has_one_verdict_after_its_model_is_gone(tmp_path,
+                                                                                 capsys):
     exit_lines, reports = _run_with_reports(tmp_path, PIPELINED_FED_SLOWLY)
-    profile = _check_every_output(exit_lines["inference"], reports / "inference")
+    profile = _check_every_output(exit_lines["inference"], reports / "inference", capsys)
     verdict = profile["verdict"]
     assert verdict["kind"] == "data_loader"
     assert f"the data loader {profile['loader_items_per_s']:,.0f} measured" in \
@@ -160,10 +161,10 @@ model(torch.zeros(1, 1000))
 
 
 @pytest.mark.slow  # runs a script in a fresh interpreter, then the summary command
-def test_every_headline_of_a_model_that_does_not_fit_says_so_first(tmp_path):
+def test_every_headline_of_a_model_that_does_not_fit_says_so_first(tmp_path, capsys):
     exit_lines, reports = _run_with_reports(tmp_path, DOES_NOT_FIT)
     line = exit_lines["inference"]
-    profile = _check_every_output(line, reports / "inference")
+    profile = _check_every_output(line, reports / "inference", capsys)
     said = profile["verdict"]["does_not_fit"]
     assert said.startswith("Does not fit: IPU 0 needs ")
     assert line.startswith(f"  inference: {said} Simulated as if it fitted: ")

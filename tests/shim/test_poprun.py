@@ -389,7 +389,10 @@ STEPS = textwrap.dedent("""
 """)
 
 
-def test_a_second_run_replaces_the_job_report_of_the_first(tmp_path, capsys, monkeypatch):
+def test_a_second_run_replaces_the_job_report_of_the_first_and_says_whose_figure_is_whose(
+        tmp_path, capsys, monkeypatch):
+    """Each instance says its figure is its own and the job gets its own line; a second
+    run (3 steps, after 1) replaces the job's report and its instances'."""
     script = tmp_path / "steps.py"
     script.write_text(STEPS)
     monkeypatch.setenv("IPUSIM_REPORT_DIR", str(tmp_path / "reports"))
@@ -398,24 +401,13 @@ def test_a_second_run_replaces_the_job_report_of_the_first(tmp_path, capsys, mon
     for steps in (1, 3):
         assert poprun.main(["--num-replicas", "2", "--num-instances", "2", "python",
                             str(script), str(steps)]) == 0, capsys.readouterr().err
+        err = capsys.readouterr().err
         parts = [load_autoreport(job / f"instance-{i}") for i in range(2)]
         whole = load_autoreport(job)
         assert whole.steps == steps and all(part.steps == steps for part in parts)
         assert len(whole.events) == sum(len(part.events) for part in parts)
+        for instance in range(2):
+            assert f"inference (instance {instance} of 2: its own replicas; the last" in err
+        assert (f"ipusim: inference, the whole job (2 instances): {whole.throughput():,.0f} "
+                f"items/s; report {job}") in err
     assert sorted(p.name for p in job.iterdir() if p.name.startswith(".")) == []
-
-
-def test_each_instance_says_its_figure_is_its_own_and_the_job_gets_its_own(tmp_path, capsys,
-                                                                          monkeypatch):
-    script = tmp_path / "steps.py"
-    script.write_text(STEPS)
-    monkeypatch.setenv("IPUSIM_REPORT_DIR", str(tmp_path / "reports"))
-    from ipusim.report import load_autoreport
-    assert poprun.main(["--num-replicas", "2", "--num-instances", "2", "python",
-                        str(script), "2"]) == 0
-    err = capsys.readouterr().err
-    for instance in range(2):
-        assert f"inference (instance {instance} of 2: its own replicas; the last" in err
-    whole = load_autoreport(tmp_path / "reports" / "inference")
-    assert (f"ipusim: inference, the whole job (2 instances): {whole.throughput():,.0f} "
-            f"items/s; report {tmp_path / 'reports' / 'inference'}") in err

@@ -2,13 +2,16 @@
 every report's header, a call's batch split down to single samples said with where it
 went, one throughput in the exit line, the report, the summary and the index, and a
 generation loop on the host offered its loop on the device, never device iterations.
-Each script runs through ``ipusim run`` in a fresh interpreter."""
+Each script runs through ``ipusim run`` in a fresh interpreter; the commands that read its
+reports back (``ipusim summary``, ``ipusim report --index``) run here."""
 import json
 import re
 import subprocess
 import sys
 
 import pytest
+
+from ipusim.cli import main as ipusim_command
 
 pytestmark = pytest.mark.slow  # each runs a script in a fresh interpreter
 
@@ -173,7 +176,7 @@ def test_a_poptorch_loaders_batch_is_the_micro_batch_and_no_warning(tmp_path):
     assert "micro-batch size 2, device iterations 8, replicas 2, gradient accumulation 1" in line
 
 
-def test_a_timing_only_run_says_so_on_its_exit_line_and_in_its_reports(tmp_path):
+def test_a_timing_only_run_says_so_on_its_exit_line_and_in_its_reports(tmp_path, capsys):
     _, err, reports = ipusim(tmp_path, PLAIN_LOADER.format(
         loader="poptorch.DataLoader(opts, data, batch_size=2)"), "--timing-only")
     assert "timing-only (no tensors computed" in exit_line(err, "training")
@@ -181,12 +184,12 @@ def test_a_timing_only_run_says_so_on_its_exit_line_and_in_its_reports(tmp_path)
     assert "Timing-only:                yes" in (folder / "summary.txt").read_text()
     assert "timing-only (no tensors computed" in (folder / "report.html").read_text()
     assert json.loads((folder / "profile.json").read_text())["timing_only"] is True
-    summary = subprocess.run([sys.executable, "-m", "ipusim", "summary", str(folder)],
-                             capture_output=True, text=True, timeout=120)
-    assert "Timing-only:                yes" in summary.stdout  # kept in the profile
+    assert ipusim_command(["summary", str(folder)]) == 0
+    assert "Timing-only:                yes" in capsys.readouterr().out  # kept in the profile
 
 
-def test_the_exit_line_the_report_the_summary_and_the_index_give_one_throughput(tmp_path):
+def test_the_exit_line_the_report_the_summary_and_the_index_give_one_throughput(tmp_path,
+                                                                                 capsys):
     _, err, reports = ipusim(tmp_path, SLOW_LOADER)
     folder = reports / "inference"
     profile = json.loads((folder / "profile.json").read_text())
@@ -201,9 +204,7 @@ def test_the_exit_line_the_report_the_summary_and_the_index_give_one_throughput(
     assert re.search(rf"  Throughput: +{loader:,.1f} items/s fed by the data loader "
                      rf"\(the IPUs alone {device:,.1f}\)\n", summary)
     assert f"{loader:,.1f} items/s fed by the data loader" in (folder / "report.html").read_text()
-    index = subprocess.run([sys.executable, "-m", "ipusim", "report", "--index", str(reports)],
-                           capture_output=True, text=True, timeout=120)
-    assert index.returncode == 0, index.stderr
+    assert ipusim_command(["report", "--index", str(reports)]) == 0, capsys.readouterr().err
     page = (reports / "index.html").read_text()
     cell = re.search(r'<td class="value">([\d,]+)<br><span class="fed">fed by the data loader; '
                      r"the IPUs alone ([\d,]+)</span>", page)

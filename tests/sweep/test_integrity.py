@@ -480,23 +480,24 @@ print("width", width)
 """
 
 
-@pytest.mark.slow  # runs the sweep command in a fresh interpreter
+@pytest.mark.slow  # runs the sweep command in a fresh interpreter (a refused spec: here)
 @pytest.mark.parametrize("args, refused", [('"--width 8"', True), ('["--width", "8"]', False)])
-def test_a_scripts_args_are_a_list_and_a_string_is_refused_naming_the_key(tmp_path, args,
-                                                                            refused):
+def test_a_scripts_args_are_a_list_and_a_string_is_refused_naming_the_key(tmp_path, capsys,
+                                                                            args, refused):
     (tmp_path / "wide.py").write_text(WIDTH_SCRIPT)
     spec = tmp_path / "s.toml"
     spec.write_text(f'[model]\nscript = "wide.py"\nargs = {args}\n[space]\n'
                     'deviceIterations = [1]\n')
-    run = subprocess.run([sys.executable, "-m", "ipusim", "sweep", str(spec), "--workers", "0",
-                          "--no-progress"], capture_output=True, text=True, timeout=300)
-    if refused:
-        assert run.returncode == 1, run.stderr  # as every fault of a spec
-        assert run.stderr.strip() == f"ipusim sweep: error: {spec}: " + (
+    command = ["sweep", str(spec), "--workers", "0", "--no-progress"]
+    if refused:  # refused before anything runs, so the command's own process will do
+        assert ipusim_main(command) == 1  # as every fault of a spec
+        assert capsys.readouterr().err.strip() == f"ipusim sweep: error: {spec}: " + (
             "[model] args must be a list of strings, one per argument (e.g. args = "
             "[\"--width\", \"8\"]), got the string '--width 8'")
         assert not (tmp_path / "s.parquet").exists()  # nothing measured, nothing recorded
     else:
+        run = subprocess.run([sys.executable, "-m", "ipusim", *command], capture_output=True,
+                             text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         results = pd.read_parquet(tmp_path / "s.parquet")
         assert len(results) == 1 and results["fits"].all()
