@@ -124,6 +124,14 @@ NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 BERT_LIKE = {"vocab_size": VOCAB, "hidden_size": 16, "num_hidden_layers": 2,
              "num_attention_heads": 2, "intermediate_size": 32,
              "max_position_embeddings": 32, **NO_DROPOUT}
+#: What BART and Whisper share: one tiny encoder and decoder layer, no dropout, and
+#: weights wide enough that a tiny model's tokens depend on its input.
+TINY_ENCODER_DECODER = {"vocab_size": VOCAB, "d_model": 16, "encoder_layers": 1,
+                        "decoder_layers": 1, "encoder_attention_heads": 2,
+                        "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                        "decoder_ffn_dim": 32, "dropout": 0.0, "attention_dropout": 0.0,
+                        "activation_dropout": 0.0, "pad_token_id": 1, "bos_token_id": 0,
+                        "eos_token_id": 2, "init_std": 0.3}
 # Generation: 6 new tokens after the decoder's start (encoder-decoder) or the prompt.
 NEW_TOKENS = 6
 WAV2VEC = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -154,15 +162,9 @@ def families():
     return {
         "BART": family(
             t.BartForConditionalGeneration,
-            lambda: t.BartConfig(vocab_size=VOCAB, d_model=16, encoder_layers=1,
-                                 decoder_layers=1, encoder_attention_heads=2,
-                                 decoder_attention_heads=2, encoder_ffn_dim=32,
-                                 decoder_ffn_dim=32, max_position_embeddings=32,
-                                 dropout=0.0, attention_dropout=0.0,
-                                 activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
-                                 eos_token_id=2, decoder_start_token_id=0,
-                                 forced_eos_token_id=None, forced_bos_token_id=None,
-                                 init_std=0.3),
+            lambda: t.BartConfig(**TINY_ENCODER_DECODER, max_position_embeddings=32,
+                                 decoder_start_token_id=0, forced_eos_token_id=None,
+                                 forced_bos_token_id=None),
             seq2seq, ("train", "evaluate", "generate", "kv_cache"), accumulation=6,
             kv={"use_encoder_output_buffer": True}),
         "BERT": family(t.BertForSequenceClassification,
@@ -237,16 +239,10 @@ def families():
                            ipu={"layers_per_ipu": [3, 3], "ipus_per_replica": 2}),
         "Whisper": family(
             t.WhisperForConditionalGeneration,
-            lambda: t.WhisperConfig(vocab_size=VOCAB, num_mel_bins=8, d_model=16,
-                                    encoder_layers=1, decoder_layers=1,
-                                    encoder_attention_heads=2, decoder_attention_heads=2,
-                                    encoder_ffn_dim=32, decoder_ffn_dim=32,
+            lambda: t.WhisperConfig(**TINY_ENCODER_DECODER, num_mel_bins=8,
                                     max_source_positions=8, max_target_positions=16,
-                                    dropout=0.0, attention_dropout=0.0,
-                                    activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
-                                    eos_token_id=2, decoder_start_token_id=3,
-                                    begin_suppress_tokens=None, suppress_tokens=None,
-                                    init_std=0.3),
+                                    decoder_start_token_id=3, begin_suppress_tokens=None,
+                                    suppress_tokens=None),
             whisper, ("train", "evaluate", "generate", "kv_cache", "kv_cache_cond"),
             kv={"use_encoder_output_buffer": True}),
     }
