@@ -34,6 +34,14 @@ def to_cycles(ps: float, clock_hz: float) -> int:
     return int(round(ps * clock_hz / PS_PER_S))
 
 
+
+def _host_hops(system: SystemSpec, to_device: bool) -> tuple[float, float]:
+    """A stream copy's two hops (bytes/s): the machine's shared one between host and
+    the gateway's buffer, then the IPU's own between the buffer and its tiles."""
+    if to_device:
+        return system.host_to_gateway_bandwidth, system.gateway_to_ipu_bandwidth
+    return system.gateway_to_host_bandwidth, system.ipu_to_gateway_bandwidth
+
 @dataclass(frozen=True)
 class CostModel(TileFigures):
     """The compute model's tile figures (:class:`TileFigures`, the operator model's,
@@ -140,14 +148,7 @@ class CostModel(TileFigures):
         two. The first hop is the machine's, shared by its IPUs' copies one at a
         time (:meth:`host_link_held_ps`); the second is each IPU's own.
         """
-        if nbytes <= 0:
-            return 0
-        if to_device:
-            hops = (system.host_to_gateway_bandwidth, system.gateway_to_ipu_bandwidth)
-        else:
-            hops = (system.gateway_to_host_bandwidth, system.ipu_to_gateway_bandwidth)
-        rate = min(*hops, system.host_link_share(ipus))
-        return self.host_transfer_latency_ps + to_ps(nbytes / rate)
+        return self._host_copy_ps(nbytes, min(*_host_hops(system, to_device)), system, ipus)
 
     def host_link_held_ps(self, nbytes: float, system: SystemSpec, ipus: int | None = None,
                           to_device: bool = True) -> int:
@@ -160,11 +161,17 @@ class CostModel(TileFigures):
         fast as the own one. An assumption: gc-hosttraffictest measured one IPU
         (32 of its tiles) streaming, and no public figure gives what the gateway
         does when four pull at once."""
+        shared, _ = _host_hops(system, to_device)
+        return self._host_copy_ps(nbytes, shared, system, ipus)
+
+    def _host_copy_ps(self, nbytes: float, rate: float, system: SystemSpec,
+                      ipus: int | None) -> int:
+        """A stream copy's fixed cost and its bytes at ``rate``, or at the host link's
+        share of a switched Pod's servers where that is less."""
         if nbytes <= 0:
             return 0
-        shared = system.host_to_gateway_bandwidth if to_device else system.gateway_to_host_bandwidth
         return self.host_transfer_latency_ps + to_ps(
-            nbytes / min(shared, system.host_link_share(ipus)))
+            nbytes / min(rate, system.host_link_share(ipus)))
 
     @property
     def host_call_ps(self) -> int:
